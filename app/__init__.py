@@ -1,0 +1,1 @@
+"""rhosynth HTTP API and persistence."""

@@ -1,0 +1,1 @@
+"""Cross-cutting HTTP pieces: dependency aliases, middleware, shared response types."""

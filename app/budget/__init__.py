@@ -1,0 +1,1 @@
+"""The per-dataset privacy budget account and its append-only ledger."""

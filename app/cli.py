@@ -1,0 +1,235 @@
+"""The ``rhosynth`` command: serve the API, run workers, migrate, manage keys.
+
+Every command reads the same RHOSYNTH_* settings as the service. Without RHOSYNTH_DATABASE_URL
+they use the embedded defaults under RHOSYNTH_HOME (default ./var).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from app.config import Settings, get_settings
+
+
+def _configure_logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _settings() -> Settings:
+    try:
+        return get_settings()
+    except Exception as error:  # pydantic.ValidationError, with the offending variable named
+        raise click.ClickException(f"invalid configuration: {error}") from None
+
+
+def run_migrations(settings: Settings) -> None:
+    """Bring the configured database to the newest schema revision."""
+    from alembic import command
+    from alembic.config import Config
+
+    import migrations
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    config.attributes["database_url"] = settings.sqlalchemy_url
+    command.upgrade(config, "head")
+
+
+@click.group()
+def main() -> None:
+    """rhosynth: differentially private synthetic data as a service."""
+
+
+@main.command()
+def migrate() -> None:
+    """Apply database migrations (the schema is only ever built this way)."""
+    settings = _settings()
+    _configure_logging(settings)
+    run_migrations(settings)
+    click.echo("database is at the newest revision", err=True)
+
+
+@main.command()
+@click.option("--host", default=None, help="bind address (default: RHOSYNTH_HOST)")
+@click.option("--port", type=int, default=None, help="port (default: RHOSYNTH_PORT)")
+@click.option("--workers", type=int, default=1, show_default=True, help="API processes")
+def serve(host: str | None, port: int | None, workers: int) -> None:
+    """Serve the HTTP API."""
+    import uvicorn
+
+    settings = _settings()
+    _configure_logging(settings)
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=host or settings.host,
+        port=port or settings.port,
+        workers=workers,
+        log_level=settings.log_level.lower(),
+        proxy_headers=True,
+    )
+
+
+@main.command()
+@click.option(
+    "--concurrency",
+    type=int,
+    default=None,
+    help="job processes (default: RHOSYNTH_WORKER_CONCURRENCY)",
+)
+@click.option(
+    "--pool",
+    type=click.Choice(["prefork", "solo", "threads"]),
+    default="prefork",
+    show_default=True,
+)
+def worker(concurrency: int | None, pool: str) -> None:
+    """Run a Celery worker that executes release jobs (and recovers lost ones)."""
+    settings = _settings()
+    _configure_logging(settings)
+    from workers.tasks import celery_app
+
+    celery_app.worker_main(
+        [
+            "worker",
+            f"--loglevel={settings.log_level}",
+            f"--queues={settings.queue}",
+            f"--concurrency={concurrency or settings.worker_concurrency}",
+            f"--pool={pool}",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            f"--hostname=rhosynth-{os.getpid()}@%h",
+        ]
+    )
+
+
+@main.command()
+def recover() -> None:
+    """Run one recovery pass: requeue jobs of dead workers, resend lost messages, expire."""
+    settings = _settings()
+    _configure_logging(settings)
+    from app.jobs.recovery import recover_jobs
+
+    report = recover_jobs(settings)
+    click.echo(
+        f"requeued={len(report.requeued)} failed={len(report.failed)} "
+        f"cancelled={len(report.cancelled)} resent={len(report.resent)} "
+        f"expired={len(report.expired)}"
+    )
+
+
+@main.command()
+def run() -> None:
+    """Embedded mode: migrate, then serve the API and one worker (what `make run` starts)."""
+    settings = _settings()
+    _configure_logging(settings)
+    if not settings.embedded:
+        click.echo("note: RHOSYNTH_DATABASE_URL is set; running against it", err=True)
+    settings.resolved_home.mkdir(parents=True, exist_ok=True)
+    settings.resolved_storage_dir.mkdir(parents=True, exist_ok=True)
+    settings.secret_key_bytes()  # create the embedded key before two processes race for it
+    run_migrations(settings)
+    worker_process = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"])
+    click.echo(
+        f"rhosynth: API on http://{settings.host}:{settings.port} (docs at /docs), "
+        f"worker pid {worker_process.pid}, data in {settings.resolved_home}",
+        err=True,
+    )
+    click.echo(
+        "create a key with: .venv/bin/rhosynth keys create --tenant demo --role owner --name me",
+        err=True,
+    )
+
+    def stop_worker(*_args: object) -> None:
+        if worker_process.poll() is None:
+            worker_process.send_signal(signal.SIGTERM)
+            try:
+                worker_process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker_process.kill()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop_worker()
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        import uvicorn
+
+        from app.main import create_app
+
+        uvicorn.run(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level.lower(),
+        )
+    finally:
+        stop_worker()
+
+
+@main.group()
+def keys() -> None:
+    """Manage API keys."""
+
+
+@keys.command("create")
+@click.option("--tenant", required=True, help="tenant name (created on first use)")
+@click.option("--role", required=True, type=click.Choice(["owner", "analyst"]))
+@click.option("--name", required=True, help="a label for the key")
+def keys_create(tenant: str, role: str, name: str) -> None:
+    """Create an API key; the key is printed alone on the last line (it is not stored)."""
+    settings = _settings()
+    from app.auth.service import create_key
+    from app.db.session import get_session_factory, transaction
+
+    if settings.embedded:
+        run_migrations(settings)
+    with transaction(get_session_factory(settings.sqlalchemy_url)) as session:
+        try:
+            created = create_key(session, settings.secret_key_bytes(), tenant, role, name)
+        except ValueError as error:
+            raise click.ClickException(str(error)) from None
+    click.echo(f"tenant {created.tenant_id}, {created.role} key {created.key_id}", err=True)
+    click.echo("store this key now; only its hash is kept:", err=True)
+    sys.stdout.write(created.key + "\n")
+
+
+@main.command()
+@click.option("--timeout", type=float, default=30.0, show_default=True)
+@click.option("--url", default=None, help="health URL (default: the configured host and port)")
+def wait(timeout: float, url: str | None) -> None:
+    """Wait until the API answers /healthz (for scripts)."""
+    import urllib.error
+    import urllib.request
+
+    settings = _settings()
+    target = url or f"http://{settings.host}:{settings.port}/healthz"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(target, timeout=2) as response:  # noqa: S310 - our own URL
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.25)
+    raise click.ClickException(f"{target} did not become healthy within {timeout} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""Service configuration: one pydantic-settings class, read from RHOSYNTH_* environment variables.
+
+Two modes:
+
+* **embedded** (no ``RHOSYNTH_DATABASE_URL``): SQLite and file storage under ``RHOSYNTH_HOME``
+  (default ``./var``), the Celery broker on kombu's SQLAlchemy transport over a SQLite file in the
+  same directory, and a secret key generated once into ``$RHOSYNTH_HOME/secret_key``. This is what
+  ``make run`` uses; nothing but Python is needed.
+* **production** (``RHOSYNTH_DATABASE_URL`` set, normally PostgreSQL): every location comes from
+  the environment and ``RHOSYNTH_SECRET_KEY`` is required; there is no usable default secret.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIN_SECRET_KEY_LENGTH = 32
+
+
+class Settings(BaseSettings):
+    """Everything the API, the workers and the CLI need to know about their environment."""
+
+    model_config = SettingsConfigDict(env_prefix="RHOSYNTH_", extra="ignore")
+
+    home: Path = Path("var")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+
+    database_url: str | None = None
+    broker_url: str | None = None
+    storage_dir: Path | None = None
+    secret_key: SecretStr | None = None
+    queue: str = "rhosynth"
+
+    # Upload limits. The byte cap is enforced while the body streams in, before parsing.
+    max_upload_bytes: int = Field(default=1024**3, ge=1024)
+    max_columns: int = Field(default=1000, ge=1)
+    max_rows: int = Field(default=100_000_000, ge=1)
+    max_cell_bytes: int = Field(default=1024, ge=16)
+    max_schema_bytes: int = Field(default=1024 * 1024, ge=1024)
+    max_json_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    max_domain_size: int = Field(default=100_000, ge=2)
+
+    # Limits on releases.
+    max_output_rows: int = Field(default=10_000_000, ge=1)
+    max_budget_rho: int = Field(default=1_000_000, ge=1)
+
+    # Job execution and recovery. A claimed job holds a lease that its worker renews every
+    # heartbeat; a lease that runs out means the worker died and the job is recovered.
+    job_lease_seconds: float = Field(default=60.0, gt=0)
+    job_heartbeat_seconds: float = Field(default=10.0, gt=0)
+    job_max_attempts: int = Field(default=3, ge=1)
+    job_time_limit_seconds: int = Field(default=4 * 3600, ge=10)
+    queued_job_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
+    requeue_after_seconds: float = Field(default=300.0, gt=0)
+    recovery_interval_seconds: float = Field(default=30.0, gt=0)
+    worker_concurrency: int = Field(default=1, ge=1)
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if self.job_heartbeat_seconds >= self.job_lease_seconds:
+            raise ValueError(
+                "RHOSYNTH_JOB_HEARTBEAT_SECONDS must be below RHOSYNTH_JOB_LEASE_SECONDS"
+            )
+        if not self.embedded:
+            if self.secret_key is None:
+                raise ValueError(
+                    "RHOSYNTH_SECRET_KEY is required when RHOSYNTH_DATABASE_URL is set "
+                    "(production mode); generate one with: python -c "
+                    "'import secrets; print(secrets.token_urlsafe(48))'"
+                )
+            if len(self.secret_key.get_secret_value()) < MIN_SECRET_KEY_LENGTH:
+                raise ValueError(
+                    f"RHOSYNTH_SECRET_KEY must be at least {MIN_SECRET_KEY_LENGTH} characters"
+                )
+            if self.broker_url is None:
+                raise ValueError("RHOSYNTH_BROKER_URL is required in production mode")
+            if self.storage_dir is None:
+                raise ValueError("RHOSYNTH_STORAGE_DIR is required in production mode")
+        return self
+
+    @property
+    def embedded(self) -> bool:
+        """True when running on the embedded SQLite defaults (``make run``)."""
+        return self.database_url is None
+
+    @property
+    def resolved_home(self) -> Path:
+        return self.home.expanduser().resolve()
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        if self.database_url is None:
+            return f"sqlite:///{self.resolved_home / 'rhosynth.sqlite'}"
+        return normalize_database_url(self.database_url)
+
+    @property
+    def celery_broker_url(self) -> str:
+        if self.broker_url is None:
+            return f"sqla+sqlite:///{self.resolved_home / 'broker.sqlite'}"
+        return self.broker_url
+
+    @property
+    def resolved_storage_dir(self) -> Path:
+        if self.storage_dir is None:
+            return self.resolved_home / "storage"
+        return self.storage_dir.expanduser().resolve()
+
+    def secret_key_bytes(self) -> bytes:
+        """The HMAC key for API keys. Embedded mode keeps a generated key in the home folder."""
+        if self.secret_key is not None:
+            return self.secret_key.get_secret_value().encode()
+        path = self.resolved_home / "secret_key"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # O_EXCL: two processes starting together must not write two different keys.
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                pass
+            else:
+                with os.fdopen(fd, "w") as handle:
+                    handle.write(secrets.token_urlsafe(48))
+        return path.read_text().strip().encode()
+
+
+def normalize_database_url(url: str) -> str:
+    """Use the psycopg 3 driver for plain ``postgresql://`` URLs."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return Settings()

@@ -1,0 +1,1 @@
+"""Uploaded tables, their declared schemas and their encoded storage."""

@@ -1,0 +1,203 @@
+"""Dataset routes: upload, list, read, ledger, budget grants, erasure."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request, status
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+
+from app.api.deps import AnalystKey, OwnerKey, SessionDep, SettingsDep, StorageDep
+from app.budget import repository as budget_repository
+from app.budget.service import BudgetLimitExceeded
+from app.datasets import service
+from app.datasets.ingest import UploadRejected
+from app.datasets.schemas import DatasetList, DatasetOut, GrantRequest, LedgerEntryOut, LedgerOut
+
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+
+_UPLOAD_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file", "schema", "name", "budget_rho"],
+                    "properties": {
+                        "file": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "the table: CSV (UTF-8, header row) or Parquet",
+                        },
+                        "schema": {
+                            "type": "string",
+                            "description": 'JSON text: a domain map {"col": size} or '
+                            '{"columns": [...]} (categorical, numeric, codes)',
+                        },
+                        "name": {"type": "string", "maxLength": 200},
+                        "budget_rho": {
+                            "type": "string",
+                            "description": "total ρ (zCDP) for this dataset, a positive decimal",
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+def _not_found() -> HTTPException:
+    return HTTPException(status.HTTP_404_NOT_FOUND, "dataset not found")
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=DatasetOut,
+    openapi_extra=_UPLOAD_BODY,
+    responses={413: {"description": "upload over RHOSYNTH_MAX_UPLOAD_BYTES"}, 422: {}, 415: {}},
+)
+async def create_dataset(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    storage: StorageDep,
+    principal: OwnerKey,
+) -> DatasetOut:
+    """Upload a table with its declared schema and total ρ budget (owner keys)."""
+    # The form is parsed here, after authentication, so an anonymous caller cannot make the
+    # server spool an upload. The body cap is enforced earlier, by BodySizeLimitMiddleware.
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise HTTPException(
+            415, "send multipart/form-data with fields file, schema, name, budget_rho"
+        )
+    try:
+        async with request.form(
+            max_files=1, max_fields=10, max_part_size=settings.max_schema_bytes
+        ) as form:
+            upload = form.get("file")
+            fields = {key: form.get(key) for key in ("schema", "name", "budget_rho")}
+            if not isinstance(upload, UploadFile):
+                raise UploadRejected(422, "the form needs a file field named 'file'")
+            missing = [key for key, value in fields.items() if not isinstance(value, str)]
+            if missing:
+                raise UploadRejected(422, f"the form needs text fields: {', '.join(missing)}")
+            name = service.parse_name(str(fields["name"]))
+            total_rho = service.parse_budget(str(fields["budget_rho"]), settings)
+            schema = service.parse_schema(str(fields["schema"]), settings)
+            spooled = storage.temp_path(".upload")
+            try:
+                await run_in_threadpool(_copy, upload, spooled)
+                dataset = await run_in_threadpool(
+                    service.create_dataset,
+                    session,
+                    settings,
+                    storage,
+                    principal,
+                    name=name,
+                    total_rho=total_rho,
+                    schema=schema,
+                    upload=spooled,
+                )
+            finally:
+                spooled.unlink(missing_ok=True)
+    except UploadRejected as rejected:
+        raise HTTPException(rejected.status_code, rejected.message) from None
+    state = await run_in_threadpool(service.account_of, session, dataset.id)
+    return service.dataset_out(dataset, state, principal)
+
+
+def _copy(upload: UploadFile, target: Any) -> None:
+    upload.file.seek(0)
+    with open(target, "wb") as handle:
+        shutil.copyfileobj(upload.file, handle, length=1024 * 1024)
+
+
+@router.get("", response_model=DatasetList)
+def list_datasets(
+    session: SessionDep,
+    principal: AnalystKey,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> DatasetList:
+    """The tenant's datasets with their budgets (deleted ones included, marked)."""
+    datasets = service.list_datasets(session, principal, limit=limit + 1, offset=offset)
+    page = datasets[:limit]
+    accounts = budget_repository.get_accounts(session, [d.id for d in page])
+    return DatasetList(
+        items=[service.dataset_out(d, accounts[d.id], principal) for d in page],
+        next_offset=offset + limit if len(datasets) > limit else None,
+    )
+
+
+@router.get("/{dataset_id}", response_model=DatasetOut)
+def get_dataset(dataset_id: uuid.UUID, session: SessionDep, principal: AnalystKey) -> DatasetOut:
+    """One dataset: its columns and its budget (the exact row count for owners only)."""
+    try:
+        dataset = service.get_dataset(session, principal, dataset_id)
+    except service.DatasetNotFound:
+        raise _not_found() from None
+    return service.dataset_out(dataset, service.account_of(session, dataset_id), principal)
+
+
+@router.get("/{dataset_id}/ledger", response_model=LedgerOut)
+def get_ledger(
+    dataset_id: uuid.UUID,
+    session: SessionDep,
+    principal: OwnerKey,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+    after: Annotated[int | None, Query(ge=0, description="return entries after this id")] = None,
+) -> LedgerOut:
+    """The dataset's append-only privacy ledger, oldest first (owner keys)."""
+    try:
+        service.get_dataset(session, principal, dataset_id)
+    except service.DatasetNotFound:
+        raise _not_found() from None
+    entries = budget_repository.list_entries(session, dataset_id, limit=limit + 1, after_id=after)
+    page = entries[:limit]
+    return LedgerOut(
+        dataset_id=dataset_id,
+        budget=service.budget_out(service.account_of(session, dataset_id)),
+        items=[
+            LedgerEntryOut(id=e.id, kind=e.kind, rho=e.rho, job_id=e.job_id, actor=e.actor, at=e.at)
+            for e in page
+        ],
+        next_after=page[-1].id if len(entries) > limit else None,
+    )
+
+
+@router.post("/{dataset_id}/budget", response_model=DatasetOut)
+def grant_budget(
+    dataset_id: uuid.UUID,
+    body: GrantRequest,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: OwnerKey,
+) -> DatasetOut:
+    """Raise the dataset's total ρ (owner keys). Budgets never go down."""
+    try:
+        dataset = service.grant_budget(session, settings, principal, dataset_id, body.add_rho)
+    except service.DatasetNotFound:
+        raise _not_found() from None
+    except service.DatasetDeleted:
+        raise HTTPException(status.HTTP_409_CONFLICT, "the dataset was deleted") from None
+    except BudgetLimitExceeded as error:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(error)) from None
+    return service.dataset_out(dataset, service.account_of(session, dataset_id), principal)
+
+
+@router.delete("/{dataset_id}", response_model=DatasetOut)
+def delete_dataset(
+    dataset_id: uuid.UUID, session: SessionDep, storage: StorageDep, principal: OwnerKey
+) -> DatasetOut:
+    """Erase the stored table and all outputs; the record, jobs and ledger stay (owner keys)."""
+    try:
+        dataset = service.delete_dataset(session, storage, principal, dataset_id)
+    except service.DatasetNotFound:
+        raise _not_found() from None
+    return service.dataset_out(dataset, service.account_of(session, dataset_id), principal)

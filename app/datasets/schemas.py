@@ -1,0 +1,70 @@
+"""Wire types for datasets, budgets and the ledger (never ORM objects)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.api.types import RhoIn, RhoOut, check_rho_scale
+
+
+class BudgetOut(BaseModel):
+    total_rho: RhoOut
+    spent_rho: RhoOut
+    reserved_rho: RhoOut
+    remaining_rho: RhoOut
+
+
+class ColumnOut(BaseModel):
+    name: str
+    type: Literal["categorical", "numeric", "codes"]
+    size: int = Field(description="number of codes the engine sees for this column")
+    categories: list[str] | None = None
+    bins: list[float] | None = Field(default=None, description="bin edges of a numeric column")
+
+
+class DatasetOut(BaseModel):
+    id: uuid.UUID
+    name: str
+    columns: list[ColumnOut]
+    created_at: datetime
+    deleted_at: datetime | None
+    budget: BudgetOut
+    n_rows: int | None = Field(
+        description="the exact row count; shown to owner keys only (null for analysts)"
+    )
+
+
+class DatasetList(BaseModel):
+    items: list[DatasetOut]
+    next_offset: int | None
+
+
+class LedgerEntryOut(BaseModel):
+    id: int
+    kind: Literal["grant", "reserve", "spend", "release"]
+    rho: RhoOut
+    job_id: uuid.UUID | None
+    actor: str
+    at: datetime
+
+
+class LedgerOut(BaseModel):
+    dataset_id: uuid.UUID
+    budget: BudgetOut
+    items: list[LedgerEntryOut]
+    next_after: int | None = Field(description="pass as ?after= to read the next page")
+
+
+class GrantRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    add_rho: RhoIn
+
+    @field_validator("add_rho")
+    @classmethod
+    def _scale(cls, value: RhoIn) -> RhoIn:
+        return check_rho_scale(value)

@@ -1,0 +1,211 @@
+"""Dataset rules: upload validation, budgets on creation, erasure. Services flush, never commit."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from app.auth.service import Principal
+from app.budget import repository as budget_repository
+from app.budget import service as budget_service
+from app.budget.repository import AccountState
+from app.config import Settings
+from app.datasets import repository
+from app.datasets.ingest import IngestLimits, UploadRejected, ingest_table
+from app.datasets.models import Dataset
+from app.datasets.schemas import BudgetOut, ColumnOut, DatasetOut
+from app.db.base import utcnow
+from app.db.session import after_commit
+from app.db.types import RHO_SCALE
+from app.jobs import service as job_service
+from app.storage import Storage, dataset_prefix, dataset_table_key
+from engine.encoding import SchemaError, TableSchema, schema_summary
+
+
+class DatasetNotFound(Exception):
+    pass
+
+
+class DatasetDeleted(Exception):
+    pass
+
+
+def parse_budget(raw: str, settings: Settings) -> Decimal:
+    """A dataset's total ρ from the form field: a positive decimal within the service's cap."""
+    try:
+        value = Decimal(raw.strip())
+    except InvalidOperation:
+        raise UploadRejected(422, "budget_rho must be a positive decimal number") from None
+    if not value.is_finite() or value <= 0:
+        raise UploadRejected(422, "budget_rho must be a positive decimal number")
+    exponent = value.normalize().as_tuple().exponent
+    if isinstance(exponent, int) and -exponent > RHO_SCALE:
+        raise UploadRejected(422, f"budget_rho has at most {RHO_SCALE} decimal places")
+    if value > settings.max_budget_rho:
+        raise UploadRejected(422, f"budget_rho is limited to {settings.max_budget_rho}")
+    return value
+
+
+def parse_schema(raw: str, settings: Settings) -> TableSchema:
+    try:
+        document = json.loads(raw)
+    except json.JSONDecodeError:
+        raise UploadRejected(422, "schema is not valid JSON") from None
+    try:
+        schema = TableSchema.from_json(document)
+    except SchemaError as error:
+        raise UploadRejected(422, f"invalid schema: {error}") from None
+    if len(schema.columns) > settings.max_columns:
+        raise UploadRejected(422, f"the schema declares more than {settings.max_columns} columns")
+    for column in schema.columns:
+        if column.size > settings.max_domain_size:
+            raise UploadRejected(
+                422,
+                f"column {column.name!r} has {column.size} values; the limit is "
+                f"{settings.max_domain_size}",
+            )
+        if column.size < 1:
+            raise UploadRejected(422, f"column {column.name!r} has an empty domain")
+    return schema
+
+
+def parse_name(raw: str) -> str:
+    name = raw.strip()
+    if not name or len(name) > 200 or "\x00" in name:
+        raise UploadRejected(422, "name must be 1 to 200 characters")
+    return name
+
+
+def create_dataset(
+    session: Session,
+    settings: Settings,
+    storage: Storage,
+    principal: Principal,
+    *,
+    name: str,
+    total_rho: Decimal,
+    schema: TableSchema,
+    upload: Path,
+) -> Dataset:
+    """Validate and store the table, then record the dataset and its budget account."""
+    limits = IngestLimits(
+        max_columns=settings.max_columns,
+        max_rows=settings.max_rows,
+        max_cell_bytes=settings.max_cell_bytes,
+    )
+    dataset_id = uuid.uuid4()
+    temp = storage.temp_path(".parquet")
+    rows = ingest_table(upload, schema, temp, limits)
+    key = dataset_table_key(dataset_id)
+    storage.put(temp, key)
+    try:
+        dataset = repository.add(
+            session,
+            Dataset(
+                id=dataset_id,
+                tenant_id=principal.tenant_id,
+                name=name,
+                schema=schema.to_json(),
+                n_rows=rows,
+                n_columns=len(schema.columns),
+                storage_key=key,
+                created_by=principal.key_id,
+                created_at=utcnow(),
+            ),
+        )
+        budget_service.open_account(session, dataset_id, total_rho, principal.actor)
+    except BaseException:
+        storage.delete_tree(dataset_prefix(dataset_id))
+        raise
+    return dataset
+
+
+def get_dataset(session: Session, principal: Principal, dataset_id: uuid.UUID) -> Dataset:
+    """The dataset if it belongs to the caller's tenant (another tenant's is 'not found')."""
+    dataset = repository.get_for_tenant(session, dataset_id, principal.tenant_id)
+    if dataset is None:
+        raise DatasetNotFound(dataset_id)
+    return dataset
+
+
+def list_datasets(
+    session: Session, principal: Principal, *, limit: int, offset: int
+) -> list[Dataset]:
+    return repository.list_for_tenant(session, principal.tenant_id, limit=limit, offset=offset)
+
+
+def grant_budget(
+    session: Session,
+    settings: Settings,
+    principal: Principal,
+    dataset_id: uuid.UUID,
+    add_rho: Decimal,
+) -> Dataset:
+    dataset = get_dataset(session, principal, dataset_id)
+    if dataset.deleted_at is not None:
+        raise DatasetDeleted(dataset_id)
+    budget_service.grant_budget(
+        session, dataset_id, add_rho, Decimal(settings.max_budget_rho), principal.actor
+    )
+    return dataset
+
+
+def delete_dataset(
+    session: Session, storage: Storage, principal: Principal, dataset_id: uuid.UUID
+) -> Dataset:
+    """Erase the stored table and every output; keep the record, its jobs and its ledger.
+
+    Queued jobs are cancelled and their reservations released (they never read the data);
+    running jobs are asked to stop and stay charged.
+    """
+    dataset = repository.lock_for_tenant(session, dataset_id, principal.tenant_id, exclusive=True)
+    if dataset is None:
+        raise DatasetNotFound(dataset_id)
+    if dataset.deleted_at is not None:
+        return dataset
+    dataset.deleted_at = utcnow()
+    dataset.deleted_by = principal.key_id
+    dataset.storage_key = None
+    job_ids = job_service.stop_jobs_for_deleted_dataset(session, dataset_id, principal.actor)
+    session.flush()
+
+    def erase() -> None:
+        storage.delete_tree(dataset_prefix(dataset_id))
+        for job_id in job_ids:
+            job_service.erase_outputs(storage, job_id)
+
+    after_commit(session, erase)
+    return dataset
+
+
+def budget_out(state: AccountState) -> BudgetOut:
+    return BudgetOut(
+        total_rho=state.total_rho,
+        spent_rho=state.spent_rho,
+        reserved_rho=state.reserved_rho,
+        remaining_rho=state.remaining_rho,
+    )
+
+
+def account_of(session: Session, dataset_id: uuid.UUID) -> AccountState:
+    state = budget_repository.get_account(session, dataset_id)
+    if state is None:
+        raise DatasetNotFound(dataset_id)
+    return state
+
+
+def dataset_out(dataset: Dataset, state: AccountState, principal: Principal) -> DatasetOut:
+    schema = TableSchema.from_json(dataset.schema)
+    return DatasetOut(
+        id=dataset.id,
+        name=dataset.name,
+        columns=[ColumnOut.model_validate(entry) for entry in schema_summary(schema.columns)],
+        created_at=dataset.created_at,
+        deleted_at=dataset.deleted_at,
+        budget=budget_out(state),
+        n_rows=dataset.n_rows if principal.is_owner else None,
+    )

@@ -1,0 +1,1 @@
+"""Database plumbing shared by every domain package."""

@@ -1,0 +1,9 @@
+"""Imports every ORM model so ``Base.metadata`` is complete (Alembic and tests use it)."""
+
+from app.auth import models as auth_models
+from app.budget import models as budget_models
+from app.datasets import models as dataset_models
+from app.db.base import Base
+from app.jobs import models as job_models
+
+__all__ = ["Base", "auth_models", "budget_models", "dataset_models", "job_models"]

@@ -1,0 +1,1 @@
+"""Release jobs: submission, execution state, cancellation, outputs."""

@@ -1,0 +1,158 @@
+"""Job routes: submit, read, list, cancel, download; and the method catalogue."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, HTTPException, Query, status
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+
+from app.api.deps import AnalystKey, SessionDep, SettingsDep, StorageDep
+from app.budget.service import BudgetExceeded
+from app.db.session import rollback
+from app.jobs import service
+from app.jobs.export import stream_csv
+from app.jobs.schemas import JobList, JobOut, JobRequest, MethodList, MethodOut, OverBudgetOut
+from engine.mechanisms import MECHANISMS
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+
+
+def _job_not_found() -> HTTPException:
+    return HTTPException(status.HTTP_404_NOT_FOUND, "job not found")
+
+
+@router.post(
+    "/datasets/{dataset_id}/jobs",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobOut,
+    responses={
+        409: {"model": OverBudgetOut, "description": "over budget (nothing reserved)"},
+        422: {"description": "invalid request (nothing reserved)"},
+    },
+)
+def submit_job(
+    dataset_id: uuid.UUID,
+    body: JobRequest,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: AnalystKey,
+    idempotency_key: Annotated[
+        str | None,
+        Header(max_length=255, description="repeat a request safely: same key + body = same job"),
+    ] = None,
+) -> JobOut | JSONResponse:
+    """Ask for a synthetic release. Reserves the job's ρ now; a worker charges it when it starts."""
+    try:
+        job, _created = service.submit_job(
+            session, settings, principal, dataset_id, body, idempotency_key
+        )
+    except LookupError:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "dataset not found") from None
+    except service.InvalidJob as error:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(error)) from None
+    except service.IdempotencyMismatch as error:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(error)) from None
+    except service.DatasetUnavailable:
+        raise HTTPException(status.HTTP_409_CONFLICT, "the dataset was deleted") from None
+    except service.JobConflict as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    except BudgetExceeded as error:
+        rollback(session)
+        body_out = OverBudgetOut(
+            detail="the request exceeds the dataset's remaining privacy budget",
+            requested_rho=error.requested_rho,
+            remaining_rho=error.remaining_rho,
+        )
+        return JSONResponse(body_out.model_dump(mode="json"), status_code=status.HTTP_409_CONFLICT)
+    return service.job_out(job, principal)
+
+
+@router.get("/datasets/{dataset_id}/jobs", response_model=JobList)
+def list_jobs(
+    dataset_id: uuid.UUID,
+    session: SessionDep,
+    principal: AnalystKey,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> JobList:
+    """The dataset's jobs, oldest first."""
+    try:
+        jobs = service.list_jobs(session, principal, dataset_id, limit=limit + 1, offset=offset)
+    except LookupError:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "dataset not found") from None
+    return JobList(
+        items=[service.job_out(job, principal) for job in jobs[:limit]],
+        next_offset=offset + limit if len(jobs) > limit else None,
+    )
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut)
+def get_job(job_id: uuid.UUID, session: SessionDep, principal: AnalystKey) -> JobOut:
+    """A job's status, progress and timing."""
+    try:
+        return service.job_out(service.get_job(session, principal, job_id), principal)
+    except service.JobNotFound:
+        raise _job_not_found() from None
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobOut, status_code=status.HTTP_202_ACCEPTED)
+def cancel_job(job_id: uuid.UUID, session: SessionDep, principal: AnalystKey) -> JobOut:
+    """Cancel a job. Queued: cancelled and its reservation released. Running: stopped at the
+    next stage; its budget stays spent and no output is released."""
+    try:
+        job = service.cancel_job(session, principal, job_id)
+    except service.JobNotFound:
+        raise _job_not_found() from None
+    except service.JobConflict as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    return service.job_out(job, principal)
+
+
+@router.get(
+    "/jobs/{job_id}/output",
+    response_model=None,
+    responses={
+        200: {"content": {"text/csv": {}, "application/vnd.apache.parquet": {}}},
+        409: {"description": "the job has not succeeded"},
+        410: {"description": "erased with its dataset"},
+    },
+)
+def download_output(
+    job_id: uuid.UUID,
+    session: SessionDep,
+    storage: StorageDep,
+    principal: AnalystKey,
+    format: Annotated[Literal["csv", "parquet"], Query()] = "csv",
+) -> StreamingResponse | FileResponse:
+    """Download the synthetic table in the original value space (CSV or Parquet)."""
+    try:
+        job, path = service.output_path(session, storage, principal, job_id)
+    except service.JobNotFound:
+        raise _job_not_found() from None
+    except service.JobConflict as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    except service.OutputGone:
+        raise HTTPException(
+            status.HTTP_410_GONE, "the output was erased with its dataset"
+        ) from None
+    filename = f"rhosynth-{job.id}.{format}"
+    if format == "parquet":
+        return FileResponse(path, media_type="application/vnd.apache.parquet", filename=filename)
+    return StreamingResponse(
+        stream_csv(path),
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )
+
+
+@router.get("/methods", response_model=MethodList, tags=["methods"])
+def list_methods(principal: AnalystKey) -> MethodList:
+    """The synthesis methods and the JSON schema of each one's params."""
+    return MethodList(
+        items=[
+            MethodOut(name=m.name, description=m.description, params_schema=m.params_schema())
+            for m in MECHANISMS.values()
+        ]
+    )

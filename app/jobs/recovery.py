@@ -1,0 +1,96 @@
+"""Recovering jobs whose worker or message was lost, and expiring jobs queued too long.
+
+Runs periodically in every worker process's parent (and on demand from the CLI). Every step is a
+guarded UPDATE, so several workers running it at once do no harm.
+
+* A running job whose lease ran out (its worker died) goes back to the queue, still charged, for
+  a fresh attempt with fresh noise; after ``job_max_attempts`` attempts it is marked failed.
+  It is never charged twice: the charge is recorded once, at the first claim.
+* A queued job whose message may have been lost (queued for longer than
+  ``requeue_after_seconds``) gets its message sent again; a duplicate message is harmless
+  because only one claim can succeed.
+* A job still queued after ``queued_job_ttl_seconds`` is cancelled; its reservation is released
+  if it was never charged.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from app.budget import service as budget_service
+from app.config import Settings
+from app.db.base import utcnow
+from app.db.session import get_session_factory, transaction
+from app.jobs import dispatch, repository
+
+logger = logging.getLogger(__name__)
+
+SYSTEM_ACTOR = "system"
+
+
+@dataclass
+class RecoveryReport:
+    requeued: list[uuid.UUID] = field(default_factory=list)
+    failed: list[uuid.UUID] = field(default_factory=list)
+    cancelled: list[uuid.UUID] = field(default_factory=list)
+    resent: list[uuid.UUID] = field(default_factory=list)
+    expired: list[uuid.UUID] = field(default_factory=list)
+
+
+def recover_jobs(settings: Settings) -> RecoveryReport:
+    factory = get_session_factory(settings.sqlalchemy_url)
+    report = RecoveryReport()
+
+    with transaction(factory) as session:
+        candidates = repository.expired_running(session, utcnow())
+    for job_id in candidates:
+        with transaction(factory) as session:
+            outcome = repository.recover_expired(
+                session, job_id, now=utcnow(), max_attempts=settings.job_max_attempts
+            )
+        if outcome == "requeued":
+            report.requeued.append(job_id)
+            dispatch.enqueue_job(settings, job_id)
+        elif outcome == "failed":
+            report.failed.append(job_id)
+        elif outcome == "cancelled":
+            report.cancelled.append(job_id)
+
+    now = utcnow()
+    with transaction(factory) as session:
+        deadline = now - timedelta(seconds=settings.queued_job_ttl_seconds)
+        expired = repository.expired_queued(session, created_before=deadline)
+    for job_id in expired:
+        with transaction(factory) as session:
+            job = repository.cancel_queued(
+                session, job_id, now=utcnow(), reason="the job expired while queued"
+            )
+            if job is not None:
+                if job.charged_at is None:
+                    budget_service.release_reservation(
+                        session, job.dataset_id, job.rho, job.id, SYSTEM_ACTOR
+                    )
+                report.expired.append(job_id)
+
+    with transaction(factory) as session:
+        now = utcnow()
+        stale = repository.touch_stale_queued(
+            session, now=now, older_than=now - timedelta(seconds=settings.requeue_after_seconds)
+        )
+    for job_id in stale:
+        dispatch.enqueue_job(settings, job_id)
+        report.resent.append(job_id)
+
+    if any((report.requeued, report.failed, report.cancelled, report.resent, report.expired)):
+        logger.info(
+            "recovery: requeued=%d failed=%d cancelled=%d resent=%d expired=%d",
+            len(report.requeued),
+            len(report.failed),
+            len(report.cancelled),
+            len(report.resent),
+            len(report.expired),
+        )
+    return report

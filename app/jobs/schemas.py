@@ -1,0 +1,102 @@
+"""Wire types for jobs and methods."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.api.types import DecimalIn, RhoIn, RhoOut, check_rho_scale
+
+
+class RhoBudgetIn(BaseModel):
+    """A budget given directly in ρ (zero-concentrated DP)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rho: RhoIn
+
+    @field_validator("rho")
+    @classmethod
+    def _scale(cls, value: Decimal) -> Decimal:
+        return check_rho_scale(value)
+
+
+class EpsilonDeltaBudgetIn(BaseModel):
+    """A budget given as (ε, δ); converted to the largest ρ whose CKS bound meets it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    epsilon: DecimalIn = Field(gt=0, le=1000)
+    delta: DecimalIn = Field(gt=0, lt=1)
+
+
+class JobRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    method: str = Field(min_length=1, max_length=64, description="see GET /v1/methods")
+    budget: RhoBudgetIn | EpsilonDeltaBudgetIn
+    rows: int | None = Field(
+        default=None,
+        ge=1,
+        description="rows to synthesise; default: the mechanism's noisy estimate of the row count",
+    )
+    seed: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**63 - 1,
+        description="seeds post-processing (model fitting, sampling) only, never DP noise",
+    )
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class ProgressOut(BaseModel):
+    fraction: float
+    stage: str
+
+
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
+class JobOut(BaseModel):
+    id: uuid.UUID
+    dataset_id: uuid.UUID
+    method: str
+    params: dict[str, Any]
+    status: JobStatus
+    rho: RhoOut
+    epsilon: str | None = Field(description="the ε the budget was requested in, if any")
+    delta: str | None = Field(description="the δ the budget was requested in, if any")
+    rows: int | None = Field(description="rows requested (null: the noisy estimate)")
+    seed: int | None
+    progress: ProgressOut
+    cancel_requested: bool
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    output_rows: int | None
+
+
+class JobList(BaseModel):
+    items: list[JobOut]
+    next_offset: int | None
+
+
+class MethodOut(BaseModel):
+    name: str
+    description: str
+    params_schema: dict[str, Any]
+
+
+class MethodList(BaseModel):
+    items: list[MethodOut]
+
+
+class OverBudgetOut(BaseModel):
+    detail: str
+    requested_rho: RhoOut
+    remaining_rho: RhoOut

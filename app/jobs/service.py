@@ -1,0 +1,277 @@
+"""Job rules: submission (validate, reserve, idempotency), cancellation, outputs, erasure.
+
+Services flush and never commit; the request (or the worker's unit of work) commits. Celery is
+told about a job only after the transaction that created it has committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from app.auth.service import Principal
+from app.budget import service as budget_service
+from app.config import Settings
+from app.datasets import repository as dataset_repository
+from app.db.base import utcnow
+from app.db.session import after_commit
+from app.jobs import dispatch, repository
+from app.jobs.models import TERMINAL_STATUSES, Job
+from app.jobs.schemas import EpsilonDeltaBudgetIn, JobOut, JobRequest, ProgressOut
+from app.storage import Storage, job_output_prefix
+from engine.accounting import rho_from_epsilon_delta
+from engine.mechanisms import MECHANISMS, get_mechanism
+
+SYSTEM_ACTOR = "system"
+
+
+class InvalidJob(Exception):
+    """The request cannot become a job (422). Nothing was reserved."""
+
+
+class JobNotFound(Exception):
+    pass
+
+
+class JobConflict(Exception):
+    """The job is not in a state that allows the action (409)."""
+
+
+class IdempotencyMismatch(Exception):
+    """The Idempotency-Key was already used for a different request (422)."""
+
+
+class DatasetUnavailable(Exception):
+    """The dataset was deleted; no new jobs (409)."""
+
+
+class OutputGone(Exception):
+    """The output was erased with its dataset (410)."""
+
+
+@dataclass(frozen=True)
+class ResolvedBudget:
+    rho: Decimal
+    epsilon: Decimal | None
+    delta: Decimal | None
+
+
+def resolve_budget(request: JobRequest) -> ResolvedBudget:
+    """ρ as given, or the largest ρ whose CKS bound meets (ε, δ), rounded down (the safe way)."""
+    budget = request.budget
+    if isinstance(budget, EpsilonDeltaBudgetIn):
+        try:
+            rho = rho_from_epsilon_delta(budget.epsilon, budget.delta)
+        except ValueError:
+            rho = Decimal(0)
+        if rho <= 0:
+            raise InvalidJob("the (ε, δ) budget is too small: it converts to ρ = 0")
+        return ResolvedBudget(rho=rho, epsilon=budget.epsilon, delta=budget.delta)
+    return ResolvedBudget(rho=budget.rho, epsilon=None, delta=None)
+
+
+def fingerprint(dataset_id: uuid.UUID, request: JobRequest) -> str:
+    """A hash of everything that defines the job, for Idempotency-Key comparison."""
+    canonical = json.dumps(
+        {"dataset_id": str(dataset_id), "request": request.model_dump(mode="json")},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def submit_job(
+    session: Session,
+    settings: Settings,
+    principal: Principal,
+    dataset_id: uuid.UUID,
+    request: JobRequest,
+    idempotency_key: str | None,
+) -> tuple[Job, bool]:
+    """Create a queued job and reserve its budget. Returns (job, created).
+
+    Everything that can be checked without the data is checked before anything is reserved.
+    Raises InvalidJob, DatasetNotFound-like LookupError, DatasetUnavailable,
+    IdempotencyMismatch or BudgetExceeded; in each case nothing is changed.
+    """
+    try:
+        mechanism = get_mechanism(request.method)
+    except KeyError:
+        known = ", ".join(sorted(MECHANISMS))
+        raise InvalidJob(f"unknown method {request.method!r}; available: {known}") from None
+    try:
+        params = mechanism.validate_params(request.params)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'params'}: {e['msg']}" for e in error.errors()
+        )
+        raise InvalidJob(f"invalid params for {request.method!r}: {problems}") from None
+    budget = resolve_budget(request)
+    if request.rows is not None and request.rows > settings.max_output_rows:
+        raise InvalidJob(f"rows is limited to {settings.max_output_rows}")
+
+    dataset = dataset_repository.lock_for_tenant(
+        session, dataset_id, principal.tenant_id, exclusive=False
+    )
+    if dataset is None:
+        raise LookupError(dataset_id)
+    if dataset.deleted_at is not None:
+        raise DatasetUnavailable(dataset_id)
+
+    now = utcnow()
+    job_id = uuid.uuid4()
+    if idempotency_key is not None:
+        request_hash = fingerprint(dataset_id, request)
+        if not repository.claim_idempotency_key(
+            session, principal.tenant_id, idempotency_key, request_hash, job_id, now
+        ):
+            existing = repository.get_idempotency_key(session, principal.tenant_id, idempotency_key)
+            if existing is None:  # pragma: no cover - the winner committed before we read
+                raise JobConflict("concurrent request with the same Idempotency-Key; retry")
+            if existing.request_hash != request_hash:
+                raise IdempotencyMismatch(
+                    "this Idempotency-Key was already used with a different request"
+                )
+            job = repository.get(session, existing.job_id)
+            if job is None:  # pragma: no cover - foreign key guarantees it
+                raise JobNotFound(existing.job_id)
+            return job, False
+
+    job = repository.add(
+        session,
+        Job(
+            id=job_id,
+            tenant_id=principal.tenant_id,
+            dataset_id=dataset_id,
+            method=mechanism.name,
+            params=params.model_dump(mode="json"),
+            rho=budget.rho,
+            epsilon=_text(budget.epsilon),
+            delta=_text(budget.delta),
+            rows=request.rows,
+            seed=request.seed,
+            status="queued",
+            attempt=0,
+            cancel_requested=False,
+            progress_fraction=0.0,
+            progress_stage="queued",
+            submitted_by=principal.key_id,
+            created_at=now,
+            enqueued_at=now,
+        ),
+    )
+    budget_service.reserve_budget(session, dataset_id, budget.rho, job_id, principal.actor)
+    after_commit(session, lambda: _enqueue(settings, job_id))
+    return job, True
+
+
+def _enqueue(settings: Settings, job_id: uuid.UUID) -> None:
+    dispatch.enqueue_job(settings, job_id)
+
+
+def _text(value: Decimal | None) -> str | None:
+    return None if value is None else format(value.normalize(), "f")
+
+
+def get_job(session: Session, principal: Principal, job_id: uuid.UUID) -> Job:
+    job = repository.get_for_tenant(session, job_id, principal.tenant_id)
+    if job is None:
+        raise JobNotFound(job_id)
+    return job
+
+
+def list_jobs(
+    session: Session, principal: Principal, dataset_id: uuid.UUID, *, limit: int, offset: int
+) -> list[Job]:
+    if dataset_repository.get_for_tenant(session, dataset_id, principal.tenant_id) is None:
+        raise LookupError(dataset_id)
+    return repository.list_for_dataset(session, dataset_id, limit=limit, offset=offset)
+
+
+def _cancel_locked(session: Session, job: Job, actor: str, reason: str | None) -> None:
+    """Cancel a locked live job: release its reservation if it never ran, else ask it to stop."""
+    now = utcnow()
+    if job.status == "queued":
+        cancelled = repository.cancel_queued(session, job.id, now=now, reason=reason)
+        if cancelled is not None and cancelled.charged_at is None:
+            # Never claimed, so the data was never read: the reservation goes back.
+            budget_service.release_reservation(session, job.dataset_id, job.rho, job.id, actor)
+        return
+    if job.status == "running":
+        repository.request_cancel(session, job.id)
+
+
+def cancel_job(session: Session, principal: Principal, job_id: uuid.UUID) -> Job:
+    job = repository.lock_for_tenant(session, job_id, principal.tenant_id)
+    if job is None:
+        raise JobNotFound(job_id)
+    if job.status in TERMINAL_STATUSES:
+        raise JobConflict(f"the job has already finished ({job.status})")
+    _cancel_locked(session, job, principal.actor, reason=None)
+    session.flush()
+    session.refresh(job)
+    return job
+
+
+def stop_jobs_for_deleted_dataset(
+    session: Session, dataset_id: uuid.UUID, actor: str
+) -> list[uuid.UUID]:
+    """Cancel every live job of a dataset being erased; return all its job ids."""
+    for job in repository.lock_active_for_dataset(session, dataset_id):
+        _cancel_locked(session, job, actor, reason="the dataset was deleted")
+    return repository.job_ids_for_dataset(session, dataset_id)
+
+
+def erase_outputs(storage: Storage, job_id: uuid.UUID) -> None:
+    storage.delete_tree(job_output_prefix(job_id))
+
+
+def output_path(
+    session: Session, storage: Storage, principal: Principal, job_id: uuid.UUID
+) -> tuple[Job, Path]:
+    job = get_job(session, principal, job_id)
+    if job.status != "succeeded" or job.output_key is None:
+        raise JobConflict(f"the job has no output (status: {job.status})")
+    dataset = dataset_repository.get(session, job.dataset_id)
+    if dataset is None or dataset.deleted_at is not None:
+        raise OutputGone(job_id)
+    path = storage.path(job.output_key)
+    if not path.is_file():
+        raise OutputGone(job_id)
+    return job, path
+
+
+def _coarse(value: datetime | None) -> datetime | None:
+    # Run times can depend on the data; analysts get minute resolution only.
+    return None if value is None else value.replace(second=0, microsecond=0)
+
+
+def job_out(job: Job, principal: Principal) -> JobOut:
+    exact = principal.is_owner
+    return JobOut(
+        id=job.id,
+        dataset_id=job.dataset_id,
+        method=job.method,
+        params=job.params,
+        status=job.status,
+        rho=job.rho,
+        epsilon=job.epsilon,
+        delta=job.delta,
+        rows=job.rows,
+        seed=job.seed,
+        progress=ProgressOut(fraction=job.progress_fraction, stage=job.progress_stage),
+        cancel_requested=job.cancel_requested,
+        created_at=job.created_at,
+        started_at=job.started_at if exact else _coarse(job.started_at),
+        finished_at=job.finished_at if exact else _coarse(job.finished_at),
+        error=job.error,
+        output_rows=job.output_rows,
+    )

@@ -1,0 +1,213 @@
+"""Exact privacy arithmetic for ρ-zCDP (Bun & Steinke 2016).
+
+Budgets that are charged are ``fractions.Fraction`` (inside the engine) or ``Decimal`` quantised to
+:data:`RHO_QUANTUM` (in the ledger): sums of charges are exact, so "the sum of the measurements' ρ
+equals the ρ given" is an equality, not a tolerance. Only the conversion between ρ and (ε, δ) uses
+floating point, and it is rounded in the direction that keeps the stated guarantee true:
+``rho_from_epsilon_delta`` rounds ρ down and ``epsilon_from_rho_delta`` rounds ε up.
+
+The conversion is Canonne, Kamath, Steinke, "The Discrete Gaussian for Differential Privacy"
+(NeurIPS 2020), Corollary 13: ρ-zCDP implies (ε, δ)-DP for
+
+    δ = inf_{α > 1} exp((α − 1)(αρ − ε)) / (α − 1) · (1 − 1/α)^α.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
+from fractions import Fraction
+
+RHO_QUANTUM = Decimal("1e-12")
+"""The ledger stores ρ (and ε) with 12 decimal places."""
+
+_BISECTION_STEPS = 200
+
+
+def _exact(value: Fraction | int | Decimal, name: str) -> Fraction:
+    """Convert an exact number to a Fraction; floats are refused so no rounding slips in."""
+    if isinstance(value, bool) or not isinstance(value, Fraction | int | Decimal):
+        raise TypeError(f"{name} must be a Fraction, int or Decimal, got {type(value).__name__}")
+    if isinstance(value, Decimal) and not value.is_finite():
+        raise ValueError(f"{name} must be finite")
+    return Fraction(value)
+
+
+def gaussian_rho(sensitivity: Fraction | int, sigma2: Fraction) -> Fraction:
+    """ρ of the discrete Gaussian with variance parameter ``sigma2`` on a query of L2 sensitivity Δ.
+
+    Privacy claim: adding discrete Gaussian noise N_Z(0, σ²) to each coordinate of an integer-valued
+    query whose L2 sensitivity is Δ satisfies Δ²/(2σ²)-zCDP (Canonne, Kamath, Steinke 2020,
+    Theorem 4 and its multivariate form, Theorem 14). The result is exact.
+    """
+    delta = _exact(sensitivity, "sensitivity")
+    s2 = _exact(sigma2, "sigma2")
+    if delta <= 0:
+        raise ValueError("sensitivity must be positive")
+    if s2 <= 0:
+        raise ValueError("sigma2 must be positive")
+    return delta * delta / (2 * s2)
+
+
+def sigma2_for_rho(sensitivity: Fraction | int, rho: Fraction) -> Fraction:
+    """The σ² at which the discrete Gaussian on a sensitivity-Δ query is exactly ρ-zCDP: Δ²/(2ρ)."""
+    delta = _exact(sensitivity, "sensitivity")
+    r = _exact(rho, "rho")
+    if delta <= 0:
+        raise ValueError("sensitivity must be positive")
+    if r <= 0:
+        raise ValueError("rho must be positive")
+    return delta * delta / (2 * r)
+
+
+def split_rho(rho: Fraction, weights: Sequence[Fraction | int]) -> tuple[Fraction, ...]:
+    """Split ``rho`` into parts proportional to ``weights``; the parts sum to ``rho`` exactly.
+
+    By sequential composition of zCDP (Bun & Steinke 2016, Lemma 2.3) measurements that are
+    ρ_1, …, ρ_k-zCDP together are (ρ_1 + … + ρ_k)-zCDP, so a mechanism that spends these parts
+    spends exactly ``rho``.
+    """
+    total = _exact(rho, "rho")
+    if total <= 0:
+        raise ValueError("rho must be positive")
+    if not weights:
+        raise ValueError("split_rho needs at least one weight")
+    exact_weights = [_exact(w, "weight") for w in weights]
+    if any(w <= 0 for w in exact_weights):
+        raise ValueError("every weight must be positive")
+    weight_sum = sum(exact_weights, Fraction(0))
+    parts = [total * w / weight_sum for w in exact_weights]
+    # Fraction arithmetic is exact, so this holds by construction; keep it checked all the same.
+    if sum(parts, Fraction(0)) != total:
+        raise AssertionError("split_rho lost precision")
+    return tuple(parts)
+
+
+def _log_delta_at(alpha: float, rho: float, epsilon: float) -> float:
+    return (
+        (alpha - 1.0) * (alpha * rho - epsilon)
+        - math.log(alpha - 1.0)
+        + alpha * math.log1p(-1.0 / alpha)
+    )
+
+
+def _optimal_alpha(rho: float, epsilon: float) -> float:
+    """The α > 1 minimising the CKS bound, by bisection on its derivative.
+
+    log δ(α) is strictly convex on (1, ∞) (second derivative 2ρ + 1/(α(α − 1)) > 0) and its
+    derivative (2α − 1)ρ − ε + log(1 − 1/α) runs from −∞ at α → 1 to +∞, so the root is unique.
+    Any α gives a valid bound, so an imprecise root only makes δ larger, never smaller.
+    """
+
+    def derivative(alpha: float) -> float:
+        return (2.0 * alpha - 1.0) * rho - epsilon + math.log1p(-1.0 / alpha)
+
+    low = 1.0
+    high = 2.0
+    while derivative(high) < 0.0:
+        low = high
+        high *= 2.0
+    for _ in range(_BISECTION_STEPS):
+        mid = 0.5 * (low + high)
+        if mid in (low, high):
+            break
+        if derivative(mid) < 0.0:
+            low = mid
+        else:
+            high = mid
+    return high
+
+
+def delta_for(rho: float, epsilon: float) -> float:
+    """The δ at which ρ-zCDP implies (ε, δ)-DP (CKS 2020, Corollary 13), capped at 1.
+
+    Computed in log space at the α minimising the bound; a slightly-off α errs towards a larger
+    (still valid) δ.
+    """
+    rho = float(rho)
+    epsilon = float(epsilon)
+    if not (math.isfinite(rho) and math.isfinite(epsilon)):
+        raise ValueError("rho and epsilon must be finite")
+    if rho < 0 or epsilon < 0:
+        raise ValueError("rho and epsilon must be non-negative")
+    if rho == 0:
+        return 0.0
+    alpha = _optimal_alpha(rho, epsilon)
+    log_delta = _log_delta_at(alpha, rho, epsilon)
+    if log_delta >= 0.0:
+        return 1.0
+    return math.exp(log_delta)
+
+
+def _check_delta(delta: float) -> None:
+    if not (0.0 < delta < 1.0):
+        raise ValueError("delta must lie strictly between 0 and 1")
+
+
+def rho_from_epsilon_delta(epsilon: Decimal | float, delta: Decimal | float) -> Decimal:
+    """The largest ρ (a multiple of RHO_QUANTUM) whose CKS conversion gives (ε, δ)-DP.
+
+    Bisection on ρ (δ is increasing in ρ), then rounded down to RHO_QUANTUM and checked:
+    ``delta_for(result, epsilon) <= delta`` always holds for the returned value.
+    """
+    eps = float(epsilon)
+    dlt = float(delta)
+    if not math.isfinite(eps) or eps <= 0:
+        raise ValueError("epsilon must be positive and finite")
+    _check_delta(dlt)
+
+    low = 0.0
+    high = eps
+    while delta_for(high, eps) <= dlt:
+        low = high
+        high *= 2.0
+    for _ in range(_BISECTION_STEPS):
+        mid = 0.5 * (low + high)
+        if mid in (low, high):
+            break
+        if delta_for(mid, eps) <= dlt:
+            low = mid
+        else:
+            high = mid
+
+    with localcontext() as ctx:
+        ctx.prec = 60
+        rho = Decimal(low).quantize(RHO_QUANTUM, rounding=ROUND_FLOOR)
+    while rho > 0 and delta_for(float(rho), eps) > dlt:
+        rho -= RHO_QUANTUM
+    if rho <= 0:
+        raise ValueError("(epsilon, delta) is too small to give a positive rho at 1e-12 resolution")
+    return rho
+
+
+def epsilon_from_rho_delta(rho: Decimal | float | Fraction, delta: Decimal | float) -> Decimal:
+    """The smallest ε (a multiple of 1e-12, rounded up) such that ρ-zCDP gives (ε, δ)-DP."""
+    r = float(rho)
+    dlt = float(delta)
+    if not math.isfinite(r) or r < 0:
+        raise ValueError("rho must be non-negative and finite")
+    _check_delta(dlt)
+    if r == 0:
+        return Decimal(0)
+
+    low = 0.0
+    high = 1.0
+    while delta_for(r, high) > dlt:
+        low = high
+        high *= 2.0
+    for _ in range(_BISECTION_STEPS):
+        mid = 0.5 * (low + high)
+        if mid in (low, high):
+            break
+        if delta_for(r, mid) > dlt:
+            low = mid
+        else:
+            high = mid
+
+    with localcontext() as ctx:
+        ctx.prec = 60
+        epsilon = Decimal(high).quantize(RHO_QUANTUM, rounding=ROUND_CEILING)
+    while delta_for(r, float(epsilon)) > dlt:
+        epsilon += RHO_QUANTUM
+    return epsilon

@@ -1,0 +1,37 @@
+"""Synthesis mechanisms by name: the registry the app validates job requests against."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from engine.mechanisms.base import (
+    Mechanism,
+    ProgressCallback,
+    SynthesisCancelled,
+    SynthesisResult,
+)
+from engine.mechanisms.independent import IndependentMechanism
+
+MECHANISMS: Mapping[str, Mechanism] = MappingProxyType(
+    {mechanism.name: mechanism for mechanism in (IndependentMechanism(),)}
+)
+"""Read-only ``{name: mechanism}``; mechanisms hold no state, so one instance serves every job."""
+
+
+def get_mechanism(name: str) -> Mechanism:
+    """The mechanism called ``name``; ``KeyError`` if there is none."""
+    try:
+        return MECHANISMS[name]
+    except KeyError:
+        raise KeyError(f"unknown mechanism {name!r}") from None
+
+
+__all__ = [
+    "MECHANISMS",
+    "Mechanism",
+    "ProgressCallback",
+    "SynthesisCancelled",
+    "SynthesisResult",
+    "get_mechanism",
+]

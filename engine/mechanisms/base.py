@@ -1,0 +1,217 @@
+"""The contract every synthesis mechanism follows, enforced in one place.
+
+A mechanism receives the encoded data, a budget ρ (an exact ``Fraction``), its validated
+parameters and explicit randomness, and returns synthetic codes plus every noisy measurement it
+made. :meth:`Mechanism.run` checks the inputs, calls the mechanism's :meth:`Mechanism._synthesize`,
+then refuses the result unless the measurements' ρ add up to exactly the ρ given, so a mechanism
+can neither overspend nor silently underspend what the ledger charged.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel
+
+from engine.domain import Dataset
+from engine.marginals import Measurement
+
+ProgressCallback = Callable[[float, str], None]
+"""``progress(fraction, stage)``: fraction in [0, 1], non-decreasing, last call at 1.0.
+Raising from it (e.g. :class:`SynthesisCancelled`) cancels the run; the engine lets it through."""
+
+
+class SynthesisCancelled(Exception):
+    """Raised by a progress callback to stop a run; the engine never swallows it."""
+
+
+@dataclass(frozen=True, eq=False)
+class SynthesisResult:
+    """Synthetic codes (rows × attributes, domain order) and the measurements that produced them."""
+
+    codes: npt.NDArray[np.int64]
+    measurements: tuple[Measurement, ...]
+    rho_used: Fraction
+    estimated_total: float
+
+    def __post_init__(self) -> None:
+        codes = np.asarray(self.codes)
+        if codes.ndim != 2 or not np.issubdtype(codes.dtype, np.integer):
+            raise ValueError("codes must be a 2-D integer array")
+        measurements = tuple(self.measurements)
+        if not all(isinstance(m, Measurement) for m in measurements):
+            raise TypeError("measurements must be Measurement objects")
+        if isinstance(self.rho_used, bool) or not isinstance(self.rho_used, Fraction | int):
+            raise TypeError("rho_used must be a Fraction")
+        estimated_total = float(self.estimated_total)
+        if not (math.isfinite(estimated_total) and estimated_total >= 0):
+            raise ValueError("estimated_total must be finite and non-negative")
+        if codes.flags.writeable:
+            if codes is self.codes:
+                codes = codes.copy()
+            codes.flags.writeable = False
+        object.__setattr__(self, "codes", codes)
+        object.__setattr__(self, "measurements", measurements)
+        object.__setattr__(self, "rho_used", Fraction(self.rho_used))
+        object.__setattr__(self, "estimated_total", estimated_total)
+
+
+def resolve_rows(rows: int | None, estimated_total: float, max_rows: int | None = None) -> int:
+    """Rows to synthesise: ``rows`` if given, else max(1, round(N̂)) from the noisy total N̂,
+    capped at ``max_rows`` when one is set (a service limit; post-processing).
+
+    Never the true row count: that would release it without noise.
+    """
+    count = rows if rows is not None else max(1, round(estimated_total))
+    return count if max_rows is None else min(count, max_rows)
+
+
+class ProgressReporter:
+    """Forwards progress to the caller's callback and keeps the fraction in [0, 1], non-decreasing.
+
+    A fraction below the last one reported is a bug in the mechanism and raises ``ValueError``.
+    """
+
+    def __init__(self, callback: ProgressCallback | None) -> None:
+        self._callback = callback
+        self._fraction = 0.0
+        self._stage = "start"
+
+    @property
+    def fraction(self) -> float:
+        """The last fraction reported."""
+        return self._fraction
+
+    def __call__(self, fraction: float, stage: str) -> None:
+        """Report ``fraction`` of the run done, now in ``stage``."""
+        if not (0.0 <= fraction <= 1.0) or fraction < self._fraction:
+            raise ValueError(f"progress must be non-decreasing in [0, 1], got {fraction}")
+        self._fraction = fraction
+        self._stage = stage
+        if self._callback is not None:
+            self._callback(fraction, stage)
+
+    def finish(self) -> None:
+        """Report 1.0 in the current stage unless that was the last report."""
+        if self._fraction < 1.0:
+            self(1.0, self._stage)
+
+
+class Mechanism(abc.ABC):
+    """A ρ-zCDP synthesis mechanism. Subclasses implement :meth:`_synthesize`.
+
+    Subclasses declare ``name``, ``description`` and ``Params`` (a pydantic model with
+    ``extra="forbid"``); callers use :meth:`validate_params`, :meth:`params_schema` and
+    :meth:`run`.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Params: ClassVar[type[BaseModel]]
+
+    def validate_params(self, raw: Mapping[str, Any]) -> BaseModel:
+        """Parse user parameters into ``Params``; raises ``pydantic.ValidationError``."""
+        return self.Params.model_validate(dict(raw))
+
+    def params_schema(self) -> dict[str, Any]:
+        """JSON schema of ``Params`` (for the API's documentation and the UI)."""
+        return self.Params.model_json_schema()
+
+    def run(
+        self,
+        data: Dataset,
+        rho: Fraction,
+        params: BaseModel,
+        *,
+        rng: np.random.Generator,
+        rows: int | None = None,
+        max_rows: int | None = None,
+        progress: ProgressCallback | None = None,
+        noise_source: random.Random | None = None,
+    ) -> SynthesisResult:
+        """Synthesise a dataset from ``data`` spending exactly ``rho`` (ρ-zCDP, add/remove-one-row).
+
+        ``rng`` drives post-processing only (sampling rows); DP noise comes from ``noise_source``,
+        which is ``None`` (the OS CSPRNG) everywhere but in reproducibility tests. ``rows=None``
+        synthesises max(1, round(N̂)) rows from the mechanism's noisy total estimate N̂;
+        ``max_rows`` caps the row count (the service's output limit).
+
+        Raises ``RuntimeError`` if the mechanism's measurements do not add up to exactly ``rho``;
+        exceptions from ``progress`` propagate unchanged.
+        """
+        if not isinstance(data, Dataset):
+            raise TypeError("data must be a Dataset")
+        if isinstance(rho, bool) or not isinstance(rho, Fraction | int):
+            raise TypeError("rho must be a Fraction (exact), not a float")
+        rho = Fraction(rho)
+        if rho <= 0:
+            raise ValueError("rho must be positive")
+        if not isinstance(params, self.Params):
+            raise TypeError(f"params must be {self.Params.__name__}; use validate_params")
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError("rng must be a numpy Generator")
+        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 0):
+            raise ValueError("rows must be None or a non-negative int")
+        if max_rows is not None and (
+            isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0
+        ):
+            raise ValueError("max_rows must be None or a non-negative int")
+        if noise_source is not None and not isinstance(noise_source, random.Random):
+            raise TypeError("noise_source must be a random.Random (or None for the OS CSPRNG)")
+
+        reporter = ProgressReporter(progress)
+        result = self._synthesize(
+            data,
+            rho,
+            params,
+            rng=rng,
+            rows=rows,
+            max_rows=max_rows,
+            progress=reporter,
+            noise_source=noise_source,
+        )
+
+        spent = sum((m.rho for m in result.measurements), Fraction(0))
+        if spent != rho or result.rho_used != rho:
+            raise RuntimeError(
+                f"mechanism {self.name!r} measured with total rho {spent} "
+                f"(reported {result.rho_used}) but was given {rho}"
+            )
+        expected_rows = resolve_rows(rows, result.estimated_total, max_rows)
+        if result.codes.shape != (expected_rows, len(data.domain)):
+            raise RuntimeError(
+                f"mechanism {self.name!r} returned codes of shape {result.codes.shape}, "
+                f"expected {(expected_rows, len(data.domain))}"
+            )
+        if expected_rows and (
+            result.codes.min() < 0
+            or np.any(result.codes.max(axis=0) >= np.asarray(data.domain.sizes))
+        ):
+            raise RuntimeError(f"mechanism {self.name!r} returned codes outside the domain")
+        reporter.finish()
+        return result
+
+    @abc.abstractmethod
+    def _synthesize(
+        self,
+        data: Dataset,
+        rho: Fraction,
+        params: BaseModel,
+        *,
+        rng: np.random.Generator,
+        rows: int | None,
+        max_rows: int | None,
+        progress: ProgressReporter,
+        noise_source: random.Random | None,
+    ) -> SynthesisResult:
+        """The mechanism itself; inputs are already validated. Must measure with exactly ``rho``,
+        report progress at the start and end of each stage, and size its output with
+        :func:`resolve_rows`."""

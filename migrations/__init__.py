@@ -1,0 +1,1 @@
+"""Alembic revisions: the schema is built by these, never by ``create_all``."""

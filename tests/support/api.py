@@ -1,0 +1,69 @@
+"""Small helpers for talking to a running rhosynth in tests."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+
+def upload(
+    client: httpx.Client,
+    data: bytes,
+    schema: str,
+    *,
+    name: str = "table",
+    budget_rho: str = "1",
+    filename: str = "table.csv",
+) -> httpx.Response:
+    return client.post(
+        "/v1/datasets",
+        files={"file": (filename, data, "application/octet-stream")},
+        data={"schema": schema, "name": name, "budget_rho": budget_rho},
+    )
+
+
+def create_dataset(
+    client: httpx.Client, data: bytes, schema: str, budget_rho: str = "1", **kw: Any
+) -> dict[str, Any]:
+    response = upload(client, data, schema, budget_rho=budget_rho, **kw)
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def submit(
+    client: httpx.Client,
+    dataset_id: str,
+    *,
+    rho: str | None = "0.1",
+    method: str = "independent",
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> httpx.Response:
+    body: dict[str, Any] = {"method": method, **extra}
+    if "budget" not in body:
+        body["budget"] = {"rho": rho}
+    return client.post(f"/v1/datasets/{dataset_id}/jobs", json=body, headers=headers or {})
+
+
+def wait_for(
+    client: httpx.Client,
+    job_id: str,
+    statuses: tuple[str, ...] = ("succeeded", "failed", "cancelled"),
+    timeout: float = 120,
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in statuses:
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} did not reach {statuses} in {timeout}s: {job}")
+
+
+def budget(client: httpx.Client, dataset_id: str) -> dict[str, str]:
+    body: dict[str, str] = client.get(f"/v1/datasets/{dataset_id}").json()["budget"]
+    return body

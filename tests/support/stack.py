@@ -1,0 +1,188 @@
+"""A running rhosynth for tests: its own PostgreSQL database, Redis queue and storage directory,
+the API as a real uvicorn process on a free port, and real Celery worker processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+from sqlalchemy.orm import Session
+
+from app.auth.service import create_key
+from app.cli import run_migrations
+from app.config import Settings
+from app.db.session import get_session_factory, transaction
+from tests.support import services
+
+REPO = Path(__file__).resolve().parents[2]
+
+DEFAULT_SETTINGS: dict[str, Any] = {
+    "max_upload_bytes": 8 * 1024 * 1024,
+    "max_output_rows": 30_000_000,
+    "job_lease_seconds": 4.0,
+    "job_heartbeat_seconds": 1.0,
+    "recovery_interval_seconds": 1.0,
+    "requeue_after_seconds": 3.0,
+    "job_max_attempts": 3,
+    "log_level": "INFO",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Stack:
+    name: str
+    database: str
+    workdir: Path
+    values: dict[str, Any]
+    port: int
+    server: subprocess.Popen[bytes] | None = None
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _logs: list[Path] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, name: str, workdir: Path, *, workers: int = 0, **overrides: Any) -> Stack:
+        tag = uuid.uuid4().hex[:8]
+        database = f"rhosynth_test_{name}_{tag}"
+        database_url = services.create_database(database)
+        workdir.mkdir(parents=True, exist_ok=True)
+        values: dict[str, Any] = {
+            **DEFAULT_SETTINGS,
+            "database_url": database_url,
+            "broker_url": services.REDIS_URL,
+            "storage_dir": str(workdir / "storage"),
+            "home": str(workdir / "home"),
+            "secret_key": secrets.token_urlsafe(48),
+            "queue": f"rhosynth-test-{name}-{tag}",
+            **overrides,
+        }
+        stack = cls(name=name, database=database, workdir=workdir, values=values, port=free_port())
+        run_migrations(stack.settings)
+        stack.start_server()
+        for _ in range(workers):
+            stack.start_worker()
+        return stack
+
+    @property
+    def settings(self) -> Settings:
+        return Settings(**self.values)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RHOSYNTH_")}
+        env.update({f"RHOSYNTH_{k.upper()}": str(v) for k, v in self.values.items()})
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _spawn(self, label: str, *args: str) -> subprocess.Popen[bytes]:
+        log = self.workdir / f"{label}-{len(self._logs)}.log"
+        self._logs.append(log)
+        handle = open(log, "wb")  # noqa: SIM115 - owned by the child process
+        return subprocess.Popen(
+            [sys.executable, "-m", "app.cli", *args],
+            cwd=REPO,
+            env=self.env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: chaos tests kill the whole group
+        )
+
+    def start_server(self) -> None:
+        self.server = self._spawn("api", "serve", "--port", str(self.port))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.server.poll() is not None:
+                raise RuntimeError(f"API exited early:\n{self.logs()}")
+            try:
+                if httpx.get(f"{self.base_url}/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"API did not become healthy:\n{self.logs()}")
+
+    def start_worker(self, concurrency: int = 1) -> subprocess.Popen[bytes]:
+        worker = self._spawn("worker", "worker", f"--concurrency={concurrency}")
+        self.workers.append(worker)
+        deadline = time.monotonic() + 60
+        log = self._logs[-1]
+        while time.monotonic() < deadline:
+            if worker.poll() is not None:
+                raise RuntimeError(f"worker exited early:\n{self.logs()}")
+            if b"ready." in log.read_bytes():
+                return worker
+            time.sleep(0.2)
+        raise RuntimeError(f"worker did not become ready:\n{self.logs()}")
+
+    def kill(self, process: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+        """Kill a process and everything it started (a worker's pool children included)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=30)
+        if process in self.workers:
+            self.workers.remove(process)
+
+    def stop_workers(self) -> None:
+        for worker in list(self.workers):
+            self.kill(worker, signal.SIGTERM)
+
+    def destroy(self) -> None:
+        for worker in list(self.workers):
+            self.kill(worker)
+        if self.server is not None:
+            self.kill(self.server, signal.SIGTERM)
+        with contextlib.suppress(Exception):
+            redis.Redis.from_url(services.REDIS_URL).delete(self.values["queue"])
+        with contextlib.suppress(Exception):
+            from app.db.session import dispose_engines
+
+            dispose_engines()
+        services.drop_database(self.database)
+
+    def logs(self) -> str:
+        parts = []
+        for log in self._logs:
+            if log.exists():
+                parts.append(f"==> {log.name}\n{log.read_text(errors='replace')[-6000:]}")
+        return "\n".join(parts)
+
+    def flush_queue(self) -> int:
+        """Drop every pending message of this stack's queue (simulates a broker losing them)."""
+        return int(redis.Redis.from_url(services.REDIS_URL).delete(self.values["queue"]))
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Session]:
+        with transaction(get_session_factory(self.settings.sqlalchemy_url)) as session:
+            yield session
+
+    def create_key(self, tenant: str, role: str, name: str = "test") -> str:
+        settings = self.settings
+        with self.session() as session:
+            return create_key(session, settings.secret_key_bytes(), tenant, role, name).key
+
+    def client(self, key: str | None = None, **kwargs: Any) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=60, **kwargs)

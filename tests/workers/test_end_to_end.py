@@ -1,0 +1,154 @@
+"""Upload → submit → a real Celery worker process runs the job → download, over real HTTP."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import Tenant
+from tests.support.api import budget, create_dataset, submit, wait_for
+from tests.support.ledger import D, assert_reconciled
+from tests.support.stack import Stack
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _ledger_kinds(tenant: Tenant, dataset_id: str) -> list[tuple[str, str]]:
+    items = tenant.owner.get(f"/v1/datasets/{dataset_id}/ledger").json()["items"]
+    return [(e["kind"], e["rho"]) for e in items]
+
+
+def test_release_in_original_value_space(
+    worker_stack: Stack, worker_tenant: Tenant, people_csv: bytes, people_schema: str
+) -> None:
+    tenant = worker_tenant
+    dataset = create_dataset(tenant.owner, people_csv, people_schema, budget_rho="2")
+    response = submit(tenant.analyst, dataset["id"], rho="1", rows=3000, seed=5)
+    assert response.status_code == 202
+    job = wait_for(tenant.analyst, response.json()["id"])
+    assert job["status"] == "succeeded", (job, worker_stack.logs())
+    assert job["output_rows"] == 3000
+    assert job["progress"] == {"fraction": 1.0, "stage": "done"}
+    assert job["started_at"] and job["finished_at"] and job["error"] is None
+
+    # Budget: reserved at submission, spent when the worker claimed it, never released.
+    assert _ledger_kinds(tenant, dataset["id"]) == [
+        ("grant", "2"),
+        ("reserve", "1"),
+        ("spend", "1"),
+    ]
+    assert budget(tenant.analyst, dataset["id"]) == {
+        "total_rho": "2",
+        "spent_rho": "1",
+        "reserved_rho": "0",
+        "remaining_rho": "1",
+    }
+    assert_reconciled(worker_stack, dataset["id"])
+
+    # CSV download: declared categories (formula-like ones escaped), values inside the bins.
+    response = tenant.analyst.get(f"/v1/jobs/{job['id']}/output", params={"format": "csv"})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/csv")
+    assert "attachment" in response.headers["content-disposition"]
+    rows = list(csv.DictReader(io.StringIO(response.text)))
+    assert len(rows) == 3000
+    declared = json.loads(people_schema)["columns"][0]["categories"]
+    escaped = {c if c[0] not in "=+-@" else "'" + c for c in declared}
+    assert {r["city"] for r in rows} <= escaped
+    assert not any(r["city"].startswith(("=", "+", "-", "@")) for r in rows)
+    assert all(0.0 <= float(r["age"]) <= 100.0 for r in rows)
+    assert {r["tier"] for r in rows} <= {"0", "1", "2", "3"}
+    assert all(0.0 <= float(r["income"]) <= 200000.0 for r in rows)
+    # Numeric bins become values spread inside the bin, not the bin's edge.
+    assert len({r["age"] for r in rows}) > 1000
+
+    # Parquet download: the same table, typed.
+    response = tenant.analyst.get(f"/v1/jobs/{job['id']}/output", params={"format": "parquet"})
+    assert response.status_code == 200
+    table = pq.read_table(io.BytesIO(response.content))
+    assert table.num_rows == 3000 and table.column_names == ["city", "age", "tier", "income"]
+    parquet_cities = table.column("city").to_pylist()
+    assert set(parquet_cities) <= set(declared)
+    # The CSV is the same table: unescaping its cities gives the Parquet column, row for row.
+    assert [
+        r["city"][1:] if r["city"].startswith("'") else r["city"] for r in rows
+    ] == parquet_cities
+    assert [float(r["age"]) for r in rows] == table.column("age").to_pylist()
+
+    # A finished job cannot be cancelled; times are coarse for analysts, exact for owners.
+    assert tenant.analyst.post(f"/v1/jobs/{job['id']}/cancel").status_code == 409
+    analyst_started = datetime.fromisoformat(job["started_at"])
+    assert analyst_started.second == 0 and analyst_started.microsecond == 0
+    owner_view = tenant.owner.get(f"/v1/jobs/{job['id']}").json()
+    owner_started = datetime.fromisoformat(owner_view["started_at"])
+    assert owner_started >= datetime.fromisoformat(owner_view["created_at"])
+    assert owner_started.replace(second=0, microsecond=0) == analyst_started
+
+
+def test_default_rows_come_from_the_noisy_estimate(
+    worker_stack: Stack, worker_tenant: Tenant, adult_csv: bytes, adult_schema: str
+) -> None:
+    tenant = worker_tenant
+    dataset = create_dataset(tenant.owner, adult_csv, adult_schema, budget_rho="10")
+    response = submit(tenant.analyst, dataset["id"], budget={"epsilon": 5, "delta": "1e-6"})
+    job = wait_for(tenant.analyst, response.json()["id"])
+    assert job["status"] == "succeeded", worker_stack.logs()
+    # 14 columns, ρ ≈ 0.4: the precision-weighted total has a standard deviation of a few rows.
+    assert abs(job["output_rows"] - 1000) < 100
+    body = tenant.analyst.get(f"/v1/jobs/{job['id']}/output").text.splitlines()
+    assert body[0] == ",".join(json.loads(adult_schema))
+    assert len(body) == job["output_rows"] + 1
+    sizes = list(json.loads(adult_schema).values())
+    for line in body[1:200]:
+        values = [int(v) for v in line.split(",")]
+        assert all(0 <= v < s for v, s in zip(values, sizes, strict=True))
+    spent = D(tenant.owner.get(f"/v1/datasets/{dataset['id']}").json()["budget"]["spent_rho"])
+    assert spent == D(job["rho"])
+    assert_reconciled(worker_stack, dataset["id"])
+
+
+def test_deleting_the_dataset_erases_outputs(
+    worker_stack: Stack, worker_tenant: Tenant, people_csv: bytes, people_schema: str
+) -> None:
+    tenant = worker_tenant
+    dataset = create_dataset(tenant.owner, people_csv, people_schema)
+    job = wait_for(tenant.analyst, submit(tenant.analyst, dataset["id"], rho="0.5").json()["id"])
+    assert job["status"] == "succeeded"
+    outputs = worker_stack.settings.resolved_storage_dir / "outputs" / job["id"]
+    assert any(outputs.iterdir())
+    assert tenant.owner.delete(f"/v1/datasets/{dataset['id']}").status_code == 200
+    assert not outputs.exists()
+    assert tenant.analyst.get(f"/v1/jobs/{job['id']}/output").status_code == 410
+    assert tenant.analyst.get(f"/v1/jobs/{job['id']}").json()["status"] == "succeeded"
+    kinds = [k for k, _ in _ledger_kinds(tenant, dataset["id"])]
+    assert kinds == ["grant", "reserve", "spend"]
+
+
+@pytest.mark.parametrize("budget_rho", ["0.3"])
+def test_many_jobs_spend_exactly_the_total(
+    worker_stack: Stack,
+    worker_tenant: Tenant,
+    people_csv: bytes,
+    people_schema: str,
+    budget_rho: str,
+) -> None:
+    tenant = worker_tenant
+    dataset = create_dataset(tenant.owner, people_csv, people_schema, budget_rho=budget_rho)
+    ids = [submit(tenant.analyst, dataset["id"], rho="0.1").json()["id"] for _ in range(3)]
+    assert submit(tenant.analyst, dataset["id"], rho="0.1").status_code == 409
+    for job_id in ids:
+        assert wait_for(tenant.analyst, job_id)["status"] == "succeeded"
+    state = budget(tenant.analyst, dataset["id"])
+    assert state == {
+        "total_rho": "0.3",
+        "spent_rho": "0.3",
+        "reserved_rho": "0",
+        "remaining_rho": "0",
+    }
+    assert_reconciled(worker_stack, dataset["id"])

@@ -1,0 +1,1 @@
+"""Celery application and thin tasks."""

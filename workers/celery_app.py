@@ -1,0 +1,74 @@
+"""The Celery application: configuration only (tasks live in workers.tasks).
+
+Delivery guarantees come from the database, not the broker: a message is a doorbell that says
+"job X may have work". Settings follow ../shared/RELIABILITY.md: late acks, requeue when a worker
+process dies, one message prefetched at a time, JSON only, a time limit below the broker's
+visibility timeout so a long job is not redelivered while it still runs.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from celery import Celery
+
+from app.config import Settings
+
+RUN_JOB_TASK = "rhosynth.run_job"
+
+_lock = threading.Lock()
+_apps: dict[tuple[str, str], Celery] = {}
+
+
+def create_celery_app(settings: Settings) -> Celery:
+    app = Celery("rhosynth", broker=settings.celery_broker_url, include=["workers.tasks"])
+    hard_limit = settings.job_time_limit_seconds
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_ignore_result=True,
+        result_backend=None,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_time_limit=hard_limit,
+        task_soft_time_limit=max(1, hard_limit - 60),
+        broker_transport_options=_transport_options(settings.celery_broker_url, hard_limit),
+        task_default_queue=settings.queue,
+        broker_connection_retry_on_startup=True,
+        broker_connection_timeout=5,
+        task_publish_retry=True,
+        task_publish_retry_policy={
+            "max_retries": 3,
+            "interval_start": 0.2,
+            "interval_step": 0.5,
+            "interval_max": 1.0,
+        },
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+        task_send_sent_event=False,
+        worker_enable_remote_control=False,
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+    )
+    return app
+
+
+def _transport_options(broker_url: str, hard_limit: int) -> dict[str, object]:
+    if broker_url.startswith(("redis://", "rediss://")):
+        # Must exceed the task time limit: otherwise Redis redelivers a job that is still running.
+        return {"visibility_timeout": hard_limit + 600}
+    # kombu's SQLAlchemy transport passes its options to create_engine(); SQLite needs patience
+    # because the API and the worker share the file.
+    return {"connect_args": {"timeout": 30}} if broker_url.startswith("sqla+sqlite") else {}
+
+
+def get_celery_app(settings: Settings) -> Celery:
+    """The process's Celery app for these settings (a producer in the API, the app in workers)."""
+    key = (settings.celery_broker_url, settings.queue)
+    with _lock:
+        app = _apps.get(key)
+        if app is None:
+            app = create_celery_app(settings)
+            _apps[key] = app
+        return app
