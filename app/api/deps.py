@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.service import Principal, authenticate
 from app.config import Settings
-from app.db.session import commit_and_run_callbacks, get_session_factory, rollback
+from app.db.session import get_session_factory, transaction
 from app.storage import Storage
 
 
@@ -29,15 +29,8 @@ SettingsDep = Annotated[Settings, Depends(_settings)]
 
 
 def _session(settings: SettingsDep) -> Iterator[Session]:
-    session = get_session_factory(settings.sqlalchemy_url)()
-    try:
+    with transaction(get_session_factory(settings.sqlalchemy_url)) as session:
         yield session
-        commit_and_run_callbacks(session)
-    except BaseException:
-        rollback(session)
-        raise
-    finally:
-        session.close()
 
 
 SessionDep = Annotated[Session, Depends(_session, scope="function")]

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from app.api.deps import CurrentKey
+from app.api.errors import error_responses
 
 router = APIRouter(prefix="/v1", tags=["auth"])
 
@@ -19,7 +20,7 @@ class WhoAmI(BaseModel):
     name: str
 
 
-@router.get("/me", response_model=WhoAmI)
+@router.get("/me", response_model=WhoAmI, responses=error_responses(401))
 def whoami(principal: CurrentKey) -> WhoAmI:
     """The API key making this request: its tenant and role."""
     return WhoAmI(

@@ -11,13 +11,18 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
 from app.api.deps import AnalystKey, OwnerKey, SessionDep, SettingsDep, StorageDep
+from app.api.errors import error_responses
 from app.budget import repository as budget_repository
 from app.budget.service import BudgetLimitExceeded
 from app.datasets import service
 from app.datasets.ingest import UploadRejected
 from app.datasets.schemas import DatasetList, DatasetOut, GrantRequest, LedgerEntryOut, LedgerOut
 
-router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+router = APIRouter(
+    prefix="/v1/datasets",
+    tags=["datasets"],
+    responses=error_responses(400, 401, 403, 404, 413, 422),
+)
 
 _UPLOAD_BODY: dict[str, Any] = {
     "requestBody": {
@@ -60,7 +65,7 @@ def _not_found() -> HTTPException:
     status_code=status.HTTP_201_CREATED,
     response_model=DatasetOut,
     openapi_extra=_UPLOAD_BODY,
-    responses={413: {"description": "upload over RHOSYNTH_MAX_UPLOAD_BYTES"}, 422: {}, 415: {}},
+    responses=error_responses(415),
 )
 async def create_dataset(
     request: Request,
@@ -171,7 +176,7 @@ def get_ledger(
     )
 
 
-@router.post("/{dataset_id}/budget", response_model=DatasetOut)
+@router.post("/{dataset_id}/budget", response_model=DatasetOut, responses=error_responses(409))
 def grant_budget(
     dataset_id: uuid.UUID,
     body: GrantRequest,

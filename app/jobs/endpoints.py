@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, HTTPException, Query, status
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 
 from app.api.deps import AnalystKey, SessionDep, SettingsDep, StorageDep
+from app.api.errors import ErrorOut, error_responses
 from app.budget.service import BudgetExceeded
 from app.db.session import rollback
 from app.jobs import service
@@ -16,7 +17,9 @@ from app.jobs.export import stream_csv
 from app.jobs.schemas import JobList, JobOut, JobRequest, MethodList, MethodOut, OverBudgetOut
 from engine.mechanisms import MECHANISMS
 
-router = APIRouter(prefix="/v1", tags=["jobs"])
+router = APIRouter(
+    prefix="/v1", tags=["jobs"], responses=error_responses(400, 401, 403, 404, 413, 422)
+)
 
 
 def _job_not_found() -> HTTPException:
@@ -28,8 +31,10 @@ def _job_not_found() -> HTTPException:
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobOut,
     responses={
-        409: {"model": OverBudgetOut, "description": "over budget (nothing reserved)"},
-        422: {"description": "invalid request (nothing reserved)"},
+        409: {
+            "model": OverBudgetOut | ErrorOut,
+            "description": "over budget (OverBudgetOut; nothing reserved), or dataset deleted",
+        },
     },
 )
 def submit_job(
@@ -97,7 +102,12 @@ def get_job(job_id: uuid.UUID, session: SessionDep, principal: AnalystKey) -> Jo
         raise _job_not_found() from None
 
 
-@router.post("/jobs/{job_id}/cancel", response_model=JobOut, status_code=status.HTTP_202_ACCEPTED)
+@router.post(
+    "/jobs/{job_id}/cancel",
+    response_model=JobOut,
+    status_code=status.HTTP_202_ACCEPTED,
+    responses=error_responses(409),
+)
 def cancel_job(job_id: uuid.UUID, session: SessionDep, principal: AnalystKey) -> JobOut:
     """Cancel a job. Queued: cancelled and its reservation released. Running: stopped at the
     next stage; its budget stays spent and no output is released."""
@@ -115,8 +125,7 @@ def cancel_job(job_id: uuid.UUID, session: SessionDep, principal: AnalystKey) ->
     response_model=None,
     responses={
         200: {"content": {"text/csv": {}, "application/vnd.apache.parquet": {}}},
-        409: {"description": "the job has not succeeded"},
-        410: {"description": "erased with its dataset"},
+        **error_responses(409, 410),
     },
 )
 def download_output(

@@ -152,3 +152,23 @@ def test_many_jobs_spend_exactly_the_total(
         "remaining_rho": "0",
     }
     assert_reconciled(worker_stack, dataset["id"])
+
+
+def test_progress_is_reported_while_running(
+    worker_stack: Stack, worker_tenant: Tenant, people_csv: bytes, people_schema: str
+) -> None:
+    tenant = worker_tenant
+    dataset = create_dataset(tenant.owner, people_csv, people_schema)
+    job_id = submit(tenant.analyst, dataset["id"], rho="0.5", rows=8_000_000).json()["id"]
+    seen: list[tuple[float, str]] = []
+    while True:
+        job = tenant.analyst.get(f"/v1/jobs/{job_id}").json()
+        seen.append((job["progress"]["fraction"], job["progress"]["stage"]))
+        if job["status"] in ("succeeded", "failed", "cancelled"):
+            break
+    assert job["status"] == "succeeded", worker_stack.logs()
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions), "progress never goes backwards"
+    assert any(0 < f < 1 for f in fractions), seen
+    assert {stage for _, stage in seen} & {"load", "measure", "estimate", "sample", "write"}
+    assert seen[-1] == (1.0, "done")

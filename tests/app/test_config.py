@@ -1,0 +1,71 @@
+"""Settings: embedded defaults work with nothing configured; production refuses unsafe defaults."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from app.config import Settings, normalize_database_url
+
+PRODUCTION = {
+    "database_url": "postgresql://db/rhosynth",
+    "broker_url": "redis://redis:6379/0",
+    "storage_dir": "/srv/rhosynth",
+}
+
+
+def test_embedded_defaults(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path)
+    assert settings.embedded
+    assert settings.sqlalchemy_url == f"sqlite:///{tmp_path.resolve() / 'rhosynth.sqlite'}"
+    assert settings.celery_broker_url.startswith("sqla+sqlite:///")
+    assert settings.resolved_storage_dir == tmp_path.resolve() / "storage"
+    key = settings.secret_key_bytes()
+    assert len(key) >= 32
+    assert Settings(home=tmp_path).secret_key_bytes() == key, "the generated key is kept"
+    mode = stat.S_IMODE(os.stat(tmp_path / "secret_key").st_mode)
+    assert mode == 0o600
+
+
+def test_production_requires_a_real_secret() -> None:
+    with pytest.raises(ValidationError, match="RHOSYNTH_SECRET_KEY is required"):
+        Settings(**PRODUCTION)
+    with pytest.raises(ValidationError, match="at least 32"):
+        Settings(**PRODUCTION, secret_key="short")
+    settings = Settings(**PRODUCTION, secret_key="k" * 40)
+    assert not settings.embedded
+    assert settings.sqlalchemy_url == "postgresql+psycopg://db/rhosynth"
+
+
+@pytest.mark.parametrize("missing", ["broker_url", "storage_dir"])
+def test_production_requires_locations(missing: str) -> None:
+    values = {k: v for k, v in PRODUCTION.items() if k != missing}
+    with pytest.raises(ValidationError, match=f"RHOSYNTH_{missing.upper()}"):
+        Settings(**values, secret_key="k" * 40)
+
+
+def test_environment_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("RHOSYNTH_HOME", str(tmp_path))
+    monkeypatch.setenv("RHOSYNTH_PORT", "8123")
+    monkeypatch.setenv("RHOSYNTH_MAX_UPLOAD_BYTES", "2048")
+    settings = Settings()
+    assert (settings.port, settings.max_upload_bytes, settings.resolved_home) == (
+        8123,
+        2048,
+        tmp_path.resolve(),
+    )
+
+
+def test_lease_must_outlast_heartbeat(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="HEARTBEAT"):
+        Settings(home=tmp_path, job_lease_seconds=5, job_heartbeat_seconds=5)
+
+
+def test_database_url_normalisation() -> None:
+    assert normalize_database_url("postgres://u@h/d") == "postgresql+psycopg://u@h/d"
+    assert normalize_database_url("postgresql+psycopg://u@h/d") == "postgresql+psycopg://u@h/d"
+    assert normalize_database_url("sqlite:///x.db") == "sqlite:///x.db"

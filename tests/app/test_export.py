@@ -1,0 +1,53 @@
+"""CSV export: spreadsheet formulas are neutralised in text cells, numbers stay numbers."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from app.jobs.export import escape_cell, stream_csv
+
+
+@pytest.mark.parametrize(
+    ("cell", "expected"),
+    [
+        ("=SUM(A1)", "'=SUM(A1)"),
+        ("+1", "'+1"),
+        ("-cmd", "'-cmd"),
+        ("@x", "'@x"),
+        ("\tx", "'\tx"),
+        ("\rx", "'\rx"),
+        ("plain", "plain"),
+        ("a=b", "a=b"),
+        ("", ""),
+    ],
+)
+def test_escape_cell(cell: str, expected: str) -> None:
+    assert escape_cell(cell) == expected
+
+
+def test_stream_csv(tmp_path: Path) -> None:
+    frame = pd.DataFrame(
+        {
+            "=evil": ["x"] * 3,
+            "city": pd.Categorical.from_codes(
+                [0, 1, 2], categories=pd.Index(["-2", "a,b", 'q"\nr'])
+            ),
+            "value": [-2.5, 0.1, 1e-7],
+            "code": [0, 1, 2],
+        }
+    )
+    path = tmp_path / "out.parquet"
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path)
+    text = b"".join(stream_csv(path)).decode()
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == ["'=evil", "city", "value", "code"]
+    assert [r[1] for r in rows[1:]] == ["'-2", "a,b", 'q"\nr']
+    assert [float(r[2]) for r in rows[1:]] == [-2.5, 0.1, 1e-7]  # numbers are not escaped
+    assert [r[3] for r in rows[1:]] == ["0", "1", "2"]
