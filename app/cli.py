@@ -17,7 +17,7 @@ from types import FrameType
 
 import click
 
-from app.config import Settings, get_settings
+from app.config import ConfigurationError, Settings, get_settings
 
 
 def _configure_logging(settings: Settings) -> None:
@@ -31,8 +31,8 @@ def _configure_logging(settings: Settings) -> None:
 def _settings() -> Settings:
     try:
         return get_settings()
-    except Exception as error:  # pydantic.ValidationError, with the offending variable named
-        raise click.ClickException(f"invalid configuration: {error}") from None
+    except ConfigurationError as error:  # names the variables, never their values
+        raise click.ClickException(str(error)) from None
 
 
 def run_migrations(settings: Settings) -> None:

@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIN_SECRET_KEY_LENGTH = 32
@@ -50,7 +50,8 @@ class Settings(BaseSettings):
 
     # Limits on releases.
     max_output_rows: int = Field(default=10_000_000, ge=1)
-    max_budget_rho: int = Field(default=1_000_000, ge=1)
+    # ≤ 9e6: SQLite keeps ρ as int64 counts of 1e-12 (app.db.types.MAX_STORABLE_RHO).
+    max_budget_rho: int = Field(default=1_000_000, ge=1, le=9_000_000)
 
     # Job execution and recovery. A claimed job holds a lease that its worker renews every
     # heartbeat; a lease that runs out means the worker died and the job is recovered.
@@ -62,6 +63,7 @@ class Settings(BaseSettings):
     requeue_after_seconds: float = Field(default=300.0, gt=0)
     recovery_interval_seconds: float = Field(default=30.0, gt=0)
     worker_concurrency: int = Field(default=1, ge=1)
+    storage_sweep_interval_seconds: float = Field(default=3600.0, gt=0)
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -141,7 +143,25 @@ def normalize_database_url(url: str) -> str:
     return url
 
 
+class ConfigurationError(ValueError):
+    """Invalid RHOSYNTH_* settings. The message names variables, never their values (secrets)."""
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors(include_url=False, include_input=False, include_context=False):
+        where = "RHOSYNTH_" + "_".join(str(part) for part in item["loc"]).upper()
+        message = item["msg"].removeprefix("Value error, ")
+        problems.append(message if where == "RHOSYNTH_" else f"{where}: {message}")
+    return "; ".join(problems)
+
+
 @lru_cache
 def get_settings() -> Settings:
     """The process-wide settings, read once from the environment."""
-    return Settings()
+    try:
+        return Settings()
+    except ValidationError as error:
+        raise ConfigurationError(
+            f"invalid configuration: {describe_validation_error(error)}"
+        ) from None

@@ -13,7 +13,9 @@ Commands:
 * ``profile``: run one mechanism many times on one dataset with timers around the discrete
   Gaussian sampler (``engine.noise``) and the contingency-table counting
   (``engine.marginals.count_marginal``), both inside the engine and inside a replica of the
-  worker's job pipeline (read the stored Parquet table, synthesise, decode, write Parquet).
+  worker's job pipeline (read the stored Parquet table, synthesise, decode, write Parquet);
+  optionally also around real worker jobs (``app.jobs.execution.execute_job`` run in this
+  process against a worker-less test stack: PostgreSQL, Redis, the API).
 """
 
 from __future__ import annotations
@@ -165,7 +167,7 @@ def install_timers(timer: StageTimer) -> list[str]:
     that call the sampler by any path are covered. Returns the ``module.attribute`` names patched.
     """
     import engine.marginals
-    import engine.mechanisms  # noqa: F401 - imports every mechanism, so their bindings exist
+    import engine.mechanisms  # imports every mechanism, so their bindings exist
     import engine.noise
 
     originals: dict[int, tuple[str, Callable[..., Any]]] = {}
@@ -249,6 +251,89 @@ def profile(spec: dict[str, Any]) -> dict[str, Any]:
                 }
             )
         results["by_rho"][rho_text] = samples
+    if spec.get("worker_jobs"):
+        try:
+            results["worker_by_rho"] = profile_worker_jobs(spec, timer)
+        except Exception as error:  # reported; the replica figures stand on their own
+            results["worker_error"] = f"{type(error).__name__}: {error}"
+    return results
+
+
+def profile_worker_jobs(
+    spec: dict[str, Any], timer: StageTimer
+) -> dict[str, list[dict[str, float]]]:
+    """Time real worker jobs: ``execute_job`` (claim and charge, progress writes, load, run,
+    decode, write, publish) in this process, on jobs submitted through a real API.
+
+    The stack (``tests.support.stack.Stack``) has no worker processes, so the jobs wait in the
+    database until this process executes them one by one.
+    """
+    repo = Path(__file__).resolve().parents[1]
+    if str(repo) not in sys.path:
+        sys.path.insert(0, str(repo))
+    import uuid
+
+    from app.jobs.execution import execute_job
+    from benchmarks.service_load import PRODUCTION_TIMINGS
+    from tests.support import services
+    from tests.support.stack import Stack
+
+    services.ensure_services()
+    stack = Stack.create("profile", Path(spec["workdir"]) / "stack", **PRODUCTION_TIMINGS)
+    results: dict[str, list[dict[str, float]]] = {}
+    try:
+        tenant = f"bench-profile-{uuid.uuid4().hex[:8]}"
+        owner = stack.client(stack.create_key(tenant, "owner", "bench-owner"))
+        analyst = stack.client(stack.create_key(tenant, "analyst", "bench-analyst"))
+        with open(spec["csv"], "rb") as handle:
+            created = owner.post(
+                "/v1/datasets",
+                files={"file": (Path(spec["csv"]).name, handle, "text/csv")},
+                data={
+                    "schema": Path(spec["domain"]).read_text(),
+                    "name": "profile",
+                    "budget_rho": "1000",
+                },
+            )
+        if created.status_code != 201:
+            raise RuntimeError(f"upload answered {created.status_code}")
+        dataset_id = created.json()["id"]
+        settings = stack.settings
+        warmup = int(spec["warmup"])
+        for rho_text in spec["rhos"]:
+            samples: list[dict[str, float]] = []
+            for repeat in range(warmup + int(spec["repeats"])):
+                response = analyst.post(
+                    f"/v1/datasets/{dataset_id}/jobs",
+                    json={
+                        "method": spec["method"],
+                        "budget": {"rho": rho_text},
+                        "params": spec["params"],
+                        # The API caps seeds (JSON-safe integers); stay well below.
+                        "seed": (int(spec["seed"]) + repeat) % 2**31,
+                    },
+                )
+                if response.status_code != 202:
+                    raise RuntimeError(f"job submission answered {response.status_code}")
+                timer.reset()
+                started = time.perf_counter()
+                outcome = execute_job(settings, uuid.UUID(response.json()["id"]))
+                elapsed = time.perf_counter() - started
+                if outcome.status != "succeeded":
+                    raise RuntimeError(f"worker job ended {outcome.status}")
+                if repeat >= warmup:
+                    samples.append(
+                        {
+                            "job": elapsed,
+                            "noise": timer.seconds["noise"],
+                            "count": timer.seconds["count"],
+                        }
+                    )
+            results[rho_text] = samples
+        owner.close()
+        analyst.close()
+    finally:
+        stack.destroy()
     return results
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -13,6 +14,7 @@ from app.config import get_settings
 from app.db.session import dispose_engines
 from app.jobs.execution import execute_job
 from app.jobs.recovery import recover_jobs
+from app.jobs.sweep import sweep_storage
 from workers.celery_app import RUN_JOB_TASK, get_celery_app
 
 logger = logging.getLogger(__name__)
@@ -36,11 +38,18 @@ def _fresh_connections(**_kwargs: Any) -> None:
 
 def _recovery_loop() -> None:
     settings = get_settings()
+    next_sweep = 0.0
     while not _stop_recovery.is_set():
         try:
             recover_jobs(settings)
         except Exception:
             logger.exception("job recovery pass failed")
+        if time.monotonic() >= next_sweep:
+            next_sweep = time.monotonic() + settings.storage_sweep_interval_seconds
+            try:
+                sweep_storage(settings)
+            except Exception:
+                logger.exception("storage sweep failed")
         _stop_recovery.wait(settings.recovery_interval_seconds)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, PlainSerializer
+from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema
 
 from app.db.types import RHO_SCALE
 
@@ -18,6 +18,9 @@ def format_decimal(value: Decimal) -> str:
     return text
 
 
+MAX_DECIMAL_EXPONENT = 1000
+
+
 def _parse_decimal(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError("expected a decimal number")
@@ -28,6 +31,9 @@ def _parse_decimal(value: Any) -> Any:
             raise ValueError("expected a decimal number") from None
         if not parsed.is_finite():
             raise ValueError("expected a finite decimal number")
+        if parsed and not -MAX_DECIMAL_EXPONENT <= parsed.adjusted() <= MAX_DECIMAL_EXPONENT:
+            # e.g. "1e999999999": arithmetic on it would overflow the decimal context.
+            raise ValueError("the number is out of range")
         return parsed
     return value
 
@@ -45,10 +51,35 @@ RhoOut = Annotated[
     Field(json_schema_extra={"type": "string", "format": "decimal"}),
 ]
 
+DECIMAL_PATTERN = r"^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$"
+
+
+def decimal_json_schema(
+    description: str,
+    *,
+    minimum: float = 0,
+    maximum: float | None = None,
+    below: float | None = None,
+) -> WithJsonSchema:
+    """The documented form of a decimal input: a JSON number (bounded) or its decimal text."""
+    number: dict[str, Any] = {"type": "number", "exclusiveMinimum": minimum}
+    if maximum is not None:
+        number["maximum"] = maximum
+    if below is not None:
+        number["exclusiveMaximum"] = below
+    return WithJsonSchema(
+        {
+            "anyOf": [number, {"type": "string", "pattern": DECIMAL_PATTERN}],
+            "description": description,
+        }
+    )
+
+
 RhoIn = Annotated[
     Decimal,
     BeforeValidator(_parse_decimal),
-    Field(gt=0, description="a positive decimal ρ (zCDP), as a JSON number or string"),
+    Field(gt=0),
+    decimal_json_schema("a positive decimal ρ (zCDP) with at most 12 decimal places"),
 ]
 
 DecimalIn = Annotated[Decimal, BeforeValidator(_parse_decimal)]

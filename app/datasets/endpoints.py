@@ -128,7 +128,7 @@ def list_datasets(
     session: SessionDep,
     principal: AnalystKey,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
 ) -> DatasetList:
     """The tenant's datasets with their budgets (deleted ones included, marked)."""
     datasets = service.list_datasets(session, principal, limit=limit + 1, offset=offset)
@@ -156,7 +156,9 @@ def get_ledger(
     session: SessionDep,
     principal: OwnerKey,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
-    after: Annotated[int | None, Query(ge=0, description="return entries after this id")] = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=2**62, description="return entries after this id")
+    ] = None,
 ) -> LedgerOut:
     """The dataset's append-only privacy ledger, oldest first (owner keys)."""
     try:

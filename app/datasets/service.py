@@ -148,6 +148,10 @@ def grant_budget(
     dataset = get_dataset(session, principal, dataset_id)
     if dataset.deleted_at is not None:
         raise DatasetDeleted(dataset_id)
+    if add_rho > settings.max_budget_rho:
+        raise budget_service.BudgetLimitExceeded(
+            f"the total budget of a dataset is limited to ρ = {settings.max_budget_rho}"
+        )
     budget_service.grant_budget(
         session, dataset_id, add_rho, Decimal(settings.max_budget_rho), principal.actor
     )

@@ -8,7 +8,7 @@ values, and Python sees :class:`decimal.Decimal`.
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 
 from sqlalchemy import BigInteger, Numeric, TypeDecorator
@@ -20,9 +20,17 @@ RHO_QUANTUM = Decimal(1).scaleb(-RHO_SCALE)
 _UNITS_PER_RHO = 10**RHO_SCALE
 
 
+# SQLite stores 1e-12 units in a signed 64-bit integer: ρ must stay below about 9.2e6.
+MAX_STORABLE_RHO = Decimal(9_000_000)
+
+
 def quantize_rho_exact(value: Decimal) -> Decimal:
     """Return ``value`` on the ledger's 1e-12 grid, refusing any value that would need rounding."""
-    quantized = value.quantize(RHO_QUANTUM)
+    if not value.is_finite() or abs(value) > MAX_STORABLE_RHO:
+        raise ValueError(f"ρ amounts are limited to {MAX_STORABLE_RHO}")
+    with localcontext() as context:
+        context.prec = 40  # 7 integer digits + 12 decimals fit with room to spare
+        quantized = value.quantize(RHO_QUANTUM)
     if quantized != value:
         raise ValueError(f"ρ must have at most {RHO_SCALE} decimal places")
     return quantized

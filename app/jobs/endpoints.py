@@ -6,14 +6,14 @@ import uuid
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Query, status
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from app.api.deps import AnalystKey, SessionDep, SettingsDep, StorageDep
 from app.api.errors import ErrorOut, error_responses
 from app.budget.service import BudgetExceeded
 from app.db.session import rollback
 from app.jobs import service
-from app.jobs.export import stream_csv
+from app.jobs.export import stream_csv, stream_file
 from app.jobs.schemas import JobList, JobOut, JobRequest, MethodList, MethodOut, OverBudgetOut
 from engine.mechanisms import MECHANISMS
 
@@ -33,7 +33,7 @@ def _job_not_found() -> HTTPException:
     responses={
         409: {
             "model": OverBudgetOut | ErrorOut,
-            "description": "over budget (OverBudgetOut; nothing reserved), or dataset deleted",
+            "description": "over budget (OverBudgetOut), key reused, or dataset deleted",
         },
     },
 )
@@ -58,7 +58,7 @@ def submit_job(
     except service.InvalidJob as error:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(error)) from None
     except service.IdempotencyMismatch as error:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(error)) from None
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
     except service.DatasetUnavailable:
         raise HTTPException(status.HTTP_409_CONFLICT, "the dataset was deleted") from None
     except service.JobConflict as error:
@@ -80,7 +80,7 @@ def list_jobs(
     session: SessionDep,
     principal: AnalystKey,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
 ) -> JobList:
     """The dataset's jobs, oldest first."""
     try:
@@ -134,7 +134,7 @@ def download_output(
     storage: StorageDep,
     principal: AnalystKey,
     format: Annotated[Literal["csv", "parquet"], Query()] = "csv",
-) -> StreamingResponse | FileResponse:
+) -> StreamingResponse:
     """Download the synthetic table in the original value space (CSV or Parquet)."""
     try:
         job, path = service.output_path(session, storage, principal, job_id)
@@ -147,12 +147,15 @@ def download_output(
             status.HTTP_410_GONE, "the output was erased with its dataset"
         ) from None
     filename = f"rhosynth-{job.id}.{format}"
+    # Streamed rather than served as a FileResponse: its Last-Modified and ETag headers would
+    # tell an analyst the exact second the output was written (run time depends on the data).
+    disposition = {"Content-Disposition": f'attachment; filename="{filename}"'}
     if format == "parquet":
-        return FileResponse(path, media_type="application/vnd.apache.parquet", filename=filename)
+        return StreamingResponse(
+            stream_file(path), media_type="application/vnd.apache.parquet", headers=disposition
+        )
     return StreamingResponse(
-        stream_csv(path),
-        media_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+        stream_csv(path), media_type="text/csv; charset=utf-8", headers=disposition
     )
 
 

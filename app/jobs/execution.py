@@ -260,6 +260,7 @@ def _synthesize(
 
     progress.stage(0.0, "load")
     codes = read_encoded_table(storage.path(table_key), schema)
+    codes.flags.writeable = False  # the engine keeps a read-only view instead of copying it
     data = EngineDataset(schema.domain(), codes)
     del codes
     result = mechanism.run(

@@ -8,11 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 # A cell starting with one of these is executed as a formula by spreadsheet programs (OWASP
 # "CSV injection"). Such text cells get a leading apostrophe; numbers are left as numbers.
 FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
+_TRIGGER_PATTERN = "^[=+\\-@\\t\\r]"
 BATCH_ROWS = 65_536
 
 
@@ -20,30 +23,35 @@ def escape_cell(value: str) -> str:
     return "'" + value if value.startswith(FORMULA_TRIGGERS) else value
 
 
-def _is_text(kind: pa.DataType) -> bool:
-    if pa.types.is_dictionary(kind):
-        return _is_text(kind.value_type)
-    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
+def _escape_text(array: pa.Array) -> pa.Array:
+    """Escape formula-like strings, vectorised (for a dictionary column: its few values)."""
+    if pa.types.is_dictionary(array.type):
+        dictionary = _escape_text(array.dictionary)
+        return pa.DictionaryArray.from_arrays(array.indices, dictionary).dictionary_decode()
+    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+        return array
+    risky = pc.fill_null(pc.match_substring_regex(array, _TRIGGER_PATTERN), False)
+    escaped = pc.binary_join_element_wise(
+        pa.scalar("'", array.type), array, pa.scalar("", array.type)
+    )
+    return pc.if_else(risky, escaped, array)
 
 
-def _column_cells(column: pa.Array) -> list[str]:
-    values = column.to_pylist()
-    if _is_text(column.type):
-        return ["" if v is None else escape_cell(v) for v in values]
-    if pa.types.is_floating(column.type):
-        return ["" if v is None else repr(float(v)) for v in values]
-    return ["" if v is None else str(v) for v in values]
+def stream_file(path: Path, chunk: int = 1024 * 1024) -> Iterator[bytes]:
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            yield block
 
 
 def stream_csv(path: Path) -> Iterator[bytes]:
     parquet = pq.ParquetFile(path)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow([escape_cell(name) for name in parquet.schema_arrow.names])
-    yield buffer.getvalue().encode()
+    names = [escape_cell(name) for name in parquet.schema_arrow.names]
+    header = io.StringIO()
+    csv.writer(header, lineterminator="\n").writerow(names)
+    yield header.getvalue().encode()
+    options = pacsv.WriteOptions(include_header=False, quoting_style="needed")
     for batch in parquet.iter_batches(batch_size=BATCH_ROWS):
-        buffer.seek(0)
-        buffer.truncate()
-        columns = [_column_cells(column) for column in batch.columns]
-        writer.writerows(zip(*columns, strict=True))
-        yield buffer.getvalue().encode()
+        columns = [_escape_text(column) for column in batch.columns]
+        buffer = io.BytesIO()
+        pacsv.write_csv(pa.RecordBatch.from_arrays(columns, names=names), buffer, options)
+        yield buffer.getvalue()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.api.types import DecimalIn, RhoIn, RhoOut, check_rho_scale
+from app.api.types import DecimalIn, RhoIn, RhoOut, check_rho_scale, decimal_json_schema
 
 
 class RhoBudgetIn(BaseModel):
@@ -30,8 +30,10 @@ class EpsilonDeltaBudgetIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    epsilon: DecimalIn = Field(gt=0, le=1000)
-    delta: DecimalIn = Field(gt=0, lt=1)
+    epsilon: Annotated[
+        DecimalIn, Field(gt=0, le=1000), decimal_json_schema("ε > 0 (at most 1000)", maximum=1000)
+    ]
+    delta: Annotated[DecimalIn, Field(gt=0, lt=1), decimal_json_schema("0 < δ < 1", below=1)]
 
 
 class JobRequest(BaseModel):
@@ -47,7 +49,7 @@ class JobRequest(BaseModel):
     seed: int | None = Field(
         default=None,
         ge=0,
-        le=2**63 - 1,
+        le=2**53 - 1,  # exact in every JSON implementation
         description="seeds post-processing (model fitting, sampling) only, never DP noise",
     )
     params: dict[str, Any] = Field(default_factory=dict)

@@ -46,7 +46,7 @@ class JobConflict(Exception):
 
 
 class IdempotencyMismatch(Exception):
-    """The Idempotency-Key was already used for a different request (422)."""
+    """The Idempotency-Key was already used for a different request (409, as Stripe does)."""
 
 
 class DatasetUnavailable(Exception):
@@ -115,6 +115,8 @@ def submit_job(
         )
         raise InvalidJob(f"invalid params for {request.method!r}: {problems}") from None
     budget = resolve_budget(request)
+    if budget.rho > settings.max_budget_rho:
+        raise InvalidJob(f"ρ is limited to {settings.max_budget_rho} per dataset")
     if request.rows is not None and request.rows > settings.max_output_rows:
         raise InvalidJob(f"rows is limited to {settings.max_output_rows}")
 

@@ -113,7 +113,7 @@ def test_idempotency_key(api_stack: Stack, tenant: Tenant, dataset: dict) -> Non
     assert first.status_code == again.status_code == 202
     assert first.json()["id"] == again.json()["id"]
     different = submit(tenant.analyst, dataset["id"], rho="0.2", seed=3, headers=key)
-    assert different.status_code == 422
+    assert different.status_code == 409
     assert "Idempotency-Key" in different.json()["detail"]
     assert _ledger(tenant, dataset["id"]) == [("grant", "1"), ("reserve", "0.1")]
     # A key is scoped to its tenant's requests; another key is another job.

@@ -35,12 +35,18 @@ class ServiceUnavailable(RuntimeError):
     pass
 
 
+_last_postgres_error: list[str] = []
+
+
 def _postgres_up() -> bool:
     try:
         with psycopg.connect(POSTGRES_URL, connect_timeout=3) as connection:
             connection.execute("SELECT 1")
         return True
-    except psycopg.Error:
+    except psycopg.Error as error:
+        _last_postgres_error[:] = [
+            str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        ]
         return False
 
 
@@ -104,9 +110,16 @@ def ensure_services() -> None:
         if not _wait(_redis_up, 10):
             missing.append("Redis")
     if missing:
+        reason = (
+            f" (PostgreSQL said: {_last_postgres_error[0]})"
+            if "PostgreSQL" in missing and _last_postgres_error
+            else ""
+        )
         raise ServiceUnavailable(
-            f"not reachable and could not be started: {', '.join(missing)}\n"
+            f"not reachable and could not be started: {', '.join(missing)}{reason}\n"
             + HOW_TO_START.format(pg=POSTGRES_URL, redis=REDIS_URL)
+            + "If PostgreSQL runs but refuses the connection, give the suite an admin URL it may use "
+            "(it creates and drops databases named rhosynth_test_*).\n"
         )
 
 

@@ -135,7 +135,9 @@ def test_duplicate_deliveries_release_one_output(
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and stack.logs().count(f"job {job_id}: nothing to do") < 5:
         time.sleep(0.2)
-    assert stack.logs().count(f"job {job_id}: nothing to do") == 5
+    # At least the five duplicates were no-ops (the recovery loop may add a resend of its own
+    # if the worker took longer than requeue_after_seconds to start).
+    assert stack.logs().count(f"job {job_id}: nothing to do") >= 5
     assert _job_row(stack, job_id).attempt == 1
     assert len(_outputs(stack, job_id)) == 1
     assert _kinds(tenant, dataset["id"]) == ["grant", "reserve", "spend"]

@@ -1,0 +1,45 @@
+"""The storage sweep removes only files that no published state refers to."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+from app.jobs.sweep import sweep_storage
+from tests.conftest import Tenant
+from tests.support.api import create_dataset, submit
+from tests.support.stack import Stack
+
+
+def _touch(path: Path, age: float = 0) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x")
+    then = time.time() - age
+    os.utime(path, (then, then))
+    return path
+
+
+def test_sweep(api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str) -> None:
+    root = api_stack.settings.resolved_storage_dir
+    live = create_dataset(tenant.owner, people_csv, people_schema)
+    erased = create_dataset(tenant.owner, people_csv, people_schema)
+    queued = submit(tenant.analyst, live["id"]).json()["id"]
+    assert tenant.owner.delete(f"/v1/datasets/{erased['id']}").status_code == 200
+    live_table = root / "datasets" / live["id"] / "table.parquet"
+    stale_tmp = _touch(root / "tmp" / "dead-upload", age=100)
+    fresh_tmp = _touch(root / "tmp" / "upload-in-progress")
+    leftover = _touch(
+        root / "datasets" / erased["id"] / "table.parquet", age=100
+    )  # crash after commit
+    unknown_output = _touch(root / "outputs" / str(uuid.uuid4()) / "attempt-1.parquet", age=100)
+    live_attempt = _touch(root / "outputs" / queued / "attempt-1.parquet", age=100)
+
+    report = sweep_storage(api_stack.settings, grace_seconds=50)
+    assert not stale_tmp.exists() and not leftover.exists() and not unknown_output.exists()
+    assert fresh_tmp.exists(), "younger than the grace period"
+    assert live_table.exists(), "a live dataset's table is never swept"
+    assert live_attempt.exists(), "a job that is not finished may still publish it"
+    assert len(report.removed) == 3
+    fresh_tmp.unlink()
