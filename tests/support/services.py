@@ -118,8 +118,12 @@ def ensure_services() -> None:
         raise ServiceUnavailable(
             f"not reachable and could not be started: {', '.join(missing)}{reason}\n"
             + HOW_TO_START.format(pg=POSTGRES_URL, redis=REDIS_URL)
-            + "If PostgreSQL runs but refuses the connection, give the suite an admin URL it may use "
-            "(it creates and drops databases named rhosynth_test_*).\n"
+            + (
+                "If PostgreSQL runs but refuses the connection, give the suite an admin URL it may "
+                "use (it creates and drops databases named rhosynth_test_*).\n"
+                if "PostgreSQL" in missing
+                else ""
+            )
         )
 
 
