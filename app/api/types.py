@@ -21,7 +21,7 @@ def format_decimal(value: Decimal) -> str:
 MAX_DECIMAL_EXPONENT = 1000
 
 
-def _parse_decimal(value: Any) -> Any:
+def parse_decimal(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError("expected a decimal number")
     if isinstance(value, float | int | str):
@@ -39,6 +39,7 @@ def _parse_decimal(value: Any) -> Any:
 
 
 def _max_scale(value: Decimal) -> Decimal:
+    # parse_decimal bounded the exponent, so normalize() cannot over- or underflow here.
     exponent = value.normalize().as_tuple().exponent
     if isinstance(exponent, int) and -exponent > RHO_SCALE:
         raise ValueError(f"ρ amounts have at most {RHO_SCALE} decimal places")
@@ -77,12 +78,12 @@ def decimal_json_schema(
 
 RhoIn = Annotated[
     Decimal,
-    BeforeValidator(_parse_decimal),
+    BeforeValidator(parse_decimal),
     Field(gt=0),
     decimal_json_schema("a positive decimal ρ (zCDP) with at most 12 decimal places"),
 ]
 
-DecimalIn = Annotated[Decimal, BeforeValidator(_parse_decimal)]
+DecimalIn = Annotated[Decimal, BeforeValidator(parse_decimal)]
 
 
 def check_rho_scale(value: Decimal) -> Decimal:

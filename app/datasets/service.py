@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from app.api.types import check_rho_scale, parse_decimal
 from app.auth.service import Principal
 from app.budget import repository as budget_repository
 from app.budget import service as budget_service
@@ -20,7 +21,6 @@ from app.datasets.models import Dataset
 from app.datasets.schemas import BudgetOut, ColumnOut, DatasetOut
 from app.db.base import utcnow
 from app.db.session import after_commit
-from app.db.types import RHO_SCALE
 from app.jobs import service as job_service
 from app.storage import Storage, dataset_prefix, dataset_table_key
 from engine.encoding import SchemaError, TableSchema, schema_summary
@@ -35,16 +35,16 @@ class DatasetDeleted(Exception):
 
 
 def parse_budget(raw: str, settings: Settings) -> Decimal:
-    """A dataset's total ρ from the form field: a positive decimal within the service's cap."""
+    """A dataset's total ρ from the form field: a positive decimal within the service's cap.
+
+    Parsed exactly as the JSON API parses ρ (``app.api.types``), so the two cannot disagree.
+    """
     try:
-        value = Decimal(raw.strip())
-    except InvalidOperation:
-        raise UploadRejected(422, "budget_rho must be a positive decimal number") from None
-    if not value.is_finite() or value <= 0:
+        value = check_rho_scale(parse_decimal(raw))
+    except ValueError as error:
+        raise UploadRejected(422, f"budget_rho: {error}") from None
+    if value <= 0:
         raise UploadRejected(422, "budget_rho must be a positive decimal number")
-    exponent = value.normalize().as_tuple().exponent
-    if isinstance(exponent, int) and -exponent > RHO_SCALE:
-        raise UploadRejected(422, f"budget_rho has at most {RHO_SCALE} decimal places")
     if value > settings.max_budget_rho:
         raise UploadRejected(422, f"budget_rho is limited to {settings.max_budget_rho}")
     return value

@@ -183,7 +183,19 @@ def test_bad_schemas(tenant: Tenant, schema: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "budget_rho", ["0", "-1", "abc", "NaN", "1e400", "0.0000000000001", "2000000"]
+    "budget_rho",
+    [
+        "0",
+        "-1",
+        "abc",
+        "NaN",
+        "Infinity",
+        "1e400",
+        "1e999999999",
+        "1e-999999999",
+        "0.0000000000001",
+        "2000000",
+    ],
 )
 def test_bad_budgets(
     tenant: Tenant, people_csv: bytes, people_schema: str, budget_rho: str
