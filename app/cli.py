@@ -1,4 +1,5 @@
-"""The ``rhosynth`` command: serve the API, run workers, migrate, manage keys.
+"""The ``rhosynth`` command: serve the API, run workers, migrate, manage keys; and run the engine
+on local files (``synthesize``, ``evaluate``; see engine/cli.py).
 
 Every command reads the same RHOSYNTH_* settings as the service. Without RHOSYNTH_DATABASE_URL
 they use the embedded defaults under RHOSYNTH_HOME (default ./var).
@@ -6,6 +7,7 @@ they use the embedded defaults under RHOSYNTH_HOME (default ./var).
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import signal
@@ -48,7 +50,52 @@ def run_migrations(settings: Settings) -> None:
     command.upgrade(config, "head")
 
 
-@click.group()
+class _LazyGroup(click.Group):
+    """A group that imports the engine's local commands only when one of them is used.
+
+    ``rhosynth --help`` lists them from :data:`ENGINE_COMMANDS` without importing the engine (or
+    numpy and pandas), and running them never imports the web, database or queue stack.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *ENGINE_COMMANDS])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in ENGINE_COMMANDS:
+            module_name, attribute, _help = ENGINE_COMMANDS[cmd_name]
+            command = getattr(importlib.import_module(module_name), attribute)
+            if not isinstance(command, click.Command):
+                raise TypeError(f"{module_name}.{attribute} is not a click command")
+            return command
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows: list[tuple[str, str]] = []
+        limit = formatter.width - 6 - max(len(name) for name in self.list_commands(ctx))
+        for name in self.list_commands(ctx):
+            if name in ENGINE_COMMANDS:
+                rows.append((name, ENGINE_COMMANDS[name][2]))
+                continue
+            command = super().get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+ENGINE_COMMANDS: dict[str, tuple[str, str, str]] = {
+    # name: (module, attribute, the command's short help, repeated so --help need not import it)
+    "evaluate": ("engine.cli", "evaluate", "Mean k-way marginal TVD between two tables, as JSON."),
+    "synthesize": (
+        "engine.cli",
+        "synthesize",
+        "Synthesise a DP copy of a local CSV/Parquet table.",
+    ),
+}
+
+
+@click.group(cls=_LazyGroup)
 def main() -> None:
     """rhosynth: differentially private synthetic data as a service."""
 

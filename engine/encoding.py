@@ -310,8 +310,8 @@ def _as_float(values: pd.Series) -> np.ndarray:
 def _encode_column(column: Column, values: pd.Series) -> np.ndarray:
     if isinstance(column, CategoricalColumn):
         text = values if pd.api.types.is_string_dtype(values.dtype) else pd.Series(_as_text(values))
-        categorical = pd.Categorical(text, categories=list(column.categories))
-        return np.asarray(categorical.codes, dtype=np.int64)
+        # get_indexer: -1 for anything not declared (missing values included), no warnings.
+        return np.asarray(pd.Index(column.categories).get_indexer(pd.Index(text)), dtype=np.int64)
     numbers = _as_float(values)
     with np.errstate(invalid="ignore"):
         if isinstance(column, NumericColumn):

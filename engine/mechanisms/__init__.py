@@ -5,16 +5,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from engine.mechanisms.aim import AIMMechanism
 from engine.mechanisms.base import (
     Mechanism,
     ProgressCallback,
+    SelectionCharge,
     SynthesisCancelled,
     SynthesisResult,
 )
 from engine.mechanisms.independent import IndependentMechanism
+from engine.mechanisms.mst import MSTMechanism
 
 MECHANISMS: Mapping[str, Mechanism] = MappingProxyType(
-    {mechanism.name: mechanism for mechanism in (IndependentMechanism(),)}
+    {
+        mechanism.name: mechanism
+        for mechanism in (IndependentMechanism(), MSTMechanism(), AIMMechanism())
+    }
 )
 """Read-only ``{name: mechanism}``; mechanisms hold no state, so one instance serves every job."""
 
@@ -31,6 +37,7 @@ __all__ = [
     "MECHANISMS",
     "Mechanism",
     "ProgressCallback",
+    "SelectionCharge",
     "SynthesisCancelled",
     "SynthesisResult",
     "get_mechanism",

@@ -33,14 +33,39 @@ class SynthesisCancelled(Exception):
     """Raised by a progress callback to stop a run; the engine never swallows it."""
 
 
+@dataclass(frozen=True)
+class SelectionCharge:
+    """The privacy cost of one data-dependent choice (e.g. an exponential-mechanism draw).
+
+    ``rho`` is what the choice is charged (for the exponential mechanism with parameter ε:
+    ε²/8, Cesar & Rogers 2021); ``epsilon`` is the float actually used to weight the scores,
+    chosen so that ε²/8 ≤ ``rho`` exactly (engine.selection.epsilon_for_rho).
+    """
+
+    description: str
+    epsilon: float
+    sensitivity: float
+    rho: Fraction
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rho, bool) or not isinstance(self.rho, Fraction) or self.rho <= 0:
+            raise ValueError("a selection charge needs a positive exact Fraction rho")
+        if not (self.epsilon > 0 and self.sensitivity > 0):
+            raise ValueError("epsilon and sensitivity must be positive")
+        if Fraction(self.epsilon) ** 2 / 8 > self.rho:
+            raise ValueError("epsilon spends more than the charged rho")
+
+
 @dataclass(frozen=True, eq=False)
 class SynthesisResult:
-    """Synthetic codes (rows × attributes, domain order) and the measurements that produced them."""
+    """Synthetic codes (rows × attributes, domain order), the measurements that produced them,
+    and the charges of the data-dependent selections made on the way."""
 
     codes: npt.NDArray[np.int64]
     measurements: tuple[Measurement, ...]
     rho_used: Fraction
     estimated_total: float
+    selections: tuple[SelectionCharge, ...] = ()
 
     def __post_init__(self) -> None:
         codes = np.asarray(self.codes)
@@ -49,6 +74,9 @@ class SynthesisResult:
         measurements = tuple(self.measurements)
         if not all(isinstance(m, Measurement) for m in measurements):
             raise TypeError("measurements must be Measurement objects")
+        selections = tuple(self.selections)
+        if not all(isinstance(s, SelectionCharge) for s in selections):
+            raise TypeError("selections must be SelectionCharge objects")
         if isinstance(self.rho_used, bool) or not isinstance(self.rho_used, Fraction | int):
             raise TypeError("rho_used must be a Fraction")
         estimated_total = float(self.estimated_total)
@@ -60,6 +88,7 @@ class SynthesisResult:
             codes.flags.writeable = False
         object.__setattr__(self, "codes", codes)
         object.__setattr__(self, "measurements", measurements)
+        object.__setattr__(self, "selections", selections)
         object.__setattr__(self, "rho_used", Fraction(self.rho_used))
         object.__setattr__(self, "estimated_total", estimated_total)
 
@@ -72,6 +101,9 @@ def resolve_rows(rows: int | None, estimated_total: float, max_rows: int | None 
     """
     count = rows if rows is not None else max(1, round(estimated_total))
     return count if max_rows is None else min(count, max_rows)
+
+
+_PROGRESS_JITTER = 1e-9
 
 
 class ProgressReporter:
@@ -92,8 +124,9 @@ class ProgressReporter:
 
     def __call__(self, fraction: float, stage: str) -> None:
         """Report ``fraction`` of the run done, now in ``stage``."""
-        if not (0.0 <= fraction <= 1.0) or fraction < self._fraction:
+        if not (0.0 <= fraction <= 1.0) or fraction < self._fraction - _PROGRESS_JITTER:
             raise ValueError(f"progress must be non-decreasing in [0, 1], got {fraction}")
+        fraction = max(fraction, self._fraction)  # absorb float jitter (0.2 + 0.1 > 0.3)
         self._fraction = fraction
         self._stage = stage
         if self._callback is not None:
@@ -179,10 +212,12 @@ class Mechanism(abc.ABC):
             noise_source=noise_source,
         )
 
-        spent = sum((m.rho for m in result.measurements), Fraction(0))
+        spent = sum((m.rho for m in result.measurements), Fraction(0)) + sum(
+            (s.rho for s in result.selections), Fraction(0)
+        )
         if spent != rho or result.rho_used != rho:
             raise RuntimeError(
-                f"mechanism {self.name!r} measured with total rho {spent} "
+                f"mechanism {self.name!r} measured and selected with total rho {spent} "
                 f"(reported {result.rho_used}) but was given {rho}"
             )
         expected_rows = resolve_rows(rows, result.estimated_total, max_rows)

@@ -172,3 +172,44 @@ def test_progress_is_reported_while_running(
     assert any(0 < f < 1 for f in fractions), seen
     assert {stage for _, stage in seen} & {"load", "measure", "estimate", "sample", "write"}
     assert seen[-1] == (1.0, "done")
+
+
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("mst", {"iterations": 300}),
+        ("aim", {"rounds": 8, "round_iterations": 30, "iterations": 300}),
+    ],
+)
+def test_graphical_model_methods_through_the_service(
+    worker_stack: Stack,
+    worker_tenant: Tenant,
+    people_csv: bytes,
+    people_schema: str,
+    method: str,
+    params: dict,
+) -> None:
+    tenant = worker_tenant
+    dataset = create_dataset(tenant.owner, people_csv, people_schema, budget_rho="2")
+    methods = {m["name"]: m for m in tenant.analyst.get("/v1/methods").json()["items"]}
+    assert set(params) <= set(methods[method]["params_schema"]["properties"])
+    response = submit(tenant.analyst, dataset["id"], rho="1", method=method, params=params, seed=3)
+    assert response.status_code == 202, response.text
+    job = wait_for(tenant.analyst, response.json()["id"], timeout=180)
+    assert job["status"] == "succeeded", (job, worker_stack.logs()[-4000:])
+    rows = list(
+        csv.DictReader(io.StringIO(tenant.analyst.get(f"/v1/jobs/{job['id']}/output").text))
+    )
+    assert abs(len(rows) - 400) < 60  # the noisy estimate of the row count
+    declared = json.loads(people_schema)["columns"][0]["categories"]
+    escaped = {c if c[0] not in "=+-@" else "'" + c for c in declared}
+    assert {r["city"] for r in rows} <= escaped
+    assert all(0.0 <= float(r["age"]) <= 100.0 for r in rows)
+    assert {r["tier"] for r in rows} <= {"0", "1", "2", "3"}
+    assert _ledger_kinds(tenant, dataset["id"]) == [
+        ("grant", "2"),
+        ("reserve", "1"),
+        ("spend", "1"),
+    ]
+    bad = submit(tenant.analyst, dataset["id"], rho="0.1", method=method, params={"nope": 1})
+    assert bad.status_code == 422 and "invalid params" in bad.json()["detail"]

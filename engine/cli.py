@@ -1,0 +1,621 @@
+"""``rhosynth synthesize`` and ``rhosynth evaluate``: the engine on local files, no service needed.
+
+``synthesize`` reads a CSV or Parquet table, checks every value against the declared schema (the
+same rules as the service: missing, duplicate or extra columns and values outside the declared
+domain are refused, with messages that name columns and count rows but never quote a value),
+runs a mechanism from the registry with an exact ρ and writes the synthetic table in the original
+value space. ``evaluate`` encodes a real and a synthetic table with the same schema and prints
+their mean k-way marginal TVD (engine.evaluation) as JSON.
+
+Privacy. DP noise comes from the operating system's CSPRNG inside the mechanism; ``--seed`` seeds
+post-processing only (sampling rows, drawing numeric values inside their bins), exactly as in the
+service. Running ``synthesize`` twice on the same data spends ρ twice: this command keeps no
+ledger, so composition across runs is the caller's responsibility.
+
+These commands import nothing from app/ or workers/: ``rhosynth`` loads this module lazily.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pydantic
+
+from engine.accounting import RHO_QUANTUM, rho_from_epsilon_delta
+from engine.domain import Dataset
+from engine.encoding import SchemaError, TableSchema
+from engine.evaluation import mean_tvd
+from engine.mechanisms import MECHANISMS, Mechanism, get_mechanism
+
+PARQUET_MAGIC = b"PAR1"
+CSV_BLOCK_BYTES = 4 * 1024 * 1024
+MAX_HEADER_BYTES = 16 * 1024 * 1024
+PARQUET_BATCH_CELLS = 4_000_000
+MAX_EPSILON = Decimal(1000)
+"""The service's cap on ε (a larger ε gives no meaningful guarantee)."""
+MAX_DECIMAL_EXPONENT = 1000
+MAX_MESSAGE_LENGTH = 500
+
+IntArray = npt.NDArray[np.int64]
+_RHO_EXPONENT = RHO_QUANTUM.adjusted()  # -12: the ledger's decimal places
+
+
+class CommandError(click.ClickException):
+    """A refusal printed as one line, ``Error: <message>``, with exit code 2 (no traceback)."""
+
+    exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        one_line = " ".join(message.split())
+        if len(one_line) > MAX_MESSAGE_LENGTH:
+            one_line = one_line[: MAX_MESSAGE_LENGTH - 1] + "…"
+        super().__init__(one_line)
+
+
+class TableError(ValueError):
+    """A table cannot be read against its schema. The message names columns, never values."""
+
+
+# --------------------------------------------------------------------------------------------
+# Budgets and parameters
+# --------------------------------------------------------------------------------------------
+
+
+def _parse_decimal(text: str, option: str) -> Decimal:
+    try:
+        value = Decimal(text.strip())
+    except InvalidOperation:
+        raise CommandError(f"{option} must be a decimal number") from None
+    if not value.is_finite():
+        raise CommandError(f"{option} must be a finite number")
+    if value and not -MAX_DECIMAL_EXPONENT <= value.adjusted() <= MAX_DECIMAL_EXPONENT:
+        # e.g. "1e999999999": arithmetic on it would overflow the decimal context.
+        raise CommandError(f"{option} is out of range")
+    return value
+
+
+def parse_rho(text: str) -> Fraction:
+    """``--rho``: a positive decimal with at most 12 decimal places (the ledger's resolution)."""
+    value = _parse_decimal(text, "--rho")
+    if value <= 0:
+        raise CommandError("--rho must be positive")
+    # _parse_decimal bounded the exponent, so normalize() cannot over- or underflow here.
+    exponent = value.normalize().as_tuple().exponent
+    if isinstance(exponent, int) and exponent < _RHO_EXPONENT:
+        raise CommandError("--rho has at most 12 decimal places")
+    return Fraction(value)
+
+
+def rho_for_epsilon_delta(epsilon_text: str, delta_text: str) -> tuple[Fraction, Decimal, Decimal]:
+    """``--epsilon``/``--delta``: the largest ρ whose CKS 2020 conversion gives (ε, δ)-DP."""
+    epsilon = _parse_decimal(epsilon_text, "--epsilon")
+    delta = _parse_decimal(delta_text, "--delta")
+    if not 0 < epsilon <= MAX_EPSILON:
+        raise CommandError(f"--epsilon must be in (0, {MAX_EPSILON}]")
+    if not 0 < delta < 1:
+        raise CommandError("--delta must be strictly between 0 and 1")
+    try:
+        rho = rho_from_epsilon_delta(epsilon, delta)
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    return Fraction(rho), epsilon, delta
+
+
+def _json_or_text(text: str) -> Any:
+    def refuse(constant: str) -> Any:
+        raise ValueError(constant)
+
+    try:
+        return json.loads(text, parse_constant=refuse)
+    except ValueError:
+        return text
+
+
+def parse_params(pairs: Sequence[str]) -> dict[str, Any]:
+    """``--param key=value`` pairs; a value is JSON when it parses as JSON, else a string."""
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise CommandError("--param takes key=value")
+        if key in params:
+            raise CommandError(f"--param {key!r} is given twice")
+        params[key] = _json_or_text(value)
+    return params
+
+
+def _mechanism(name: str) -> Mechanism:
+    try:
+        return get_mechanism(name)
+    except KeyError:
+        available = ", ".join(sorted(MECHANISMS))
+        raise CommandError(f"unknown method {name!r}; available: {available}") from None
+
+
+def _validated_params(mechanism: Mechanism, raw: Mapping[str, Any]) -> pydantic.BaseModel:
+    try:
+        return mechanism.validate_params(raw)
+    except pydantic.ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in item['loc']) or 'params'!r}: {item['msg']}"
+            for item in error.errors(include_url=False)
+        )
+        raise CommandError(f"invalid --param for method {mechanism.name!r}: {problems}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Reading and writing tables
+# --------------------------------------------------------------------------------------------
+
+
+def load_schema(path: Path) -> TableSchema:
+    """Parse a schema file (either form of engine.encoding); :class:`TableError` if it is bad."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TableError(f"schema file {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError):
+        raise TableError(f"schema file {str(path)!r} cannot be read as UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise TableError(
+            f"schema file {str(path)!r} is not valid JSON (line {error.lineno})"
+        ) from None
+    try:
+        return TableSchema.from_json(raw)
+    except SchemaError as error:
+        raise TableError(f"schema file {str(path)!r}: {error}") from None
+
+
+def _names(names: Sequence[str], limit: int = 20) -> str:
+    shown = ", ".join(repr(name) for name in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _check_columns(found: Sequence[str], schema: TableSchema, allow_extra: bool) -> None:
+    duplicates = sorted({name for name in found if list(found).count(name) > 1})
+    if duplicates:
+        raise TableError(f"duplicate columns: {_names(duplicates)}")
+    missing = [name for name in schema.names if name not in found]
+    extra = [name for name in found if name not in schema.names]
+    problems = []
+    if missing:
+        problems.append(f"missing columns: {_names(missing)}")
+    if extra and not allow_extra:
+        problems.append(f"columns not in the schema: {_names(extra)}")
+    if problems:
+        raise TableError("; ".join(problems))
+
+
+def _read_csv_header(path: Path) -> list[str]:
+    with open(path, "rb") as handle:
+        line = handle.readline(MAX_HEADER_BYTES + 1)
+    if not line:
+        raise TableError("the file is empty")
+    if len(line) > MAX_HEADER_BYTES:
+        raise TableError(f"the header row is longer than {MAX_HEADER_BYTES} bytes")
+    if b"\x00" in line:
+        raise TableError("the file is neither Parquet nor UTF-8 CSV text")
+    try:
+        text = line.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise TableError("the file is neither Parquet nor UTF-8 CSV text") from None
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows or not rows[0] or rows[0] == [""]:
+        raise TableError("the CSV header row is empty")
+    return rows[0]
+
+
+def _csv_frames(path: Path, schema: TableSchema, allow_extra: bool) -> Iterator[pd.DataFrame]:
+    header = _read_csv_header(path)
+    _check_columns(header, schema, allow_extra)
+    bad_rows = 0
+
+    def count_bad_row(_row: Any) -> str:
+        nonlocal bad_rows
+        bad_rows += 1
+        return "skip"
+
+    try:
+        reader = pacsv.open_csv(
+            path,
+            read_options=pacsv.ReadOptions(
+                column_names=header, skip_rows=1, block_size=CSV_BLOCK_BYTES
+            ),
+            parse_options=pacsv.ParseOptions(
+                newlines_in_values=True, invalid_row_handler=count_bad_row
+            ),
+            convert_options=pacsv.ConvertOptions(
+                column_types={name: pa.string() for name in schema.names},
+                include_columns=list(schema.names),
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                break
+            yield batch.to_pandas()
+    except pa.ArrowInvalid as error:
+        # pyarrow's messages can quote the offending row: classify them, never forward them.
+        text = str(error)
+        if "UTF8" in text or "UTF-8" in text:
+            raise TableError("the file is not valid UTF-8 text") from None
+        if "straddling" in text or "block" in text:
+            raise TableError(f"a row is longer than {CSV_BLOCK_BYTES} bytes") from None
+        if "Empty CSV file" in text:
+            return
+        raise TableError("the CSV could not be parsed") from None
+    if bad_rows:
+        verb = "does" if bad_rows == 1 else "do"
+        raise TableError(
+            f"{bad_rows} row{'s' if bad_rows != 1 else ''} {verb} not have {len(header)} fields"
+        )
+
+
+def _parquet_frames(path: Path, schema: TableSchema, allow_extra: bool) -> Iterator[pd.DataFrame]:
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError):
+        raise TableError("the file is neither a readable Parquet file nor CSV") from None
+    arrow_schema = parquet.schema_arrow
+    _check_columns(list(arrow_schema.names), schema, allow_extra)
+    for name in schema.names:
+        if pa.types.is_nested(arrow_schema.field(name).type):
+            raise TableError(f"column {name!r}: nested Parquet types are not supported")
+    batch_rows = max(1, min(65_536, PARQUET_BATCH_CELLS // len(schema.names)))
+    try:
+        for batch in parquet.iter_batches(batch_size=batch_rows, columns=list(schema.names)):
+            yield batch.to_pandas()
+    except (pa.ArrowException, OSError):
+        raise TableError("the Parquet file could not be read") from None
+
+
+def load_table(path: Path, schema: TableSchema, *, allow_extra_columns: bool = False) -> IntArray:
+    """Read a CSV or Parquet file and encode it with ``schema``: int64 codes, schema order.
+
+    The format is decided by the content (Parquet's magic bytes), not the file name. CSV is read
+    in blocks with every column as text; Parquet in row batches with its own types. Raises
+    :class:`TableError` when the file is unreadable, lacks a schema column, repeats a column, has
+    a column the schema does not declare (unless ``allow_extra_columns``, which ignores them),
+    has rows with the wrong number of fields, has no rows, or holds values outside the declared
+    domain; the last is reported per column as a number of rows, never as values.
+    """
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except FileNotFoundError:
+        raise TableError("the file does not exist") from None
+    except IsADirectoryError:
+        raise TableError("the path is a directory, not a file") from None
+    except OSError:
+        raise TableError("the file cannot be read") from None
+    frames = (
+        _parquet_frames(path, schema, allow_extra_columns)
+        if magic == PARQUET_MAGIC
+        else _csv_frames(path, schema, allow_extra_columns)
+    )
+    chunks: list[IntArray] = []
+    invalid: Counter[str] = Counter()
+    for frame in frames:
+        if not len(frame):
+            continue
+        encoded = schema.encode(frame)
+        invalid.update(encoded.invalid_rows)
+        if not invalid:
+            chunks.append(encoded.codes)
+    if invalid:
+        parts = [
+            f"column {name!r}: {count} row{'s' if count != 1 else ''} outside the declared domain"
+            for name, count in sorted(invalid.items(), key=lambda item: schema.names.index(item[0]))
+        ]
+        raise TableError("values do not match the schema: " + "; ".join(parts))
+    if not chunks:
+        raise TableError("the table has no rows")
+    return np.concatenate(chunks)
+
+
+def write_table(frame: pd.DataFrame, out: Path) -> None:
+    """Write ``frame`` as Parquet if ``out`` ends with .parquet, else as CSV; atomically.
+
+    The CSV is plain RFC 4180 text in the original value space, so ``evaluate`` and other tools
+    read it back exactly. Unlike the service's download, text cells are not escaped against
+    spreadsheet formula injection: a leading apostrophe would change the values.
+    """
+    temporary = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    try:
+        if out.suffix.lower() == ".parquet":
+            pq.write_table(
+                pa.Table.from_pandas(frame, preserve_index=False), temporary, compression="zstd"
+            )
+        else:
+            frame.to_csv(temporary, index=False, lineterminator="\n")
+        os.replace(temporary, out)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Progress
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ProgressBar:
+    """A one-line text progress bar on stderr, redrawn in place with carriage returns.
+
+    Driven by a mechanism's progress callback ``(fraction, stage)``; redraws only when the whole
+    percentage or the stage changes.
+    """
+
+    enabled: bool = True
+    width: int = 30
+    _last: tuple[int, str] | None = None
+    _drawn_length: int = 0
+
+    def __call__(self, fraction: float, stage: str) -> None:
+        if not self.enabled:
+            return
+        percent = math.floor(100 * min(max(fraction, 0.0), 1.0))
+        if self._last == (percent, stage):
+            return
+        self._last = (percent, stage)
+        filled = round(self.width * percent / 100)
+        line = f"[{'#' * filled}{'.' * (self.width - filled)}] {percent:3d}% {stage}"
+        padding = " " * max(0, self._drawn_length - len(line))
+        self._drawn_length = len(line)
+        click.echo("\r" + line + padding, err=True, nl=False)
+
+    def close(self) -> None:
+        """End the bar's line so the next message starts on its own."""
+        if self._drawn_length:
+            click.echo("", err=True)
+            self._drawn_length = 0
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------
+
+
+def _format_decimal(value: Decimal) -> str:
+    return "0" if value == 0 else format(value.normalize(), "f")
+
+
+def _format_rho(rho: Fraction) -> str:
+    # ρ is a multiple of 1e-12 in both input forms, so this is exact.
+    return _format_decimal(Decimal(rho.numerator) / Decimal(rho.denominator))
+
+
+def _load_schema_or_fail(path: Path) -> TableSchema:
+    try:
+        return load_schema(path)
+    except TableError as error:
+        raise CommandError(str(error)) from None
+
+
+def _load_table_or_fail(
+    label: str, path: Path, schema: TableSchema, *, allow_extra_columns: bool
+) -> IntArray:
+    try:
+        return load_table(path, schema, allow_extra_columns=allow_extra_columns)
+    except TableError as error:
+        raise CommandError(f"{label} ({path}): {error}") from None
+
+
+def _check_output(out: Path, inputs: Sequence[Path]) -> None:
+    if out.is_dir():
+        raise CommandError(f"--out {str(out)!r} is a directory")
+    if not out.parent.is_dir():
+        raise CommandError(f"--out: the directory {str(out.parent)!r} does not exist")
+    for source in inputs:
+        if out.exists() and source.exists() and out.samefile(source):
+            raise CommandError("--out must not overwrite an input file")
+
+
+PathArgument = click.Path(path_type=Path, dir_okay=False)
+
+
+@click.command("synthesize", short_help="Synthesise a DP copy of a local CSV/Parquet table.")
+@click.argument("data", type=PathArgument)
+@click.option(
+    "--schema", "schema_path", required=True, type=PathArgument, help="the declared schema (JSON)"
+)
+@click.option("--method", required=True, help=f"one of: {', '.join(sorted(MECHANISMS))}")
+@click.option("--rho", "rho_text", default=None, help="budget as ρ (zCDP), ≤ 12 decimal places")
+@click.option("--epsilon", "epsilon_text", default=None, help="budget as (ε, δ): ε, with --delta")
+@click.option("--delta", "delta_text", default=None, help="budget as (ε, δ): δ in (0, 1)")
+@click.option(
+    "--rows",
+    type=click.IntRange(min=1),
+    default=None,
+    help="rows to synthesise (default: the mechanism's noisy estimate of the row count)",
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=None,
+    help="seeds post-processing only (sampling), never DP noise",
+)
+@click.option(
+    "--param",
+    "param_pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="a mechanism parameter (value parsed as JSON when possible); repeatable",
+)
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="output file: CSV, or Parquet if it ends with .parquet",
+)
+@click.option(
+    "--progress/--no-progress",
+    "show_progress",
+    default=None,
+    help="draw a progress bar on stderr (default: when stderr is a terminal)",
+)
+def synthesize(
+    data: Path,
+    schema_path: Path,
+    method: str,
+    rho_text: str | None,
+    epsilon_text: str | None,
+    delta_text: str | None,
+    rows: int | None,
+    seed: int | None,
+    param_pairs: tuple[str, ...],
+    out: Path,
+    show_progress: bool | None,
+) -> None:
+    """Synthesise a differentially private copy of DATA (CSV or Parquet) into --out.
+
+    The budget is --rho R, or --epsilon E with --delta D (converted to the largest ρ whose
+    ρ-zCDP guarantee gives (E, D)-DP). Values outside the declared schema are refused. Every run
+    spends its budget again: there is no ledger here.
+    """
+    started = time.perf_counter()
+    epsilon: Decimal | None = None
+    delta: Decimal | None = None
+    if rho_text is not None:
+        if epsilon_text is not None or delta_text is not None:
+            raise CommandError("give the budget as --rho or as --epsilon with --delta, not both")
+        rho = parse_rho(rho_text)
+    elif epsilon_text is not None and delta_text is not None:
+        rho, epsilon, delta = rho_for_epsilon_delta(epsilon_text, delta_text)
+    elif epsilon_text is not None or delta_text is not None:
+        raise CommandError("--epsilon and --delta must be given together")
+    else:
+        raise CommandError("a budget is required: --rho, or --epsilon with --delta")
+
+    mechanism = _mechanism(method)
+    params = _validated_params(mechanism, parse_params(param_pairs))
+    schema = _load_schema_or_fail(schema_path)
+    _check_output(out, [data, schema_path])
+
+    codes = _load_table_or_fail("DATA", data, schema, allow_extra_columns=False)
+    codes.flags.writeable = False  # Dataset keeps a read-only array without copying it
+    dataset = Dataset(schema.domain(), codes)
+    # Post-processing randomness only; the mechanism draws DP noise from the OS CSPRNG.
+    rng = np.random.default_rng(seed)
+    bar = ProgressBar(enabled=_stderr_is_terminal() if show_progress is None else show_progress)
+    try:
+        result = mechanism.run(dataset, rho, params, rng=rng, rows=rows, progress=bar)
+    except Exception as error:
+        bar.close()
+        raise CommandError(f"method {method!r} failed: {type(error).__name__}: {error}") from None
+    bar.close()
+
+    frame = schema.decode(result.codes, rng)
+    try:
+        write_table(frame, out)
+    except OSError as error:
+        raise CommandError(f"--out: cannot write {str(out)!r} ({error.strerror})") from None
+    budget = f"rho={_format_rho(rho)}"
+    if epsilon is not None and delta is not None:
+        budget += f" (epsilon={epsilon.normalize():g}, delta={delta.normalize():g})"
+    click.echo(
+        f"{mechanism.name}: {budget}, {result.codes.shape[0]} rows, "
+        f"{time.perf_counter() - started:.2f} s -> {out}",
+        err=True,
+    )
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # a closed or unusual stream: no bar
+        return False
+
+
+@click.command("evaluate", short_help="Mean k-way marginal TVD between two tables, as JSON.")
+@click.argument("real", type=PathArgument)
+@click.argument("synth", type=PathArgument)
+@click.option(
+    "--schema", "schema_path", required=True, type=PathArgument, help="the declared schema (JSON)"
+)
+@click.option(
+    "--max-way", type=click.IntRange(min=1), default=3, show_default=True, help="largest k"
+)
+@click.option(
+    "--max-marginals",
+    type=click.IntRange(min=1),
+    default=None,
+    help="average each k over at most this many uniformly sampled column sets (default: all)",
+)
+@click.option(
+    "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="seeds that sample"
+)
+def evaluate(
+    real: Path,
+    synth: Path,
+    schema_path: Path,
+    max_way: int,
+    max_marginals: int | None,
+    seed: int,
+) -> None:
+    """Print the mean TVD of the k-way marginals of REAL and SYNTH (k = 1..--max-way) as JSON.
+
+    Both tables are encoded with the schema (categories as text, numeric values into their bins,
+    codes as codes); columns the schema does not declare are ignored. TVD is ½·Σ|p − q| between
+    normalised histograms, averaged over every set of k columns, as in ../shared/bench.
+    """
+    schema = _load_schema_or_fail(schema_path)
+    real_codes = _load_table_or_fail("REAL", real, schema, allow_extra_columns=True)
+    synth_codes = _load_table_or_fail("SYNTH", synth, schema, allow_extra_columns=True)
+    scores = mean_tvd(
+        real_codes,
+        synth_codes,
+        schema.domain(),
+        max_way=max_way,
+        max_marginals=max_marginals,
+        rng=np.random.default_rng(seed),
+    )
+    report: dict[str, Any] = {str(k): value for k, value in scores.items()}
+    report["n_real"] = int(real_codes.shape[0])
+    report["n_synth"] = int(synth_codes.shape[0])
+    if max_marginals is not None:
+        report["max_marginals"] = max_marginals
+    click.echo(json.dumps(report))
+
+
+COMMANDS: tuple[click.Command, ...] = (synthesize, evaluate)
+
+__all__ = [
+    "COMMANDS",
+    "CommandError",
+    "ProgressBar",
+    "TableError",
+    "evaluate",
+    "load_schema",
+    "load_table",
+    "parse_params",
+    "parse_rho",
+    "rho_for_epsilon_delta",
+    "synthesize",
+    "write_table",
+]

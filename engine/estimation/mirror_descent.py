@@ -1,0 +1,665 @@
+"""Fit a graphical model to noisy marginals by entropic mirror descent (post-processing).
+
+Private-PGM (McKenna, Sheldon, Miklau, "Graphical-model based estimation and inference for
+differential privacy", ICML 2019, Algorithm 1): minimise the Gaussian negative log-likelihood
+
+    L(μ) = Σ_i ½ ‖(μ_{A_i} − y_i) / σ_i‖²
+
+over the marginals μ of a Markov random field on the measurements' junction tree. Each step
+moves the log-potentials against the gradient, θ ← θ − η·∇L(μ(θ)) (a measurement's gradient
+lives on its attributes and is broadcast into the clique that holds them), then recomputes μ by
+belief propagation. The step η is found by backtracking: halve until the Armijo condition
+``L(μ) − L(μ') ≥ c·⟨∇L(μ), μ − μ'⟩`` holds, grow it by ``GROWTH`` after a step accepted at once;
+a warm-started fit starts from the step its warm start ended with. Only noisy, already-released
+marginals are read: this is post-processing and spends no privacy budget.
+
+Deviations from private-pgm (mbi 1.x ``FactoredInference.mirror_descent``):
+
+* the Armijo test there is ``L − L' ≥ ½·η·⟨∇L, μ − μ'⟩`` (η of order 1/N makes it nearly "any
+  decrease"); here it is the textbook ``c·⟨∇L, μ − μ'⟩`` with a small c, and the step grows after
+  an immediate acceptance instead of being doubled before every line search;
+* measurements of the same attribute set are pooled (``W = Σ 1/σ²``, precision-weighted mean);
+* the fit stops early once the loss improves by less than ``tolerance`` (relative) over
+  ``CONVERGENCE_WINDOW`` iterations;
+* the inner loop never materialises θ or the clique beliefs: θ is kept as θ⁰ plus one
+  accumulated update per measured attribute set, a clique's factor is ``exp(θ⁰)`` times small
+  multipliers, and measured marginals are read from the upward-pass products (see
+  :class:`_Engine`). This is the same arithmetic in a different order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.domain import Domain
+from engine.estimation.inference import (
+    UNDERFLOW_GUARD,
+    FloatArray,
+    Reducer,
+    TargetLattice,
+    calibrate,
+    make_plan,
+    marginalise,
+    stable_factors,
+)
+from engine.estimation.junction_tree import JunctionTree, Labels, build_junction_tree
+from engine.estimation.measurements import NoisyMarginal, estimate_total
+from engine.estimation.model import GraphicalModel, add_to_clique
+
+ARMIJO = 1e-4
+"""Fraction of the first-order predicted decrease a step must achieve."""
+GROWTH = 1.1
+"""Step-size growth after a step accepted without backtracking."""
+MAX_BACKTRACKS = 40
+CONVERGENCE_WINDOW = 10
+CALLBACK_EVERY = 10
+RESYNC_EVERY = 50
+"""Accepted steps between exact recomputations of the factors from the potentials."""
+MERGE_FRACTION = 8
+"""Small broadcast operands are multiplied together first while their union has at most
+1/MERGE_FRACTION of the clique's cells, so the clique itself is touched fewer times."""
+WARM_FLOOR = 1e-15
+"""Relative floor on marginals when a warm start is projected onto a different tree."""
+
+
+def _in_id_order(labels: Labels, measurement: NoisyMarginal) -> tuple[tuple[int, ...], FloatArray]:
+    domain = labels.domain
+    positions = labels.clique(measurement.attributes)
+    expected = tuple(domain.size(name) for name in measurement.attributes)
+    if measurement.values.shape != expected:
+        raise ValueError(
+            f"measurement on {measurement.attributes} has shape {measurement.values.shape}, "
+            f"the domain says {expected}"
+        )
+    values = measurement.values.transpose(labels.axes_from(measurement.attributes))
+    return positions, np.ascontiguousarray(values)
+
+
+@dataclass(frozen=True, eq=False)
+class _Key:
+    """All measurements of one attribute set, pooled: ½Σ w_i‖μ − y_i‖² = ½W‖μ − Y‖² + const.
+
+    ``W = Σ w_i`` (w_i = 1/σ_i²), ``Y = Σ w_i y_i / W``; the constant keeps the reported loss
+    equal to the sum over the individual measurements.
+    """
+
+    clique: int
+    attributes: tuple[int, ...]
+    target: FloatArray
+    weight: float
+    constant: float
+
+
+def _pool(
+    tree: JunctionTree,
+    placed: Sequence[tuple[tuple[int, ...], FloatArray]],
+    weights: Sequence[float],
+) -> list[_Key]:
+    pooled: dict[tuple[int, ...], list[tuple[FloatArray, float]]] = {}
+    for (positions, values), weight in zip(placed, weights, strict=True):
+        pooled.setdefault(positions, []).append((values, weight))
+    keys = []
+    for positions, entries in pooled.items():
+        holder = tree.containing(positions)
+        assert holder is not None  # every measured set is a clique of the triangulated graph
+        total_weight = sum(w for _, w in entries)
+        mean = np.asarray(sum(w * y for y, w in entries) / total_weight, dtype=np.float64)
+        constant = 0.5 * sum(w * _dot(y.ravel(), y.ravel()) for y, w in entries)
+        constant -= 0.5 * total_weight * _dot(mean.ravel(), mean.ravel())
+        keys.append(_Key(holder, positions, mean, total_weight, max(constant, 0.0)))
+    return keys
+
+
+def _shape_in(sizes: Sequence[int], attrs: Sequence[int], host: Sequence[int]) -> tuple[int, ...]:
+    inside = set(attrs)
+    return tuple(sizes[v] if v in inside else 1 for v in host)
+
+
+class _Clique:
+    """Static plan for one clique of the junction tree inside the mirror-descent loop."""
+
+    def __init__(self, tree: JunctionTree, c: int, keys: Sequence[_Key]) -> None:
+        sizes = tree.sizes
+        clique = tree.cliques[c]
+        self.clique = clique
+        self.cells = math.prod(tree.shapes[c])
+        self.is_root = tree.parent[c] == -1
+        self.separator = tree.separators[c]
+        self.up = Reducer(tree.shapes[c], tuple(v in set(self.separator) for v in clique))
+        self.total = Reducer(tree.shapes[c], (False,) * len(clique))
+        self.belief_shape = _shape_in(sizes, self.separator, clique)
+
+        # Keys in this clique, smallest first; each folds into its smallest measured superset
+        # here, or is applied to the clique itself (a "top" key).
+        mine = [i for i, key in enumerate(keys) if key.clique == c]
+        mine.sort(key=lambda i: (math.prod(sizes[v] for v in keys[i].attributes), i))
+        self.keys = mine
+        self.fold_into: dict[int, int] = {}
+        self.fold_shape: dict[int, tuple[int, ...]] = {}
+        for position, i in enumerate(mine):
+            measured = keys[i].attributes
+            into, host = -1, clique
+            for j in mine[position + 1 :]:
+                if set(measured) <= set(keys[j].attributes):
+                    into, host = j, keys[j].attributes
+                    break
+            self.fold_into[i] = into
+            self.fold_shape[i] = _shape_in(sizes, measured, host)
+        self.top = [i for i in mine if self.fold_into[i] < 0]
+
+        # Operands of the upward product: the top keys' multipliers and the children's messages,
+        # merged into groups whose union of attributes stays small.
+        operands: list[tuple[str, int, tuple[int, ...]]] = [
+            ("key", i, keys[i].attributes) for i in self.top
+        ]
+        operands += [("child", k, tree.separators[k]) for k in tree.children[c]]
+        limit = max(1, self.cells // MERGE_FRACTION)
+        groups: list[tuple[set[int], list[tuple[str, int, tuple[int, ...]]]]] = []
+        for operand in sorted(operands, key=lambda o: -math.prod(sizes[v] for v in o[2])):
+            for group_attrs, members in groups:
+                cells = math.prod(sizes[v] for v in group_attrs | set(operand[2]))
+                # Merging never costs more than a pass the group makes anyway.
+                if cells <= max(limit, math.prod(sizes[v] for v in group_attrs)):
+                    group_attrs |= set(operand[2])
+                    members.append(operand)
+                    break
+            else:
+                groups.append((set(operand[2]), [operand]))
+        self.groups: list[tuple[tuple[int, ...], list[tuple[str, int, tuple[int, ...]]]]] = []
+        for group_attrs, members in groups:
+            covered = tuple(sorted(group_attrs))
+            self.groups.append(
+                (
+                    _shape_in(sizes, covered, clique),
+                    [(kind, ident, _shape_in(sizes, a, covered)) for kind, ident, a in members],
+                )
+            )
+
+        # Marginals wanted from this clique's belief: its keys and its children's separators.
+        # If some T ∪ S (S = separator with the parent) is the whole clique, the belief itself
+        # is needed: the product is turned into it in place and every T is read from it.
+        # Otherwise each T is read from the product's marginal on T ∪ S times the downward
+        # message on S, and the belief is only formed once, after the fit.
+        wanted = [keys[i].attributes for i in mine] + [tree.separators[k] for k in tree.children[c]]
+        augmented = sorted({tuple(sorted(set(t) | set(self.separator))) for t in wanted})
+        self.in_place = (not self.is_root) and clique in augmented
+        if self.in_place:
+            augmented = sorted(set(wanted))
+        self.lattice = TargetLattice(clique, sizes, augmented)
+        self.down_shape = [_shape_in(sizes, self.separator, a) for a in self.lattice.targets]
+        self.reads: dict[tuple[int, ...], tuple[int, Reducer]] = {}
+        for t in wanted:
+            a = t if self.in_place else tuple(sorted(set(t) | set(self.separator)))
+            keep = tuple(v in set(t) for v in a)
+            self.reads[t] = (self.lattice.index[a], Reducer(tuple(sizes[v] for v in a), keep))
+        self.child_seps = [(k, tree.separators[k]) for k in tree.children[c]]
+
+
+class _Evaluation:
+    """One model evaluation: measured marginals and gradient (flat, keys concatenated), loss,
+    and what rebuilds the beliefs."""
+
+    __slots__ = ("downs", "exact", "gradients", "loss", "marginals", "products", "slot")
+
+    def __init__(
+        self,
+        products: list[FloatArray],
+        downs: list[FloatArray | float],
+        marginals: FloatArray,
+        loss: float,
+        gradients: FloatArray,
+        slot: int,
+        exact: bool = False,
+    ) -> None:
+        self.exact = exact
+        self.slot = slot
+        self.products = products
+        self.downs = downs
+        self.marginals = marginals
+        self.loss = loss
+        self.gradients = gradients
+
+
+class _Buffers:
+    """Arrays one evaluation writes into, reused across evaluations.
+
+    Fresh multi-megabyte arrays cost page faults on every evaluation (measured: several
+    milliseconds per evaluation of a 1M-cell model, more than the arithmetic), so the loop keeps
+    two sets, one for the accepted evaluation and one for the trial, and swaps them.
+    """
+
+    __slots__ = ("diff", "gradients", "marginals", "products", "shapes")
+
+    def __init__(self, shapes: Sequence[tuple[int, ...]], keys_size: int) -> None:
+        self.shapes = shapes
+        self.products: list[FloatArray | None] = [None] * len(shapes)
+        self.marginals = np.empty(keys_size)
+        self.gradients = np.empty(keys_size)
+        self.diff = np.empty(keys_size)
+
+    def product(self, c: int) -> FloatArray:
+        buffer = self.products[c]
+        if buffer is None:
+            buffer = self.products[c] = np.empty(self.shapes[c])
+        return buffer
+
+
+class _Engine:
+    """Belief propagation specialised to the mirror-descent loop.
+
+    Potentials are θ = θ⁰ + Σ_T acc_T (broadcast), one accumulated update per measured attribute
+    set T. A clique's probability-space factor is ``ψ⁰ · Π exp(acc_T + move_T)`` with
+    ``ψ⁰ = exp(θ⁰ − max θ⁰)``; the multipliers only have the measured sets' sizes, and θ⁰ absorbs
+    the accumulated updates every ``RESYNC_EVERY`` accepted steps (or at once after an
+    evaluation the guard sent to the exact path), so they stay small. The upward pass
+    multiplies ψ⁰ by the merged multipliers and children's messages (the "product" of the
+    clique), the downward pass produces the message from the parent, and every measured marginal
+    is read from the product's marginal on T ∪ S times that message, so clique beliefs are never
+    formed inside the loop. Underflow is guarded exactly as in
+    :func:`engine.estimation.inference.calibrate_factors`; when the guard trips, the evaluation is
+    redone from the exact θ (falling back to log space if needed).
+    """
+
+    def __init__(self, tree: JunctionTree, keys: Sequence[_Key], total: float) -> None:
+        self.tree = tree
+        self.keys = keys
+        self.total = total
+        self.cliques = [_Clique(tree, c, keys) for c in range(len(tree.cliques))]
+        self.measured = [c for c in range(len(tree.cliques)) if self.cliques[c].keys]
+        self.exact_plan = make_plan(
+            tree,
+            [[keys[i].attributes for i in self.cliques[c].keys] for c in range(len(tree.cliques))],
+        )
+        self.theta0: list[FloatArray] = []
+        self.psi0: list[FloatArray] = []
+        # Key-sized quantities live in flat vectors; key i is the slice bounds[i]:bounds[i + 1].
+        sizes = [key.target.size for key in keys]
+        self.bounds = [0, *np.cumsum(sizes, dtype=np.int64).tolist()]
+        self.shapes = [key.target.shape for key in keys]
+        self.target = np.concatenate([key.target.ravel() for key in keys]) if keys else np.zeros(0)
+        self.weight = np.repeat([key.weight for key in keys], sizes).astype(np.float64)
+        self.constant = sum(key.constant for key in keys)
+        self.buffers = (
+            _Buffers(tree.shapes, self.target.size),
+            _Buffers(tree.shapes, self.target.size),
+        )
+
+    def views(self, flat: FloatArray) -> list[FloatArray]:
+        """Per-key views (in the key's shape) of a flat key vector."""
+        b = self.bounds
+        return [flat[b[i] : b[i + 1]].reshape(shape) for i, shape in enumerate(self.shapes)]
+
+    def reset(self, theta0: list[FloatArray]) -> None:
+        """Start from potentials ``theta0`` with all accumulated updates at zero."""
+        self.theta0 = theta0
+        self.psi0 = stable_factors(theta0)
+
+    def folded(self, c: int, updates: Sequence[FloatArray]) -> list[FloatArray]:
+        """Clique c's per-key arrays with smaller keys folded into their supersets (top keys)."""
+        plan = self.cliques[c]
+        combined = {i: updates[i] for i in plan.keys}
+        for i in plan.keys:
+            into = plan.fold_into[i]
+            if into >= 0:
+                combined[into] = combined[into] + combined[i].reshape(plan.fold_shape[i])
+        return [combined[i] for i in plan.top]
+
+    def potentials(self, flat_updates: FloatArray) -> list[FloatArray]:
+        """θ⁰ plus ``flat_updates`` (a flat key vector), broadcast into their cliques."""
+        updates = self.views(flat_updates)
+        theta = list(self.theta0)
+        for c in self.measured:
+            plan = self.cliques[c]
+            values = self.theta0[c].copy()
+            for i, array in zip(plan.top, self.folded(c, updates), strict=True):
+                values += array.reshape(plan.fold_shape[i])
+            theta[c] = values
+        return theta
+
+    def evaluate(self, flat_updates: FloatArray, slot: int) -> _Evaluation:
+        """The model with potentials θ⁰ + ``flat_updates`` (a flat key vector), written into
+        buffer set ``slot`` (which must not hold an evaluation still in use)."""
+        updates = self.views(flat_updates)
+        try:
+            return self._evaluate_fast(updates, slot)
+        except _Underflow:
+            return self._evaluate_exact(updates, slot)
+
+    def _evaluate_fast(self, updates: Sequence[FloatArray], slot: int) -> _Evaluation:
+        state = _Pass(self, updates, self.buffers[slot])
+        for c in reversed(self.tree.preorder):
+            state.up(c)
+        for c in self.tree.preorder:
+            state.down(c)
+        marginals = [state.read[(key.clique, key.attributes)] for key in self.keys]
+        return self._score(state.products, state.downs, marginals, slot)
+
+    def _evaluate_exact(self, updates: Sequence[FloatArray], slot: int) -> _Evaluation:
+        theta = self.potentials(
+            np.concatenate([u.ravel() for u in updates]) if updates else np.zeros(0)
+        )
+        beliefs, extracted = calibrate(self.exact_plan, theta, self.total)
+        marginals = []
+        for key in self.keys:
+            lattice = self.exact_plan.lattices[key.clique]
+            marginals.append(extracted[key.clique][lattice.index[key.attributes]])
+        downs: list[FloatArray | float] = [1.0] * len(beliefs)
+        evaluation = self._score(list(beliefs), downs, marginals, slot)
+        evaluation.exact = True
+        return evaluation
+
+    def _score(
+        self,
+        products: list[FloatArray],
+        downs: list[FloatArray | float],
+        marginals: list[FloatArray],
+        slot: int,
+    ) -> _Evaluation:
+        buffers = self.buffers[slot]
+        flat = buffers.marginals
+        b = self.bounds
+        for i, mu in enumerate(marginals):
+            flat[b[i] : b[i + 1]] = mu.ravel()
+        diff = np.subtract(flat, self.target, out=buffers.diff)
+        gradient = np.multiply(self.weight, diff, out=buffers.gradients)
+        loss = 0.5 * _dot(gradient, diff) + self.constant
+        return _Evaluation(products, downs, flat, loss, gradient, slot)
+
+    def beliefs(self, evaluation: _Evaluation) -> list[FloatArray]:
+        """The clique beliefs of an evaluation (product times the downward message)."""
+        beliefs = []
+        for c, (product, down) in enumerate(
+            zip(evaluation.products, evaluation.downs, strict=True)
+        ):
+            if isinstance(down, float):
+                beliefs.append(product if down == 1.0 else product * down)
+            else:
+                beliefs.append(product * down.reshape(self.cliques[c].belief_shape))
+        return beliefs
+
+
+class _Underflow(ArithmeticError):
+    pass
+
+
+class _Pass:
+    """The arrays of one evaluation; ``up(c)`` and ``down(c)`` do clique c's share of the
+    upward (children first) and downward (parent first) passes."""
+
+    __slots__ = ("buffers", "downs", "engine", "products", "read", "unscaled", "updates", "upward")
+
+    def __init__(self, engine: _Engine, updates: Sequence[FloatArray], buffers: _Buffers) -> None:
+        count = len(engine.tree.cliques)
+        self.engine = engine
+        self.buffers = buffers
+        self.updates = updates
+        self.products: list[FloatArray] = list(engine.psi0)
+        self.upward: list[FloatArray] = [engine.psi0[0]] * count
+        self.unscaled: list[FloatArray] = [engine.psi0[0]] * count
+        self.downs: list[FloatArray | float] = [0.0] * count
+        self.read: dict[tuple[int, tuple[int, ...]], FloatArray] = {}
+
+    def up(self, c: int) -> None:
+        """Clique c's product (ψ⁰ times its multipliers and children's messages), and its
+        message to the parent (or, for the root, the normaliser)."""
+        engine = self.engine
+        plan = engine.cliques[c]
+        multipliers: dict[int, FloatArray] = {}
+        if plan.top:
+            # No max-shift: the updates since the last resync are small, and an overflow would
+            # make a message non-finite, which the guard below turns into an exact evaluation.
+            for i, values in zip(plan.top, engine.folded(c, self.updates), strict=True):
+                multipliers[i] = np.exp(values)
+        product: FloatArray | None = None
+        for shape, members in plan.groups:
+            operand: FloatArray | None = None
+            for kind, ident, member_shape in members:
+                array = (multipliers[ident] if kind == "key" else self.upward[ident]).reshape(
+                    member_shape
+                )
+                operand = array if operand is None else operand * array
+            assert operand is not None
+            operand = operand.reshape(shape)
+            if product is None:
+                product = np.multiply(engine.psi0[c], operand, out=self.buffers.product(c))
+            else:
+                product *= operand
+        if product is not None:
+            self.products[c] = product
+        if plan.is_root:
+            mass = float(plan.total(self.products[c]))
+            if not (mass >= UNDERFLOW_GUARD and math.isfinite(mass)):
+                raise _Underflow
+            self.downs[c] = engine.total / mass
+            return
+        summed = plan.up(self.products[c])
+        scale = float(summed.max())
+        if not (scale >= UNDERFLOW_GUARD and math.isfinite(scale)):
+            raise _Underflow
+        self.unscaled[c] = summed
+        self.upward[c] = summed / scale if scale != 1.0 else summed
+
+    def down(self, c: int) -> None:
+        """Clique c's wanted marginals and the downward messages to its children."""
+        engine = self.engine
+        plan = engine.cliques[c]
+        down = self.downs[c]
+        if plan.in_place:
+            assert not isinstance(down, float)
+            if self.products[c] is engine.psi0[c]:
+                self.products[c] = np.multiply(
+                    engine.psi0[c], down.reshape(plan.belief_shape), out=self.buffers.product(c)
+                )
+            else:
+                self.products[c] *= down.reshape(plan.belief_shape)
+            self.downs[c] = down = 1.0
+        augmented = plan.lattice.extract(self.products[c])
+        if isinstance(down, float):
+            scaled = augmented if down == 1.0 else [values * down for values in augmented]
+        else:
+            scaled = [
+                values * down.reshape(shape)
+                for values, shape in zip(augmented, plan.down_shape, strict=True)
+            ]
+        for target, (slot, reducer) in plan.reads.items():
+            self.read[(c, target)] = reducer(scaled[slot])
+        for k, separator in plan.child_seps:
+            marginal = self.read[(c, separator)]
+            up = self.unscaled[k]
+            self.downs[k] = np.divide(marginal, up, out=np.zeros_like(marginal), where=up > 0)
+
+
+def _dot(a: FloatArray, b: FloatArray) -> float:
+    """Inner product without BLAS: OpenBLAS threads ``ddot`` on long vectors, and those threads
+    stall badly when the machine's other cores are busy (measured: 4× slower fits)."""
+    return float(np.einsum("i,i->", a, b))
+
+
+def _warm_potentials(tree: JunctionTree, warm: GraphicalModel) -> list[FloatArray]:
+    """The warm start's potentials on ``tree``.
+
+    If every old maximal clique lies inside a new one (the usual case when cliques are only
+    added), the old potentials are added there and the new model starts as exactly the old
+    distribution; new cliques start at zero. Otherwise the old distribution cannot be
+    represented on the new tree, and the start is its projection onto it: the junction-tree
+    factorisation ``Π μ_C / Π μ_S`` of the old model's marginals on the new cliques.
+    """
+    theta = [np.zeros(shape) for shape in tree.shapes]
+    old = warm.tree
+    if all(tree.containing(clique) is not None for clique in old.cliques):
+        for clique, values in zip(old.cliques, warm._theta, strict=True):
+            add_to_clique(tree, theta, clique, values)
+        return theta
+    names = [tree.clique_names(c) for c in range(len(tree.cliques))]
+    marginals = warm.project_many(names)
+    floor = WARM_FLOOR * warm.total
+    for c, marginal in enumerate(marginals):
+        theta[c] = np.log(np.maximum(marginal, floor))
+        if tree.parent[c] != -1:
+            separator = set(tree.separators[c])
+            flags = tuple(v in separator for v in tree.cliques[c])
+            shape = _shape_in(tree.sizes, tree.separators[c], tree.cliques[c])
+            sums = marginalise(marginal, flags).reshape(shape)
+            theta[c] -= np.log(np.maximum(sums, floor))
+    return theta
+
+
+def estimate(
+    domain: Domain,
+    measurements: Sequence[NoisyMarginal],
+    *,
+    total: float | None = None,
+    cliques: Sequence[Sequence[str]] = (),
+    warm_start: GraphicalModel | None = None,
+    iterations: int = 1000,
+    max_cells: int | None = None,
+    callback: Callable[[int, float], None] | None = None,
+    tolerance: float = 1e-7,
+) -> GraphicalModel:
+    """Fit a :class:`GraphicalModel` to noisy marginals (Private-PGM mirror descent).
+
+    ``total`` is the number of rows the model's marginals sum to; ``None`` estimates it from the
+    measurements (:func:`estimate_total`). The junction tree is built from the measured attribute
+    sets plus ``cliques``; :class:`ModelTooLarge` is raised before anything is allocated if its
+    size (:func:`model_size`) exceeds ``max_cells``. ``warm_start`` reuses a previous model's
+    potentials and last step size, which makes a re-fit after adding a measurement take a few
+    dozen to a few hundred iterations. At most ``iterations`` mirror-descent steps are taken;
+    the fit stops earlier when the loss improves by less than ``tolerance`` (relative) over
+    ``CONVERGENCE_WINDOW`` steps (``tolerance=0`` runs them all). ``callback(iteration, loss)`` is
+    called every ``CALLBACK_EVERY`` iterations and after the last one; an exception from it
+    propagates and ends the fit.
+
+    Post-processing only: no data is read and no privacy budget is spent.
+    """
+    if not isinstance(domain, Domain):
+        raise TypeError("domain must be a Domain")
+    measurements = tuple(measurements)
+    if not all(isinstance(m, NoisyMarginal) for m in measurements):
+        raise TypeError("measurements must be NoisyMarginal objects")
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
+        raise ValueError("iterations must be a non-negative int")
+    if not (math.isfinite(tolerance) and tolerance >= 0):
+        raise ValueError("tolerance must be finite and non-negative")
+    if warm_start is not None:
+        if not isinstance(warm_start, GraphicalModel):
+            raise TypeError("warm_start must be a GraphicalModel")
+        if warm_start.domain != domain:
+            raise ValueError("warm_start was fitted on a different domain")
+    if total is None:
+        total = estimate_total(measurements)
+    else:
+        total = float(total)
+        if not (math.isfinite(total) and total > 0):
+            raise ValueError("total must be finite and positive")
+
+    labels = Labels(domain)
+    placed = [_in_id_order(labels, m) for m in measurements]
+    extra = [labels.clique(clique) for clique in cliques]
+    tree = build_junction_tree(labels, [p for p, _ in placed] + extra, max_cells=max_cells)
+    theta = (
+        _warm_potentials(tree, warm_start)
+        if warm_start is not None
+        else [np.zeros(shape) for shape in tree.shapes]
+    )
+    keys = _pool(tree, placed, [1.0 / m.sigma**2 for m in measurements])
+    step = None if warm_start is None else warm_start.step_size
+    return _fit(tree, keys, total, theta, iterations, step, tolerance, callback)
+
+
+def _fit(
+    tree: JunctionTree,
+    keys: Sequence[_Key],
+    total: float,
+    theta0: list[FloatArray],
+    iterations: int,
+    step: float | None,
+    tolerance: float,
+    callback: Callable[[int, float], None] | None,
+) -> GraphicalModel:
+    return _descend(_Engine(tree, keys, total), theta0, iterations, step, tolerance, callback)
+
+
+def _descend(
+    engine: _Engine,
+    theta0: list[FloatArray],
+    iterations: int,
+    step: float | None,
+    tolerance: float,
+    callback: Callable[[int, float], None] | None,
+) -> GraphicalModel:
+    keys, total, tree = engine.keys, engine.total, engine.tree
+    engine.reset(theta0)
+    accumulated = np.zeros_like(engine.target)
+    trial_updates = np.empty_like(accumulated)
+    change = np.empty_like(accumulated)
+    current = engine.evaluate(accumulated, 0)
+    # The cold-start step: 1/(total · largest weight) keeps the first update bounded.
+    safe_step = 1.0 / (total * max((key.weight for key in keys), default=1.0))
+    if step is None or not (math.isfinite(step) and step > 0):
+        step = safe_step
+    # A warm start never starts below the safe step: a fit that ended near its optimum may have
+    # shrunk its step to ~1e-10, and a new measurement would then barely move the model while
+    # the convergence test took the lack of progress for convergence.
+    step = max(step, safe_step)
+    history = [current.loss]
+    done = 0
+    since_resync = 0
+    for iteration in range(1, iterations + 1):
+        if not keys:
+            break
+        accepted = grow = False
+        # A warm start inherits a step size tuned to the previous loss; after a much more
+        # precise measurement joins, even MAX_BACKTRACKS halvings may not bring it back into
+        # range. Then the search restarts once from the cold-start step before giving up.
+        for restart in (False, True):
+            if restart:
+                if step <= safe_step:
+                    break
+                step = safe_step
+            for attempt in range(MAX_BACKTRACKS):
+                np.multiply(current.gradients, -step, out=change)
+                np.add(accumulated, change, out=trial_updates)
+                trial = engine.evaluate(trial_updates, 1 - current.slot)
+                np.subtract(current.marginals, trial.marginals, out=change)
+                predicted = _dot(current.gradients, change)
+                if math.isfinite(trial.loss) and current.loss - trial.loss >= ARMIJO * predicted:
+                    accepted, grow = True, attempt == 0
+                    break
+                step *= 0.5
+            if accepted:
+                break
+        if not accepted:
+            break
+        accumulated, trial_updates = trial_updates, accumulated
+        current = trial
+        if grow:
+            step *= GROWTH
+        since_resync += 1
+        if since_resync >= RESYNC_EVERY or current.exact:
+            # Fold the accumulated updates into θ⁰ so the factors are exact again.
+            engine.reset(engine.potentials(accumulated))
+            accumulated[:] = 0.0
+            since_resync = 0
+        done = iteration
+        history.append(current.loss)
+        if callback is not None and iteration % CALLBACK_EVERY == 0:
+            callback(iteration, current.loss)
+        if len(history) > CONVERGENCE_WINDOW:
+            before = history[-1 - CONVERGENCE_WINDOW]
+            if before - current.loss <= tolerance * max(current.loss, 0.0):
+                break
+    if callback is not None and done % CALLBACK_EVERY != 0:
+        callback(done, current.loss)
+    return GraphicalModel(
+        tree,
+        engine.potentials(accumulated),
+        total,
+        beliefs=engine.beliefs(current),
+        loss=current.loss,
+        iterations=done,
+        step_size=step,
+    )

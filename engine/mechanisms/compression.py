@@ -1,0 +1,132 @@
+"""Domain compression from noisy one-way marginals (post-processing).
+
+MST (McKenna, Miklau, Sheldon 2021) merges, per attribute, every value whose noisy count is below
+3σ into one shared code before it measures two-way marginals: such values are indistinguishable
+from noise, and merging them makes every later marginal smaller. The supports are computed from
+noisy counts only, so compressing the data, measuring the compressed data and decompressing the
+synthetic rows are all post-processing of already-paid measurements (no extra budget).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from engine.domain import Domain
+from engine.estimation.synthesis import draw_balanced
+
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, eq=False)
+class Compression:
+    """Per attribute: which original codes keep a code of their own (``supports[j][v]``)."""
+
+    original: Domain
+    supports: tuple[BoolArray, ...]
+    weights: tuple[FloatArray, ...]
+    """Per attribute, the noisy counts of the original values (used to decompress merged codes)."""
+
+    def __post_init__(self) -> None:
+        if len(self.supports) != len(self.original) or len(self.weights) != len(self.original):
+            raise ValueError("one support and one weight vector per attribute")
+        for size, support, weight in zip(
+            self.original.sizes, self.supports, self.weights, strict=True
+        ):
+            if support.shape != (size,) or weight.shape != (size,):
+                raise ValueError("supports and weights must match the attribute sizes")
+
+    @classmethod
+    def from_noisy_counts(
+        cls,
+        original: Domain,
+        noisy_counts: Sequence[npt.ArrayLike],
+        sigmas: Sequence[float],
+        threshold: float = 3.0,
+    ) -> Compression:
+        """Keep the values whose noisy count is at least ``threshold``·σ (3σ is the MST rule)."""
+        supports = []
+        weights = []
+        for counts, sigma in zip(noisy_counts, sigmas, strict=True):
+            values = np.asarray(counts, dtype=np.float64).ravel()
+            supports.append(values >= threshold * sigma)
+            weights.append(values)
+        return cls(original, tuple(supports), tuple(weights))
+
+    @classmethod
+    def identity(cls, original: Domain, noisy_counts: Sequence[npt.ArrayLike]) -> Compression:
+        """Keep every value (no compression)."""
+        return cls(
+            original,
+            tuple(np.ones(size, dtype=np.bool_) for size in original.sizes),
+            tuple(np.asarray(c, dtype=np.float64).ravel() for c in noisy_counts),
+        )
+
+    def merged(self, j: int) -> bool:
+        """Whether attribute ``j`` has a shared code for its unsupported values."""
+        return not bool(self.supports[j].all())
+
+    @property
+    def domain(self) -> Domain:
+        sizes = tuple(
+            int(support.sum()) + (1 if self.merged(j) else 0)
+            for j, support in enumerate(self.supports)
+        )
+        return Domain(self.original.attributes, sizes)
+
+    def mapping(self, j: int) -> IntArray:
+        """Original code → compressed code for attribute ``j`` (kept values keep their order)."""
+        support = self.supports[j]
+        kept = int(support.sum())
+        out = np.full(support.size, kept, dtype=np.int64)
+        out[support] = np.arange(kept, dtype=np.int64)
+        return out
+
+    def compress_codes(self, codes: npt.NDArray[np.integer]) -> IntArray:
+        out = np.empty(codes.shape, dtype=np.int64)
+        for j in range(codes.shape[1]):
+            out[:, j] = self.mapping(j)[codes[:, j]]
+        return out
+
+    def compress_counts(self, j: int, counts: npt.ArrayLike) -> FloatArray:
+        """A one-way vector over the original values, re-expressed on the compressed codes."""
+        values = np.asarray(counts, dtype=np.float64).ravel()
+        support = self.supports[j]
+        if not self.merged(j):
+            return values.copy()
+        return np.append(values[support], values[~support].sum())
+
+    def decompress_codes(
+        self, codes: npt.NDArray[np.integer], rng: np.random.Generator
+    ) -> IntArray:
+        """Compressed codes back to original codes; a merged code becomes one of its values,
+        drawn in proportion to their (clipped) noisy counts, uniformly if those are all ≤ 0."""
+        out = np.empty(codes.shape, dtype=np.int64)
+        for j in range(codes.shape[1]):
+            support = self.supports[j]
+            kept = np.flatnonzero(support)
+            column = np.asarray(codes[:, j], dtype=np.int64)
+            if not self.merged(j):
+                out[:, j] = kept[column]
+                continue
+            rare = np.flatnonzero(~support)
+            is_rare = column == kept.size
+            result = np.empty(column.size, dtype=np.int64)
+            result[~is_rare] = kept[column[~is_rare]]
+            weight = np.clip(self.weights[j][rare], 0.0, None)
+            p = weight / weight.sum() if weight.sum() > 0 else np.full(rare.size, 1.0 / rare.size)
+            # Controlled rounding of the merged rows over the merged values, spread evenly across
+            # the other attributes (the same balanced assignment the model's sampler uses).
+            others = np.array([u for u in range(codes.shape[1]) if u != j], dtype=np.int64)
+            strata = np.asarray(codes, dtype=np.int64)[is_rare][
+                :, others[rng.permutation(others.size)]
+            ]
+            picks = draw_balanced(p, strata, rng)
+            result[is_rare] = rare[picks]
+            out[:, j] = result
+        return out

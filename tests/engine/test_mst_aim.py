@@ -1,0 +1,188 @@
+"""MST and AIM: exact budgets under any parameters, valid output, progress and cancellation, and
+the structure they are for (keeping correlations the independent baseline loses)."""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.domain import Dataset, Domain
+from engine.evaluation import marginal_tvd
+from engine.mechanisms import SynthesisCancelled, get_mechanism
+from engine.mechanisms.aim import AIMParams, workload_candidates
+
+METHODS = ["mst", "aim"]
+FAST = {
+    "mst": {"iterations": 200, "selection_iterations": 50},
+    "aim": {"iterations": 200, "round_iterations": 20, "rounds": 8},
+}
+
+
+def correlated(n: int, seed: int) -> Dataset:
+    """a → b copies a (with 5% noise), c independent, d depends on c."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 4, n)
+    b = np.where(rng.random(n) < 0.95, a, rng.integers(0, 4, n))
+    c = rng.integers(0, 3, n)
+    d = (c + rng.integers(0, 2, n)) % 3
+    domain = Domain(("a", "b", "c", "d"), (4, 4, 3, 3))
+    return Dataset(domain, np.column_stack([a, b, c, d]).astype(np.int64))
+
+
+def spent(result) -> Fraction:  # type: ignore[no-untyped-def]
+    return sum((m.rho for m in result.measurements), Fraction(0)) + sum(
+        (s.rho for s in result.selections), Fraction(0)
+    )
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("rho", [Fraction(1, 3), Fraction(14973057673, 10**12), Fraction(5)])
+def test_spends_exactly_rho(method: str, rho: Fraction) -> None:
+    mechanism = get_mechanism(method)
+    result = mechanism.run(
+        correlated(500, 1),
+        rho,
+        mechanism.validate_params(FAST[method]),
+        rng=np.random.default_rng(0),
+        rows=100,
+    )
+    assert spent(result) == rho == result.rho_used
+    assert result.codes.shape == (100, 4)
+    assert result.selections, "both methods select with the exponential mechanism"
+    for selection in result.selections:
+        assert Fraction(selection.epsilon) ** 2 / 8 <= selection.rho
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rho=st.fractions(min_value=Fraction(1, 1000), max_value=Fraction(50)),
+    degree=st.integers(1, 3),
+    rounds=st.integers(4, 40),
+    size=st.floats(min_value=0.001, max_value=10),
+)
+def test_aim_never_overspends_under_any_parameters(
+    rho: Fraction, degree: int, rounds: int, size: float
+) -> None:
+    mechanism = get_mechanism("aim")
+    params = mechanism.validate_params(
+        {
+            "degree": degree,
+            "rounds": rounds,
+            "max_model_size_mb": size,
+            "round_iterations": 5,
+            "iterations": 20,
+        }
+    )
+    result = mechanism.run(correlated(300, 2), rho, params, rng=np.random.default_rng(1), rows=10)
+    assert spent(result) == rho
+    # The last round takes exactly what was left: 95% measurement, 5% selection by default.
+    assert result.measurements[-1].rho == 19 * result.selections[-1].rho
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rho=st.fractions(min_value=Fraction(1, 1000), max_value=Fraction(50)), compress=st.booleans()
+)
+def test_mst_never_overspends(rho: Fraction, compress: bool) -> None:
+    mechanism = get_mechanism("mst")
+    params = mechanism.validate_params({**FAST["mst"], "compress": compress})
+    result = mechanism.run(correlated(300, 3), rho, params, rng=np.random.default_rng(1), rows=10)
+    assert spent(result) == rho
+    assert len(result.selections) == 3  # d − 1 tree edges
+    assert len(result.measurements) == 4 + 3
+
+
+def test_mst_with_one_column_spends_everything_on_it() -> None:
+    domain = Domain(("a",), (5,))
+    data = Dataset(domain, np.random.default_rng(0).integers(0, 5, (200, 1)))
+    mechanism = get_mechanism("mst")
+    result = mechanism.run(
+        data, Fraction(1, 2), mechanism.validate_params({}), rng=np.random.default_rng(0)
+    )
+    assert [m.rho for m in result.measurements] == [Fraction(1, 2)]
+    assert result.selections == ()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_keeps_the_strong_pair_that_independent_loses(method: str) -> None:
+    data = correlated(5000, 4)
+    mechanism = get_mechanism(method)
+    result = mechanism.run(
+        data, Fraction(10), mechanism.validate_params(FAST[method]), rng=np.random.default_rng(5)
+    )
+    baseline = get_mechanism("independent").run(
+        data,
+        Fraction(10),
+        get_mechanism("independent").validate_params({}),
+        rng=np.random.default_rng(5),
+    )
+    ours = marginal_tvd(data.codes, result.codes, data.domain, ["a", "b"])
+    theirs = marginal_tvd(data.codes, baseline.codes, data.domain, ["a", "b"])
+    assert ours < 0.05 < 0.5 < theirs
+    assert abs(result.codes.shape[0] - 5000) < 50  # rows default to the noisy total
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_progress_and_cancellation(method: str) -> None:
+    mechanism = get_mechanism(method)
+    params = mechanism.validate_params(FAST[method])
+    seen: list[tuple[float, str]] = []
+    mechanism.run(
+        correlated(300, 6),
+        Fraction(1),
+        params,
+        rng=np.random.default_rng(0),
+        progress=lambda f, s: seen.append((f, s)),
+    )
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert {"measure", "estimate", "sample"} <= {s for _, s in seen}
+
+    def cancel(fraction: float, stage: str) -> None:
+        if stage == "estimate" and fraction > 0.4:
+            raise SynthesisCancelled
+
+    with pytest.raises(SynthesisCancelled):
+        mechanism.run(
+            correlated(300, 6), Fraction(1), params, rng=np.random.default_rng(0), progress=cancel
+        )
+
+
+def test_aim_workload_weights() -> None:
+    domain = Domain(("a", "b", "c"), (2, 2, 2))
+    candidates = workload_candidates(domain, AIMParams(degree=2))
+    assert candidates[("a",)] == 2.0  # in (a,b) and (a,c)
+    assert candidates[("a", "b")] == 4.0  # |ab∩ab| + |ab∩ac| + |ab∩bc|
+    assert ("a", "b", "c") not in candidates
+    assert len(candidates) == 3 + 3
+
+
+def test_aim_respects_the_model_size_cap() -> None:
+    mechanism = get_mechanism("aim")
+    params = mechanism.validate_params({**FAST["aim"], "max_model_size_mb": 0.0002})  # ≈ 26 cells
+    result = mechanism.run(
+        correlated(300, 7), Fraction(5), params, rng=np.random.default_rng(0), rows=10
+    )
+    measured = [m.attributes for m in result.measurements]
+    assert all(len(attrs) <= 2 for attrs in measured)  # no 3-way marginal fits under the cap
+
+
+def test_noise_source_makes_runs_reproducible() -> None:
+    mechanism = get_mechanism("aim")
+    params = mechanism.validate_params(FAST["aim"])
+    runs = [
+        mechanism.run(
+            correlated(300, 8),
+            Fraction(1),
+            params,
+            rng=np.random.default_rng(3),
+            noise_source=random.Random(9),
+        )
+        for _ in range(2)
+    ]
+    assert np.array_equal(runs[0].codes, runs[1].codes)
