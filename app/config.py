@@ -65,6 +65,15 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(default=1, ge=1)
     storage_sweep_interval_seconds: float = Field(default=3600.0, gt=0)
 
+    # Database connections per process. The API never opens more than db_pool_size (a burst of
+    # requests queues for a pooled connection for up to db_pool_timeout_seconds, then gets 503),
+    # so N API processes need N * db_pool_size of PostgreSQL's max_connections.
+    db_pool_size: int = Field(default=10, ge=1, le=1000)
+    db_pool_timeout_seconds: float = Field(default=30.0, gt=0)
+    # PostgreSQL refusing a connection for want of slots (SQLSTATE 53300) or while starting up
+    # (57P03) is retried with backoff for this long before the request fails with 503.
+    db_connect_retry_seconds: float = Field(default=5.0, ge=0)
+
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @model_validator(mode="after")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
+from sqlalchemy import exc, text
 from starlette.types import Scope
 
+from app.api.deps import pool_options
 from app.api.limits import BodySizeLimitMiddleware
 from app.auth.endpoints import router as auth_router
 from app.config import Settings, get_settings
@@ -42,6 +43,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.add_middleware(BodySizeLimitMiddleware, limit_for=body_limit)
 
+    @app.exception_handler(exc.OperationalError)
+    @app.exception_handler(exc.TimeoutError)
+    def database_unavailable(_request: Request, error: Exception) -> JSONResponse:
+        # No pooled connection came free in time, or PostgreSQL kept refusing new ones, or the
+        # connection dropped. The request's transaction was rolled back, so nothing was reserved
+        # or written: the client may retry (with the same Idempotency-Key).
+        logger.warning("database unavailable: %s", type(error).__name__, exc_info=True)
+        return JSONResponse(
+            {"detail": "the service is busy or its database is unreachable; retry shortly"},
+            status_code=503,
+            headers={"Retry-After": "1"},
+        )
+
     @app.get(
         "/healthz",
         tags=["health"],
@@ -50,7 +64,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def healthz() -> JSONResponse:
         """200 once the API can reach its database."""
         try:
-            with get_engine(settings.sqlalchemy_url).connect() as connection:
+            engine = get_engine(settings.sqlalchemy_url, pool_options(settings))
+            with engine.connect() as connection:
                 connection.execute(text("SELECT 1"))
         except Exception:
             logger.warning("health check: database unreachable", exc_info=True)

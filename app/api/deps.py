@@ -12,11 +12,11 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.auth.service import Principal, authenticate
 from app.config import Settings
-from app.db.session import get_session_factory, transaction
+from app.db.session import PoolOptions, get_session_factory, transaction
 from app.storage import Storage
 
 
@@ -28,8 +28,21 @@ def _settings(request: Request) -> Settings:
 SettingsDep = Annotated[Settings, Depends(_settings)]
 
 
+def pool_options(settings: Settings) -> PoolOptions:
+    """The API process's connection pool, from the ``RHOSYNTH_DB_*`` settings."""
+    return PoolOptions(
+        size=settings.db_pool_size,
+        timeout=settings.db_pool_timeout_seconds,
+        connect_retry_seconds=settings.db_connect_retry_seconds,
+    )
+
+
+def _factory(settings: Settings) -> sessionmaker[Session]:
+    return get_session_factory(settings.sqlalchemy_url, pool_options(settings))
+
+
 def _session(settings: SettingsDep) -> Iterator[Session]:
-    with transaction(get_session_factory(settings.sqlalchemy_url)) as session:
+    with transaction(_factory(settings)) as session:
         yield session
 
 
@@ -57,8 +70,7 @@ def _principal(
         )
     # A short session of its own: the request's unit of work should not hold a transaction
     # (on SQLite: the write lock) open while, say, an upload is parsed.
-    factory = get_session_factory(settings.sqlalchemy_url)
-    with factory() as session:
+    with _factory(settings)() as session:
         principal = authenticate(session, settings.secret_key_bytes(), credentials.credentials)
         session.rollback()
     if principal is None:

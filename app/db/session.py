@@ -2,14 +2,54 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+logger = logging.getLogger(__name__)
+
+# PostgreSQL's "too many connections" and "the database system is starting up": transient
+# refusals worth waiting out; anything else (bad password, no such database) fails at once.
+# psycopg reports no SQLSTATE for a refused connection, only the server's message.
+_RETRYABLE_SQLSTATES = frozenset({"53300", "57P03"})
+_RETRYABLE_MESSAGES = (
+    "too many clients",
+    "remaining connection slots are reserved",
+    "the database system is starting up",
+)
+
+
+def _retryable(error: BaseException) -> bool:
+    if getattr(error, "sqlstate", None) in _RETRYABLE_SQLSTATES:
+        return True
+    message = str(error)
+    return any(fragment in message for fragment in _RETRYABLE_MESSAGES)
+
+
+@dataclass(frozen=True)
+class PoolOptions:
+    """Connection pool of one process (PostgreSQL only; SQLite opens a connection per use).
+
+    ``size`` is a hard cap (no overflow): a burst of requests waits up to ``timeout`` seconds
+    for a pooled connection instead of asking PostgreSQL for more than its share.
+    """
+
+    size: int = 10
+    timeout: float = 30.0
+    connect_retry_seconds: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.size < 1 or self.timeout <= 0 or self.connect_retry_seconds < 0:
+            raise ValueError(f"invalid pool options: {self}")
+
 
 _lock = threading.Lock()
 _engines: dict[str, Engine] = {}
@@ -37,8 +77,39 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def get_engine(url: str) -> Engine:
-    """The process's engine for ``url`` (created on first use)."""
+def connect_with_retry(
+    connect: Callable[[], Any],
+    budget_seconds: float,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Any:
+    """``connect()``, retried with backoff while PostgreSQL refuses for want of slots.
+
+    Gives up (re-raising the last refusal) once ``budget_seconds`` would be exceeded; errors that
+    are not transient refusals are raised at once.
+    """
+    deadline = clock() + budget_seconds
+    delay = 0.05
+    while True:
+        try:
+            return connect()
+        except Exception as error:
+            if not _retryable(error) or clock() + delay > deadline:
+                raise
+            logger.warning("PostgreSQL refused a connection (no free slot); retrying")
+            sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def _retry_refused_connections(engine: Engine, budget_seconds: float) -> None:
+    @event.listens_for(engine, "do_connect")
+    def _connect(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+        return connect_with_retry(lambda: dialect.connect(*cargs, **cparams), budget_seconds)
+
+
+def get_engine(url: str, pool: PoolOptions | None = None) -> Engine:
+    """The process's engine for ``url`` (created on first use, with ``pool`` or the defaults)."""
     with _lock:
         engine = _engines.get(url)
         if engine is None:
@@ -51,16 +122,24 @@ def get_engine(url: str) -> Engine:
                 )
                 _configure_sqlite(engine)
             else:
-                engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+                options = pool or PoolOptions()
+                engine = create_engine(
+                    url,
+                    pool_pre_ping=True,
+                    pool_size=options.size,
+                    max_overflow=0,
+                    pool_timeout=options.timeout,
+                )
+                _retry_refused_connections(engine, options.connect_retry_seconds)
             _engines[url] = engine
         return engine
 
 
-def get_session_factory(url: str) -> sessionmaker[Session]:
+def get_session_factory(url: str, pool: PoolOptions | None = None) -> sessionmaker[Session]:
     with _lock:
         factory = _factories.get(url)
     if factory is None:
-        factory = sessionmaker(bind=get_engine(url), expire_on_commit=False, autoflush=False)
+        factory = sessionmaker(bind=get_engine(url, pool), expire_on_commit=False, autoflush=False)
         with _lock:
             _factories.setdefault(url, factory)
     return _factories[url]
