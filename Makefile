@@ -37,7 +37,7 @@ typecheck: install
 
 ## bench: regenerate docs/benchmarks.md from ../shared/data (not part of `make test`)
 bench: install
-	$(BIN)/python -m benchmarks.run --data ../shared/data --out docs/benchmarks.md
+	$(BIN)/python -m benchmarks.run --data ../shared/data --out docs/benchmarks.md --json docs/benchmarks.json
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

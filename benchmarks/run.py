@@ -196,13 +196,15 @@ def _headline(
                 continue
             tvd = {k: quality.Spread.of([r.tvd[k] for r in runs]) for k in runs[0].tvd}
             synth = quality.Spread.of([r.synthesis_seconds for r in runs])
+            process = quality.Spread.of([r.process_seconds for r in runs])
             peak = quality.Spread.of([r.peak_rss_mib for r in runs])
             reference = quality.REFERENCE_ADULT_EPS1_3WAY.get(method)
             ref_text = f" (reference {reference:.3f})" if reference is not None else ""
             lines.append(
                 f"- adult, ε = 1, `{method}`: mean TVD 1-way {tvd['1'].median:.4f}, "
                 f"2-way {tvd['2'].median:.4f}, 3-way **{tvd['3'].median:.4f}**{ref_text}; "
-                f"synthesis {synth.median:.3f} s, peak RSS {peak.median:.0f} MiB."
+                f"synthesis {synth.median:.3f} s (whole process {process.median:.2f} s), "
+                f"peak RSS {peak.median:.0f} MiB."
             )
         if floor is not None:
             reference = quality.REFERENCE_ADULT_EPS1_3WAY["bootstrap floor"]
@@ -210,8 +212,10 @@ def _headline(
                 f"- adult bootstrap floor, 3-way: **{floor.median:.4f}** "
                 f"(reference {reference:.3f})."
             )
-        profile = quality_report.profile
-        if profile is not None:
+        profiles = [quality_report.profile, *quality_report.extra_profiles]
+        for profile in profiles:
+            if profile is None:
+                continue
             rho = quality_report.rhos.get("1")
             samples = profile["by_rho"].get(rho or "", [])
             if samples:

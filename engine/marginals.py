@@ -45,6 +45,32 @@ def count_marginal(data: Dataset, attrs: Sequence[str]) -> npt.NDArray[np.int64]
     return counts.reshape(shape)
 
 
+class MarginalCache:
+    """Exact contingency tables of one dataset, counted once and kept while they are small.
+
+    Adaptive mechanisms (AIM, PPSyn) score every candidate against its true table in every
+    round; tables of at most ``max_cells`` cells are kept between rounds, larger ones are
+    recounted when asked for, so memory stays bounded on wide tables with large domains. Like
+    :func:`count_marginal` it releases nothing.
+    """
+
+    def __init__(self, data: Dataset, max_cells: int) -> None:
+        self._data = data
+        self._max_cells = max_cells
+        self._tables: dict[tuple[str, ...], npt.NDArray[np.int64]] = {}
+
+    def __call__(self, attrs: Sequence[str]) -> npt.NDArray[np.int64]:
+        """``count_marginal(data, attrs)``, from the cache when it was counted before."""
+        key = tuple(attrs)
+        cached = self._tables.get(key)
+        if cached is not None:
+            return cached
+        counts = count_marginal(self._data, key)
+        if counts.size <= self._max_cells:
+            self._tables[key] = counts
+        return counts
+
+
 @dataclass(frozen=True, eq=False)
 class Measurement:
     """A noisy marginal that carries its own noise scale (as in Private-PGM).

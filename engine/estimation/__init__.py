@@ -10,7 +10,9 @@ Use from a mechanism: pass *all* measurements so far to :func:`estimate` on ever
 ``warm_start=`` the previous model (its potentials and step size carry over); ask
 :func:`model_size` about the measured attribute sets plus a candidate, which is exactly what
 ``estimate`` would allocate; batch candidate queries through one
-:meth:`GraphicalModel.project_many` call so they share work.
+:meth:`GraphicalModel.project_many` call so they share work. A measurement of sums over
+disjoint groups of a marginal's cells (PPSyn's partitioned marginals) is a ``NoisyMarginal``
+with ``groups`` set; it is fitted as the linear query Q·μ (see :class:`NoisyMarginal`).
 
 >>> import numpy as np
 >>> from engine.domain import Domain

@@ -22,11 +22,22 @@ class NoisyMarginal:
     ``sigma`` is the standard deviation of the independent noise in each cell. The estimator
     weights the measurement by 1/σ² (the Gaussian log-likelihood), as Private-PGM does (McKenna,
     Sheldon, Miklau, ICML 2019).
+
+    Grouped (partitioned) measurements. With ``groups`` given, the measurement is not of the
+    marginal's cells but of sums of disjoint groups of them: ``groups`` has the marginal's shape
+    (one axis per attribute) and maps every cell to its group 0 … G−1 (every group non-empty),
+    and ``values`` is 1-D with the G noisy group sums, each with independent noise of standard
+    deviation ``sigma``. This is the linear measurement y = Q·μ + z of Private-PGM with Q the
+    G × cells 0/1 group-indicator matrix; the estimator's loss term is ½‖(Q·μ − y)/σ‖², with
+    gradient Qᵀ(Q·μ − y)/σ², computed with ``bincount`` and indexing (PPSyn's partitioned
+    measurements; no uniformity assumption inside a group). The identity grouping is equivalent
+    to the plain measurement.
     """
 
     attributes: tuple[str, ...]
     values: FloatArray
     sigma: float
+    groups: npt.NDArray[np.intp] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.attributes, str):
@@ -42,8 +53,24 @@ class NoisyMarginal:
         ):
             raise ValueError(f"values must be numeric, got {values.dtype}")
         values = values.astype(np.float64, copy=values is self.values)
-        if values.ndim != len(attributes):
-            raise ValueError("values must have one axis per attribute")
+        groups = self.groups
+        if groups is None:
+            if values.ndim != len(attributes):
+                raise ValueError("values must have one axis per attribute")
+        else:
+            groups = np.asarray(groups)
+            if not np.issubdtype(groups.dtype, np.integer):
+                raise ValueError(f"groups must be integers, got {groups.dtype}")
+            if groups.ndim != len(attributes):
+                raise ValueError("groups must have one axis per attribute")
+            if values.ndim != 1:
+                raise ValueError("a grouped measurement's values must be 1-D (one per group)")
+            if groups.size == 0 or groups.min() < 0 or groups.max() >= values.size:
+                raise ValueError("groups must map every cell to a group 0 … len(values) − 1")
+            if np.any(np.bincount(groups.ravel(), minlength=values.size) == 0):
+                raise ValueError("every group must contain at least one cell")
+            groups = groups.astype(np.intp, copy=True)
+            groups.flags.writeable = False
         if not np.all(np.isfinite(values)):
             raise ValueError("values must be finite")
         sigma = self.sigma
@@ -56,6 +83,7 @@ class NoisyMarginal:
         object.__setattr__(self, "attributes", attributes)
         object.__setattr__(self, "values", values)
         object.__setattr__(self, "sigma", sigma)
+        object.__setattr__(self, "groups", groups)
 
     @classmethod
     def from_measurement(cls, m: Measurement) -> NoisyMarginal:
@@ -66,9 +94,9 @@ class NoisyMarginal:
 def estimate_total(measurements: Sequence[NoisyMarginal]) -> float:
     """Precision-weighted mean of the measurements' sums, at least 1 (post-processing).
 
-    The sum of a marginal with c cells has noise variance c·σ², so each sum is weighted by
-    1/(c·σ²) (the minimum-variance unbiased combination, as in Private-PGM). With no measurements
-    the total is 1.
+    The sum of a marginal with c cells (or c groups) has noise variance c·σ², so each sum is
+    weighted by 1/(c·σ²) (the minimum-variance unbiased combination, as in Private-PGM). With no
+    measurements the total is 1.
     """
     if not measurements:
         return 1.0

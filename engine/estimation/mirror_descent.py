@@ -19,6 +19,9 @@ Deviations from private-pgm (mbi 1.x ``FactoredInference.mirror_descent``):
   decrease"); here it is the textbook ``c·⟨∇L, μ − μ'⟩`` with a small c, and the step grows after
   an immediate acceptance instead of being doubled before every line search;
 * measurements of the same attribute set are pooled (``W = Σ 1/σ²``, precision-weighted mean);
+  grouped measurements (``NoisyMarginal.groups``, y = Q·μ + z) are kept apart: each adds
+  ½‖(Q·μ_A − y)/σ‖² to the loss and Qᵀ(Q·μ_A − y)/σ² to the gradient of its attribute set A
+  (a plain key of weight 0 is created for A if nothing else measured it);
 * the fit stops early once the loss improves by less than ``tolerance`` (relative) over
   ``CONVERGENCE_WINDOW`` iterations;
 * the inner loop never materialises θ or the clique beliefs: θ is kept as θ⁰ plus one
@@ -34,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from engine.domain import Domain
 from engine.estimation.inference import (
@@ -79,6 +83,31 @@ def _in_id_order(labels: Labels, measurement: NoisyMarginal) -> tuple[tuple[int,
     return positions, np.ascontiguousarray(values)
 
 
+def _groups_in_id_order(labels: Labels, measurement: NoisyMarginal) -> tuple[int, ...]:
+    """The attribute positions of a grouped measurement (its ``groups`` are checked here)."""
+    assert measurement.groups is not None
+    domain = labels.domain
+    expected = tuple(domain.size(name) for name in measurement.attributes)
+    if measurement.groups.shape != expected:
+        raise ValueError(
+            f"grouped measurement on {measurement.attributes} has groups of shape "
+            f"{measurement.groups.shape}, the domain says {expected}"
+        )
+    return labels.clique(measurement.attributes)
+
+
+@dataclass(frozen=True, eq=False)
+class _Grouped:
+    """One grouped measurement: ``key`` is the index of the key of its attribute set, ``groups``
+    maps each cell of that key's flat (id-ordered) vector to a group, ``target`` holds the noisy
+    group sums and ``weight`` is 1/σ²."""
+
+    key: int
+    groups: npt.NDArray[np.intp]
+    target: FloatArray
+    weight: float
+
+
 @dataclass(frozen=True, eq=False)
 class _Key:
     """All measurements of one attribute set, pooled: ½Σ w_i‖μ − y_i‖² = ½W‖μ − Y‖² + const.
@@ -98,14 +127,23 @@ def _pool(
     tree: JunctionTree,
     placed: Sequence[tuple[tuple[int, ...], FloatArray]],
     weights: Sequence[float],
+    hosts: Sequence[tuple[int, ...]] = (),
 ) -> list[_Key]:
+    """Pool the plain measurements by attribute set; ``hosts`` are the attribute sets of grouped
+    measurements, which get a key (of weight 0 if no plain measurement has that set)."""
     pooled: dict[tuple[int, ...], list[tuple[FloatArray, float]]] = {}
+    for positions in hosts:
+        pooled.setdefault(positions, [])
     for (positions, values), weight in zip(placed, weights, strict=True):
         pooled.setdefault(positions, []).append((values, weight))
     keys = []
     for positions, entries in pooled.items():
         holder = tree.containing(positions)
         assert holder is not None  # every measured set is a clique of the triangulated graph
+        if not entries:  # only grouped measurements of this set: a weight-0 key to host them
+            shape = tuple(tree.sizes[v] for v in positions)
+            keys.append(_Key(holder, positions, np.zeros(shape), 0.0, 0.0))
+            continue
         total_weight = sum(w for _, w in entries)
         mean = np.asarray(sum(w * y for y, w in entries) / total_weight, dtype=np.float64)
         constant = 0.5 * sum(w * _dot(y.ravel(), y.ravel()) for y, w in entries)
@@ -264,9 +302,16 @@ class _Engine:
     redone from the exact θ (falling back to log space if needed).
     """
 
-    def __init__(self, tree: JunctionTree, keys: Sequence[_Key], total: float) -> None:
+    def __init__(
+        self,
+        tree: JunctionTree,
+        keys: Sequence[_Key],
+        total: float,
+        grouped: Sequence[_Grouped] = (),
+    ) -> None:
         self.tree = tree
         self.keys = keys
+        self.grouped = grouped
         self.total = total
         self.cliques = [_Clique(tree, c, keys) for c in range(len(tree.cliques))]
         self.measured = [c for c in range(len(tree.cliques)) if self.cliques[c].keys]
@@ -367,6 +412,12 @@ class _Engine:
         diff = np.subtract(flat, self.target, out=buffers.diff)
         gradient = np.multiply(self.weight, diff, out=buffers.gradients)
         loss = 0.5 * _dot(gradient, diff) + self.constant
+        for term in self.grouped:
+            lo, hi = b[term.key], b[term.key + 1]
+            sums = np.bincount(term.groups, weights=flat[lo:hi], minlength=term.target.size)
+            residual = sums - term.target
+            loss += 0.5 * term.weight * _dot(residual, residual)
+            gradient[lo:hi] += term.weight * residual[term.groups]
         return _Evaluation(products, downs, flat, loss, gradient, slot)
 
     def beliefs(self, evaluation: _Evaluation) -> list[FloatArray]:
@@ -557,17 +608,28 @@ def estimate(
             raise ValueError("total must be finite and positive")
 
     labels = Labels(domain)
-    placed = [_in_id_order(labels, m) for m in measurements]
+    plain = [m for m in measurements if m.groups is None]
+    partitioned = [m for m in measurements if m.groups is not None]
+    placed = [_in_id_order(labels, m) for m in plain]
+    hosts = [_groups_in_id_order(labels, m) for m in partitioned]
     extra = [labels.clique(clique) for clique in cliques]
-    tree = build_junction_tree(labels, [p for p, _ in placed] + extra, max_cells=max_cells)
+    # The measured sets in measurement order (as model_size sees them), then the extra cliques.
+    ordered = [labels.clique(m.attributes) for m in measurements]
+    tree = build_junction_tree(labels, ordered + extra, max_cells=max_cells)
     theta = (
         _warm_potentials(tree, warm_start)
         if warm_start is not None
         else [np.zeros(shape) for shape in tree.shapes]
     )
-    keys = _pool(tree, placed, [1.0 / m.sigma**2 for m in measurements])
+    keys = _pool(tree, placed, [1.0 / m.sigma**2 for m in plain], hosts)
+    index = {key.attributes: i for i, key in enumerate(keys)}
+    grouped = []
+    for positions, m in zip(hosts, partitioned, strict=True):
+        assert m.groups is not None
+        ids = np.ascontiguousarray(m.groups.transpose(labels.axes_from(m.attributes))).ravel()
+        grouped.append(_Grouped(index[positions], ids, m.values, 1.0 / m.sigma**2))
     step = None if warm_start is None else warm_start.step_size
-    return _fit(tree, keys, total, theta, iterations, step, tolerance, callback)
+    return _fit(tree, keys, total, theta, iterations, step, tolerance, callback, grouped)
 
 
 def _fit(
@@ -579,8 +641,13 @@ def _fit(
     step: float | None,
     tolerance: float,
     callback: Callable[[int, float], None] | None,
+    grouped: Sequence[_Grouped] = (),
 ) -> GraphicalModel:
-    return _descend(_Engine(tree, keys, total), theta0, iterations, step, tolerance, callback)
+    engine = _Engine(tree, keys, total, grouped)
+    # A too-long trial step can overflow exp() in the fast path; the non-finite result is
+    # caught (exact re-evaluation or backtracking), so the floating-point warning is expected.
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _descend(engine, theta0, iterations, step, tolerance, callback)
 
 
 def _descend(
@@ -597,8 +664,13 @@ def _descend(
     trial_updates = np.empty_like(accumulated)
     change = np.empty_like(accumulated)
     current = engine.evaluate(accumulated, 0)
-    # The cold-start step: 1/(total · largest weight) keeps the first update bounded.
-    safe_step = 1.0 / (total * max((key.weight for key in keys), default=1.0))
+    # The cold-start step: 1/(total · largest weight) keeps the first update bounded. A grouped
+    # term's curvature is its weight times its largest group (QᵀQ has the group sizes on its
+    # diagonal blocks), so that product stands in for its weight.
+    weights = [key.weight for key in keys] + [
+        term.weight * float(np.bincount(term.groups).max()) for term in engine.grouped
+    ]
+    safe_step = 1.0 / (total * max((w for w in weights if w > 0), default=1.0))
     if step is None or not (math.isfinite(step) and step > 0):
         step = safe_step
     # A warm start never starts below the safe step: a fit that ended near its optimum may have

@@ -7,6 +7,7 @@ from types import MappingProxyType
 
 from engine.mechanisms.aim import AIMMechanism
 from engine.mechanisms.base import (
+    GaussianCharge,
     Mechanism,
     ProgressCallback,
     SelectionCharge,
@@ -15,11 +16,19 @@ from engine.mechanisms.base import (
 )
 from engine.mechanisms.independent import IndependentMechanism
 from engine.mechanisms.mst import MSTMechanism
+from engine.mechanisms.ppsyn import PPSynMechanism
+from engine.mechanisms.privsyn import PrivSynMechanism
 
 MECHANISMS: Mapping[str, Mechanism] = MappingProxyType(
     {
         mechanism.name: mechanism
-        for mechanism in (IndependentMechanism(), MSTMechanism(), AIMMechanism())
+        for mechanism in (
+            IndependentMechanism(),
+            MSTMechanism(),
+            AIMMechanism(),
+            PrivSynMechanism(),
+            PPSynMechanism(),
+        )
     }
 )
 """Read-only ``{name: mechanism}``; mechanisms hold no state, so one instance serves every job."""
@@ -35,6 +44,7 @@ def get_mechanism(name: str) -> Mechanism:
 
 __all__ = [
     "MECHANISMS",
+    "GaussianCharge",
     "Mechanism",
     "ProgressCallback",
     "SelectionCharge",

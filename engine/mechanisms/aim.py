@@ -11,13 +11,12 @@ from fractions import Fraction
 from typing import Literal
 
 import numpy as np
-import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.accounting import split_rho
 from engine.domain import Dataset, Domain
 from engine.estimation import GraphicalModel, NoisyMarginal, estimate, model_size
-from engine.marginals import Measurement, count_marginal, measure_marginal
+from engine.marginals import MarginalCache, Measurement, measure_marginal
 from engine.mechanisms.base import (
     Mechanism,
     ProgressReporter,
@@ -91,24 +90,32 @@ class AIMParams(BaseModel):
     )
 
 
-def workload_candidates(domain: Domain, params: AIMParams) -> dict[Clique, float]:
-    """The downward closure of the workload, each with AIM's weight Σ_w |c ∩ w|."""
-    degree = min(params.degree, len(domain))
+def workload_closure(
+    domain: Domain, degree: int, max_cells: int | None = None
+) -> dict[Clique, float]:
+    """The downward closure of the workload (every ``degree``-way marginal with at most
+    ``max_cells`` cells; the one-ways if none qualifies), each with AIM's weight Σ_w |c ∩ w|.
+    Shared by AIM and PPSyn; a function of the public domain only."""
+    degree = min(degree, len(domain))
     workload = [
         w
         for w in itertools.combinations(domain.attributes, degree)
-        if params.max_workload_cells is None or domain.cells(w) <= params.max_workload_cells
+        if max_cells is None or domain.cells(w) <= max_cells
     ]
     if not workload:
         workload = [(a,) for a in domain.attributes]
-    candidates: dict[Clique, float] = {}
+    closure: set[Clique] = set()
     for w in workload:
         for k in range(1, len(w) + 1):
-            for c in itertools.combinations(w, k):
-                candidates.setdefault(c, 0.0)
-    for c in candidates:
-        candidates[c] = float(sum(len(set(c) & set(w)) for w in workload))
-    return dict(sorted(candidates.items(), key=lambda item: (len(item[0]), item[0])))
+            closure.update(itertools.combinations(w, k))
+    weights = {c: float(sum(len(set(c) & set(w)) for w in workload)) for c in closure}
+    return dict(sorted(weights.items(), key=lambda item: (len(item[0]), item[0])))
+
+
+def workload_candidates(domain: Domain, params: AIMParams) -> dict[Clique, float]:
+    """AIM's candidates: :func:`workload_closure` of ``params.degree`` and
+    ``params.max_workload_cells``."""
+    return workload_closure(domain, params.degree, params.max_workload_cells)
 
 
 def _downward_closure(cliques: Sequence[Clique]) -> set[frozenset[str]]:
@@ -179,17 +186,6 @@ class AIMMechanism(Mechanism):
         original = data.domain
         rounds = params.rounds or 16 * len(original)
         max_cells = int(params.max_model_size_mb * MEGABYTE / BYTES_PER_CELL)
-        answers: dict[Clique, npt.NDArray[np.int64]] = {}
-
-        def answer(clique: Clique) -> npt.NDArray[np.int64]:
-            cached = answers.get(clique)
-            if cached is not None:
-                return cached
-            counts = count_marginal(data, clique)
-            if counts.size <= ANSWER_CACHE_CELLS:
-                answers[clique] = counts
-            return counts
-
         # Budget state, in exact fractions.
         select_share = Fraction(params.selection_share).limit_denominator(10**6)
         sigma2 = Fraction(rounds) / (2 * (1 - select_share) * rho)
@@ -229,6 +225,9 @@ class AIMMechanism(Mechanism):
         )
         domain = compression.domain
         data = Dataset(domain, compression.compress_codes(data.codes))
+        # True answers of the candidates, on the re-coded data (scoring only; released only
+        # through the exponential mechanism and noisy measurements).
+        answer = MarginalCache(data, ANSWER_CACHE_CELLS)
         noisy = [
             NoisyMarginal((attr,), compression.compress_counts(j, m.noisy_counts), sigma)
             for j, (attr, m, sigma) in enumerate(

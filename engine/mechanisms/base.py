@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel
 
+from engine.accounting import gaussian_rho
 from engine.domain import Dataset
 from engine.marginals import Measurement
 
@@ -56,16 +57,55 @@ class SelectionCharge:
             raise ValueError("epsilon spends more than the charged rho")
 
 
+@dataclass(frozen=True)
+class GaussianCharge:
+    """The privacy cost of a discrete-Gaussian release that is not a plain contingency table
+    (e.g. PrivSyn's vector of InDif scores, or PPSyn's partition-cell counts).
+
+    The released vector is integer-valued, has L2 sensitivity ``sensitivity`` (in its own units,
+    under add/remove-one-row) and gets independent N_Z(0, ``sigma2``) noise per entry, which is
+    ``rho = sensitivity² / (2·sigma2)``-zCDP (Canonne, Kamath, Steinke 2020); that equality is
+    checked here, in exact fractions.
+    """
+
+    description: str
+    sensitivity: Fraction
+    sigma2: Fraction
+    rho: Fraction
+
+    def __post_init__(self) -> None:
+        for name in ("sensitivity", "sigma2", "rho"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, Fraction | int):
+                raise TypeError(f"{name} must be an exact Fraction")
+            if value <= 0:
+                raise ValueError(f"{name} must be positive")
+            object.__setattr__(self, name, Fraction(value))
+        if self.rho != gaussian_rho(self.sensitivity, self.sigma2):
+            raise ValueError("rho must equal sensitivity² / (2·sigma2) exactly")
+
+
 @dataclass(frozen=True, eq=False)
 class SynthesisResult:
     """Synthetic codes (rows × attributes, domain order), the measurements that produced them,
-    and the charges of the data-dependent selections made on the way."""
+    the charges of the data-dependent selections made on the way, and those of any other
+    discrete-Gaussian releases (``releases``)."""
 
     codes: npt.NDArray[np.int64]
     measurements: tuple[Measurement, ...]
     rho_used: Fraction
     estimated_total: float
     selections: tuple[SelectionCharge, ...] = ()
+    releases: tuple[GaussianCharge, ...] = ()
+
+    @property
+    def rho_spent(self) -> Fraction:
+        """The exact sum of every measurement's, selection's and release's ρ."""
+        return (
+            sum((m.rho for m in self.measurements), Fraction(0))
+            + sum((s.rho for s in self.selections), Fraction(0))
+            + sum((r.rho for r in self.releases), Fraction(0))
+        )
 
     def __post_init__(self) -> None:
         codes = np.asarray(self.codes)
@@ -77,6 +117,9 @@ class SynthesisResult:
         selections = tuple(self.selections)
         if not all(isinstance(s, SelectionCharge) for s in selections):
             raise TypeError("selections must be SelectionCharge objects")
+        releases = tuple(self.releases)
+        if not all(isinstance(r, GaussianCharge) for r in releases):
+            raise TypeError("releases must be GaussianCharge objects")
         if isinstance(self.rho_used, bool) or not isinstance(self.rho_used, Fraction | int):
             raise TypeError("rho_used must be a Fraction")
         estimated_total = float(self.estimated_total)
@@ -89,6 +132,7 @@ class SynthesisResult:
         object.__setattr__(self, "codes", codes)
         object.__setattr__(self, "measurements", measurements)
         object.__setattr__(self, "selections", selections)
+        object.__setattr__(self, "releases", releases)
         object.__setattr__(self, "rho_used", Fraction(self.rho_used))
         object.__setattr__(self, "estimated_total", estimated_total)
 
@@ -212,9 +256,7 @@ class Mechanism(abc.ABC):
             noise_source=noise_source,
         )
 
-        spent = sum((m.rho for m in result.measurements), Fraction(0)) + sum(
-            (s.rho for s in result.selections), Fraction(0)
-        )
+        spent = result.rho_spent
         if spent != rho or result.rho_used != rho:
             raise RuntimeError(
                 f"mechanism {self.name!r} measured and selected with total rho {spent} "

@@ -174,6 +174,37 @@ def test_synthesize_people_writes_the_original_value_space(tmp_path: Path) -> No
     assert codes.shape == (len(frame), 4)
 
 
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("mst", ["--param", "iterations=200"]),
+        (
+            "aim",
+            ["--param", "rounds=8", "--param", "round_iterations=20", "--param", "iterations=200"],
+        ),
+        ("privsyn", ["--param", "iterations=20"]),
+        (
+            "ppsyn",
+            ["--param", "rounds=6", "--param", "round_iterations=20", "--param", "iterations=200"],
+        ),
+    ],
+)
+def test_every_method_decodes_to_the_declared_domain(
+    tmp_path: Path, method: str, params: list[str]
+) -> None:
+    out = tmp_path / f"people-{method}.csv"
+    result = invoke(
+        "synthesize", PEOPLE, "--schema", PEOPLE_SCHEMA, "--method", method, "--rho", "2",
+        "--seed", "3", *params, "--out", out,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    frame = read_people_output(out)
+    assert_people_in_domain(frame)
+    assert abs(len(frame) - 400) <= 40
+    assert summary_of(result)["method"] == method
+    assert load_table(out, load_schema(PEOPLE_SCHEMA)).shape == (len(frame), 4)
+
+
 def test_synthesize_honours_rows_and_writes_parquet(tmp_path: Path) -> None:
     out = tmp_path / "people.parquet"
     result = synthesize_people(out, "--rho", "0.5", "--rows", "123", "--seed", "7")

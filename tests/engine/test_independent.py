@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from engine.domain import Dataset, Domain
 from engine.marginals import Measurement, count_marginal, measure_marginal
 from engine.mechanisms import MECHANISMS, SynthesisCancelled, SynthesisResult, get_mechanism
-from engine.mechanisms.base import Mechanism, ProgressReporter
+from engine.mechanisms.base import GaussianCharge, Mechanism, ProgressReporter
 from engine.mechanisms.independent import (
     IndependentMechanism,
     IndependentParams,
@@ -266,6 +266,56 @@ def test_base_class_refuses_mechanisms_that_misspend(
     data = Dataset(small_domain, np.zeros((2, len(small_domain)), dtype=np.int64))
     with pytest.raises(RuntimeError, match="rho"):
         _Misbehaving(factor).run(data, Fraction(1), PARAMS, rng=np.random.default_rng(0))
+
+
+class _Releasing(Mechanism):
+    """Measures half of ρ as a marginal and charges ``release_share`` × ρ as a GaussianCharge."""
+
+    name = "releasing"
+    description = "test double"
+    Params = IndependentParams
+
+    def __init__(self, release_share: Fraction) -> None:
+        self.release_share = release_share
+
+    def _synthesize(
+        self,
+        data: Dataset,
+        rho: Fraction,
+        params: pydantic.BaseModel,
+        *,
+        rng: np.random.Generator,
+        rows: int | None,
+        max_rows: int | None,
+        progress: ProgressReporter,
+        noise_source: random.Random | None,
+    ) -> SynthesisResult:
+        measurement = measure_marginal(data, [data.domain.attributes[0]], rho / 2)
+        release_rho = rho * self.release_share
+        sensitivity = Fraction(4)
+        release = GaussianCharge(
+            "test release", sensitivity, sensitivity**2 / (2 * release_rho), release_rho
+        )
+        return SynthesisResult(
+            codes=np.zeros((rows or 1, len(data.domain)), dtype=np.int64),
+            measurements=(measurement,),
+            rho_used=rho,
+            estimated_total=0.0,
+            releases=(release,),
+        )
+
+
+def test_base_class_counts_gaussian_releases(small_domain: Domain) -> None:
+    data = Dataset(small_domain, np.zeros((2, len(small_domain)), dtype=np.int64))
+    result = _Releasing(Fraction(1, 2)).run(
+        data, Fraction(1), PARAMS, rng=np.random.default_rng(0), rows=3
+    )
+    assert result.rho_spent == Fraction(1)
+    for share in (Fraction(1, 4), Fraction(3, 4)):
+        with pytest.raises(RuntimeError, match="rho"):
+            _Releasing(share).run(data, Fraction(1), PARAMS, rng=np.random.default_rng(0), rows=3)
+    with pytest.raises(ValueError, match="exactly"):
+        GaussianCharge("wrong", Fraction(4), Fraction(1), Fraction(1))
 
 
 def test_base_class_refuses_wrong_row_counts(small_domain: Domain) -> None:

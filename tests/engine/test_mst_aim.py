@@ -15,23 +15,13 @@ from engine.domain import Dataset, Domain
 from engine.evaluation import marginal_tvd
 from engine.mechanisms import SynthesisCancelled, get_mechanism
 from engine.mechanisms.aim import AIMParams, workload_candidates
+from tests.engine.support import correlated
 
 METHODS = ["mst", "aim"]
 FAST = {
     "mst": {"iterations": 200, "selection_iterations": 50},
     "aim": {"iterations": 200, "round_iterations": 20, "rounds": 8},
 }
-
-
-def correlated(n: int, seed: int) -> Dataset:
-    """a → b copies a (with 5% noise), c independent, d depends on c."""
-    rng = np.random.default_rng(seed)
-    a = rng.integers(0, 4, n)
-    b = np.where(rng.random(n) < 0.95, a, rng.integers(0, 4, n))
-    c = rng.integers(0, 3, n)
-    d = (c + rng.integers(0, 2, n)) % 3
-    domain = Domain(("a", "b", "c", "d"), (4, 4, 3, 3))
-    return Dataset(domain, np.column_stack([a, b, c, d]).astype(np.int64))
 
 
 def spent(result) -> Fraction:  # type: ignore[no-untyped-def]

@@ -179,9 +179,11 @@ def test_progress_is_reported_while_running(
     [
         ("mst", {"iterations": 300}),
         ("aim", {"rounds": 8, "round_iterations": 30, "iterations": 300}),
+        ("privsyn", {"iterations": 20}),
+        ("ppsyn", {"rounds": 6, "round_iterations": 30, "iterations": 300}),
     ],
 )
-def test_graphical_model_methods_through_the_service(
+def test_every_method_through_the_service(
     worker_stack: Stack,
     worker_tenant: Tenant,
     people_csv: bytes,
