@@ -161,6 +161,8 @@ class QualityReport:
     delta: float
     rhos: dict[str, str]
     repeats: int
+    # Datasets run with a different number of repeats than ``repeats`` (``--repeats-for``).
+    dataset_repeats: dict[str, int] = field(default_factory=dict)
     runs: list[SynthesisRun] = field(default_factory=list)
     floors: list[FloorRun] = field(default_factory=list)
     evaluator_marginals: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -295,6 +297,7 @@ def run_quality(
     repeats: int | None = None,
     methods: Sequence[str] | None = None,
     datasets: Sequence[str] | None = None,
+    repeats_for: dict[str, int] | None = None,
     profile: bool = True,
     progress: Progress = _no_progress,
 ) -> QualityReport:
@@ -328,17 +331,19 @@ def run_quality(
         delta=DELTA,
         rhos=rhos,
         repeats=repeats,
+        dataset_repeats={d.name: n for d, n in _repeats_for(chosen, repeats_for) if n != repeats},
     )
 
     with tempfile.TemporaryDirectory(prefix="rhosynth-bench-") as tmp:
         workdir = Path(tmp)
         for dataset in chosen:
+            dataset_repeats = report.dataset_repeats.get(dataset.name, repeats)
             progress(f"{dataset.name}: bootstrap floor")
-            for repeat in range(repeats):
+            for repeat in range(dataset_repeats):
                 _floor(report, evaluator, dataset, repeat, workdir)
             for eps in EPSILONS:
                 for method in method_names:
-                    for repeat in range(repeats):
+                    for repeat in range(dataset_repeats):
                         label = f"{dataset.name} ε={epsilon_label(eps)} {method} #{repeat + 1}"
                         progress(label)
                         _synthesis(report, evaluator, dataset, method, eps, repeat, workdir, label)
@@ -361,6 +366,29 @@ def run_quality(
                         report.extra_profiles.append(extra)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _repeats_for(
+    datasets: Sequence[BenchDataset], overrides: dict[str, int] | None
+) -> list[tuple[BenchDataset, int]]:
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - {d.name for d in datasets})
+    if unknown:
+        raise SystemExit(f"--repeats-for names datasets not in this run: {unknown}")
+    if any(n < 1 for n in overrides.values()):
+        raise SystemExit("--repeats-for: repeats must be at least 1")
+    return [(d, overrides[d.name]) for d in datasets if d.name in overrides]
+
+
+def parse_repeats_for(items: Sequence[str] | None) -> dict[str, int]:
+    """``["temporal-match2=1", ...]`` → ``{"temporal-match2": 1, ...}``."""
+    parsed: dict[str, int] = {}
+    for item in items or ():
+        name, sep, count = item.partition("=")
+        if not sep or not name or not count.isdigit():
+            raise SystemExit(f"--repeats-for expects DATASET=N, got {item!r}")
+        parsed[name] = int(count)
+    return parsed
 
 
 def _floor(
@@ -539,8 +567,16 @@ def render_markdown(report: QualityReport) -> str:
         + ", ".join(f"`{m}`: `{json.dumps(p)}`" for m, p in report.method_params.items())
         + f"). ε ∈ {{{eps_text}}}, δ = {report.delta:g}; ρ from "
         f"`engine.accounting.rho_from_epsilon_delta` (rounded down): {rho_text}. "
-        f"{report.repeats} repeat(s) per cell; figures are the median, with the range "
-        "(min–max) over repeats in parentheses.",
+        f"{report.repeats} repeat(s) per cell"
+        + (
+            " ("
+            + ", ".join(f"{name}: {n}" for name, n in sorted(report.dataset_repeats.items()))
+            + ", to fit the run into a working session; a cell with one repeat shows a single "
+            "run, not a median)"
+            if report.dataset_repeats
+            else ""
+        )
+        + "; figures are the median, with the range (min–max) over repeats in parentheses.",
         "",
         "- **synth s**: wall time of `Mechanism.run` only, in a fresh child process per run. "
         "**load s** (CSV → engine `Dataset`) is separate and not included. **process s**: the "
@@ -857,6 +893,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="small datasets, 1 repeat")
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument(
+        "--repeats-for", nargs="*", default=None, metavar="DATASET=N", help="per-dataset repeats"
+    )
     parser.add_argument("--methods", nargs="*", default=None)
     parser.add_argument("--datasets", nargs="*", default=None)
     parser.add_argument("--no-profile", action="store_true")
@@ -870,6 +909,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         repeats=args.repeats,
         methods=args.methods,
         datasets=args.datasets,
+        repeats_for=parse_repeats_for(args.repeats_for),
         profile=not args.no_profile,
         progress=lambda message: print(f"[quality] {message}", file=sys.stderr, flush=True),
     )

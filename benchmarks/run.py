@@ -276,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
         "--evaluator", type=Path, default=None, help="default: DATA/../bench/marginal_error.py"
     )
     parser.add_argument("--repeats", type=int, default=None, help="default 3 (1 with --quick)")
+    parser.add_argument(
+        "--repeats-for", nargs="*", default=None, metavar="DATASET=N", help="per-dataset repeats"
+    )
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-load", action="store_true")
     parser.add_argument("--json", type=Path, default=None, help="also write raw results here")
@@ -299,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             evaluator,
             quick=args.quick,
             repeats=args.repeats,
+            repeats_for=quality.parse_repeats_for(args.repeats_for),
             progress=lambda message: _log(f"quality: {message}"),
         )
     load_report = None
