@@ -47,8 +47,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(exc.TimeoutError)
     def database_unavailable(_request: Request, error: Exception) -> JSONResponse:
         # No pooled connection came free in time, or PostgreSQL kept refusing new ones, or the
-        # connection dropped. The request's transaction was rolled back, so nothing was reserved
-        # or written: the client may retry (with the same Idempotency-Key).
+        # connection dropped. The request's transaction was rolled back (if the connection died
+        # during COMMIT the outcome is unknown); a retry with the same Idempotency-Key is safe.
         logger.warning("database unavailable: %s", type(error).__name__, exc_info=True)
         return JSONResponse(
             {"detail": "the service is busy or its database is unreachable; retry shortly"},

@@ -28,7 +28,8 @@ from app.jobs.models import TERMINAL_STATUSES, Job
 from app.jobs.schemas import EpsilonDeltaBudgetIn, JobOut, JobRequest, ProgressOut
 from app.storage import Storage, job_output_prefix
 from engine.accounting import rho_from_epsilon_delta
-from engine.mechanisms import MECHANISMS, get_mechanism
+from engine.encoding import TableSchema
+from engine.mechanisms import MECHANISMS, DomainRefused, get_mechanism
 
 SYSTEM_ACTOR = "system"
 
@@ -127,6 +128,11 @@ def submit_job(
         raise LookupError(dataset_id)
     if dataset.deleted_at is not None:
         raise DatasetUnavailable(dataset_id)
+    try:
+        # The declared schema is public (the owner chose it); no data is read here.
+        mechanism.check_domain(TableSchema.from_json(dataset.schema).domain(), params)
+    except DomainRefused as refused:
+        raise InvalidJob(f"{request.method!r} cannot run on this dataset: {refused}") from None
 
     now = utcnow()
     job_id = uuid.uuid4()

@@ -7,6 +7,7 @@ from types import MappingProxyType
 
 from engine.mechanisms.aim import AIMMechanism
 from engine.mechanisms.base import (
+    DomainRefused,
     GaussianCharge,
     Mechanism,
     ProgressCallback,
@@ -14,9 +15,12 @@ from engine.mechanisms.base import (
     SynthesisCancelled,
     SynthesisResult,
 )
+from engine.mechanisms.cipher import CIPHERMechanism
+from engine.mechanisms.dpcopula import DPCopulaMechanism
 from engine.mechanisms.independent import IndependentMechanism
 from engine.mechanisms.mst import MSTMechanism
 from engine.mechanisms.ppsyn import PPSynMechanism
+from engine.mechanisms.privmrf import PrivMRFMechanism
 from engine.mechanisms.privsyn import PrivSynMechanism
 
 MECHANISMS: Mapping[str, Mechanism] = MappingProxyType(
@@ -28,6 +32,9 @@ MECHANISMS: Mapping[str, Mechanism] = MappingProxyType(
             AIMMechanism(),
             PrivSynMechanism(),
             PPSynMechanism(),
+            PrivMRFMechanism(),
+            CIPHERMechanism(),
+            DPCopulaMechanism(),
         )
     }
 )
@@ -44,6 +51,7 @@ def get_mechanism(name: str) -> Mechanism:
 
 __all__ = [
     "MECHANISMS",
+    "DomainRefused",
     "GaussianCharge",
     "Mechanism",
     "ProgressCallback",

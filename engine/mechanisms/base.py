@@ -22,7 +22,7 @@ import numpy.typing as npt
 from pydantic import BaseModel
 
 from engine.accounting import gaussian_rho
-from engine.domain import Dataset
+from engine.domain import Dataset, Domain
 from engine.marginals import Measurement
 
 ProgressCallback = Callable[[float, str], None]
@@ -32,6 +32,14 @@ Raising from it (e.g. :class:`SynthesisCancelled`) cancels the run; the engine l
 
 class SynthesisCancelled(Exception):
     """Raised by a progress callback to stop a run; the engine never swallows it."""
+
+
+class DomainRefused(ValueError):
+    """A method cannot run on a declared domain (e.g. CIPHER's full joint would be too large).
+
+    Decided from public information only (the declared domain and the params), so the message may
+    be shown to analysts; the service turns it into a 422 before anything is reserved.
+    """
 
 
 @dataclass(frozen=True)
@@ -198,6 +206,14 @@ class Mechanism(abc.ABC):
         """Parse user parameters into ``Params``; raises ``pydantic.ValidationError``."""
         return self.Params.model_validate(dict(raw))
 
+    def check_domain(self, domain: Domain, params: BaseModel) -> None:
+        """Raise :class:`DomainRefused` if this method cannot run on ``domain`` with ``params``.
+
+        Uses only the declared domain and the params (public), never data; the service calls it
+        at submission, before reserving budget, and :meth:`run` calls it again. Default: accept.
+        """
+        del domain, params  # every domain is accepted unless a method says otherwise
+
     def params_schema(self) -> dict[str, Any]:
         """JSON schema of ``Params`` (for the API's documentation and the UI)."""
         return self.Params.model_json_schema()
@@ -244,6 +260,7 @@ class Mechanism(abc.ABC):
         if noise_source is not None and not isinstance(noise_source, random.Random):
             raise TypeError("noise_source must be a random.Random (or None for the OS CSPRNG)")
 
+        self.check_domain(data.domain, params)
         reporter = ProgressReporter(progress)
         result = self._synthesize(
             data,

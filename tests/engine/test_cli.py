@@ -34,6 +34,7 @@ from engine.cli import (
 )
 from engine.encoding import CategoricalColumn, NumericColumn, TableSchema
 from engine.evaluation import mean_tvd
+from engine.mechanisms import MECHANISMS
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 PEOPLE = FIXTURES / "people.csv"
@@ -174,21 +175,24 @@ def test_synthesize_people_writes_the_original_value_space(tmp_path: Path) -> No
     assert codes.shape == (len(frame), 4)
 
 
-@pytest.mark.parametrize(
-    ("method", "params"),
-    [
-        ("mst", ["--param", "iterations=200"]),
-        (
-            "aim",
-            ["--param", "rounds=8", "--param", "round_iterations=20", "--param", "iterations=200"],
-        ),
-        ("privsyn", ["--param", "iterations=20"]),
-        (
-            "ppsyn",
-            ["--param", "rounds=6", "--param", "round_iterations=20", "--param", "iterations=200"],
-        ),
-    ],
-)
+# Quick settings per method (defaults otherwise); every registered method must be listed.
+CLI_PARAMS: dict[str, list[str]] = {
+    "independent": [],
+    "mst": ["--param", "iterations=200"],
+    "aim": ["--param", "rounds=8", "--param", "round_iterations=20", "--param", "iterations=200"],
+    "privsyn": ["--param", "iterations=20"],
+    "ppsyn": ["--param", "rounds=6", "--param", "round_iterations=20", "--param", "iterations=200"],
+    "privmrf": ["--param", "round_iterations=10", "--param", "iterations=100"],
+    "dpcopula": [],
+    "cipher": [],
+}
+
+
+def test_every_registered_method_is_exercised() -> None:
+    assert set(CLI_PARAMS) == set(MECHANISMS)
+
+
+@pytest.mark.parametrize(("method", "params"), sorted(CLI_PARAMS.items()))
 def test_every_method_decodes_to_the_declared_domain(
     tmp_path: Path, method: str, params: list[str]
 ) -> None:

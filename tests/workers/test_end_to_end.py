@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from engine.mechanisms import MECHANISMS
 from tests.conftest import Tenant
 from tests.support.api import budget, create_dataset, submit, wait_for
 from tests.support.ledger import D, assert_reconciled
@@ -174,15 +175,24 @@ def test_progress_is_reported_while_running(
     assert seen[-1] == (1.0, "done")
 
 
-@pytest.mark.parametrize(
-    ("method", "params"),
-    [
-        ("mst", {"iterations": 300}),
-        ("aim", {"rounds": 8, "round_iterations": 30, "iterations": 300}),
-        ("privsyn", {"iterations": 20}),
-        ("ppsyn", {"rounds": 6, "round_iterations": 30, "iterations": 300}),
-    ],
-)
+# Quick settings per method (defaults otherwise); every registered method must be listed.
+SERVICE_PARAMS: dict[str, dict] = {
+    "independent": {},
+    "mst": {"iterations": 300},
+    "aim": {"rounds": 8, "round_iterations": 30, "iterations": 300},
+    "privsyn": {"iterations": 20},
+    "ppsyn": {"rounds": 6, "round_iterations": 30, "iterations": 300},
+    "privmrf": {"round_iterations": 10, "iterations": 100},
+    "dpcopula": {},
+    "cipher": {},
+}
+
+
+def test_every_registered_method_is_exercised() -> None:
+    assert set(SERVICE_PARAMS) == set(MECHANISMS)
+
+
+@pytest.mark.parametrize(("method", "params"), sorted(SERVICE_PARAMS.items()))
 def test_every_method_through_the_service(
     worker_stack: Stack,
     worker_tenant: Tenant,

@@ -1,0 +1,230 @@
+"""Building blocks of PrivMRF (Cai, Lei, Wei, Xiao, "Data Synthesis via Differentially Private
+Markov Random Fields", PVLDB 14(11), 2021): integer R-scores, the clique-capped attribute graph
+(Alg. 1), θ-useful candidate marginals (Alg. 2), CFS initial marginals (Alg. 3) and the integer
+selection score of Alg. 4.
+
+Only :func:`r_score_floor` and :func:`selection_score` read data; neither releases anything
+(the mechanism adds discrete Gaussian noise and charges it). Everything else here is a function
+of the public domain and of released (noisy) values, i.e. post-processing.
+
+Integerisation lemma (used for both scores). Let f be real-valued with |f(D) − f(D′)| ≤ S for
+neighbours D, D′, and let g ≥ 1 be a public integer with g·S an integer. Then
+|⌊g·f(D)⌋ − ⌊g·f(D′)⌋| ≤ g·S. Proof: g·f(D) ≤ g·f(D′) + g·S, so
+⌊g·f(D)⌋ ≤ ⌊g·f(D′) + g·S⌋ = ⌊g·f(D′)⌋ + g·S because g·S is an integer; swap D and D′ for the
+other direction. Both scores below are computed exactly in integers, so no floating-point
+rounding can move a value across an integer and break the bound.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from engine.domain import Domain
+from engine.estimation.junction_tree import triangulate
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+Clique = tuple[str, ...]
+
+R_SCORE_SENSITIVITY = 2
+"""|R(D) − R(D′)| ≤ 2 under add/remove-one-row (PrivMRF Lemma 4, from PrivBayes). R is half of
+PrivSyn's InDif, whose bound 4 = 1 (the joint moves by 1 in L1) + 3 (the product table
+M_a·M_bᵀ/n moves by (3n + 1)/(n + 1) < 3 in L1) is proved in privsyn_parts; property-tested."""
+
+SELECTION_SENSITIVITY = 1
+"""|h(D) − h(D′)| ≤ 1 for h = ‖μ − T_{D,M}‖₁ with μ fixed (Lemma 5): one row moves one cell of
+T_{D,M} by 1. With μ put on the 1/g grid first, g·h is an integer moving by at most g."""
+
+_INT64_SAFE_ROWS = 1 << 30
+
+
+def r_score(table: npt.ArrayLike) -> float:
+    """PrivBayes' R-score of a two-way count table: ½·Σ|c_ab − c_a·c_b/n| (0 when n = 0).
+
+    Equals n times the total-variation distance between the joint and the product of its
+    marginals. Floating point; for reference and tests (the mechanism uses r_score_floor)."""
+    counts = np.asarray(table, dtype=np.float64)
+    if counts.ndim != 2:
+        raise ValueError("the R-score needs a two-way table")
+    n = float(counts.sum())
+    if n <= 0:
+        return 0.0
+    independent = np.outer(counts.sum(axis=1), counts.sum(axis=0)) / n
+    return 0.5 * float(np.abs(counts - independent).sum())
+
+
+def r_score_floor(table: npt.ArrayLike, grid: int) -> int:
+    """⌊g·R⌋ of an integer two-way count table, exactly (g = ``grid``).
+
+    2n·R = Σ|n·c_ab − c_a·c_b| is an integer, so ⌊g·R⌋ = (g·Σ|n·c_ab − c_a·c_b|) // (2n) is an
+    integer division. By Lemma 4 and the integerisation lemma (module docstring) it changes by
+    at most 2g when one row is added or removed."""
+    counts = np.asarray(table)
+    if counts.ndim != 2 or not np.issubdtype(counts.dtype, np.integer):
+        raise ValueError("r_score_floor needs a two-way integer table")
+    if isinstance(grid, bool) or not isinstance(grid, int) or grid < 1:
+        raise ValueError("grid must be a positive int")
+    n = int(counts.sum())
+    if n <= 0:
+        return 0
+    if n < _INT64_SAFE_ROWS:
+        # Every |n·c_ab − c_a·c_b| ≤ n² and their sum ≤ 2n² < 2⁶³: exact in int64.
+        wide = counts.astype(np.int64)
+        total = int(np.abs(wide * n - np.outer(wide.sum(axis=1), wide.sum(axis=0))).sum())
+    else:
+        rows = counts.sum(axis=1).astype(object)
+        cols = counts.sum(axis=0).astype(object)
+        big = counts.astype(object) * n - np.outer(rows, cols)
+        total = sum(abs(int(v)) for v in big.ravel())
+    return (grid * total) // (2 * n)
+
+
+def selection_score(model_marginal: FloatArray, true_counts: IntArray, grid: int) -> int:
+    """g·‖⌊g·μ⌉/g − T‖₁ = ‖⌊g·μ⌉ − g·T‖₁, exactly in integers (g = ``grid``).
+
+    μ (the current model's marginal) is a function of earlier releases only, so it is fixed
+    when this score is computed (adaptive composition). ⌊g·μ⌉ rounds it onto the public 1/g
+    grid; then one added or removed row moves one cell of g·T by g, so the score moves by at
+    most g (Lemma 5 on the grid, and the integerisation lemma: the score is ⌊g·h′⌋ with
+    h′ = ‖⌊g·μ⌉/g − T‖₁ ∈ (1/g)ℤ). |h′ − h| ≤ cells/(2g) is the price of the grid."""
+    if isinstance(grid, bool) or not isinstance(grid, int) or grid < 1:
+        raise ValueError("grid must be a positive int")
+    mu = np.asarray(model_marginal, dtype=np.float64)
+    truth = np.asarray(true_counts)
+    if mu.shape != truth.shape or not np.issubdtype(truth.dtype, np.integer):
+        raise ValueError("the model marginal and the integer counts must have the same shape")
+    on_grid = np.rint(mu * grid).astype(np.int64)
+    return int(np.abs(on_grid - truth.astype(np.int64) * grid).sum())
+
+
+# ------------------------------------------------------------------------------------------
+# Algorithm 1: attribute graph under a clique-size cap (post-processing of noisy R-scores)
+# ------------------------------------------------------------------------------------------
+
+
+def chordal_cliques(
+    sizes: Sequence[int], edges: Sequence[tuple[int, int]]
+) -> list[tuple[int, ...]]:
+    """Maximal cliques (attribute positions, ascending) of the engine's weighted-min-fill
+    triangulation of the graph on ``len(sizes)`` nodes with ``edges``."""
+    cliques: list[tuple[int, ...]] = [(v,) for v in range(len(sizes))]
+    cliques.extend(edges)
+    return [tuple(sorted(c)) for c in triangulate(sizes, cliques).maximal]
+
+
+def attribute_graph(
+    sizes: Sequence[int],
+    pairs: Sequence[tuple[int, int]],
+    scores: Sequence[float],
+    max_clique_cells: int,
+    max_total_cells: int,
+) -> tuple[list[tuple[int, int]], list[tuple[int, ...]]]:
+    """Alg. 1: add edges in decreasing noisy score while every maximal clique of the
+    triangulated graph has at most ``max_clique_cells`` cells (Eq. 7) and, a CPU-oriented
+    addition, the cliques together at most ``max_total_cells`` cells.
+
+    One pass in score order (ties by pair index): a pair that does not fit when its turn comes
+    is dropped for good. The paper rescans from the top after each insertion, which can only
+    retry pairs that failed earlier; adding edges almost never makes them fit again, and the
+    single pass is O(d²) triangulations instead of O(d⁴). Returns (edges, maximal cliques)."""
+    order = sorted(range(len(pairs)), key=lambda i: (-scores[i], i))
+    edges: list[tuple[int, int]] = []
+    cliques = chordal_cliques(sizes, edges)
+    for i in order:
+        trial = chordal_cliques(sizes, [*edges, pairs[i]])
+        cells = [math.prod(sizes[v] for v in c) for c in trial]
+        if max(cells) <= max_clique_cells and sum(cells) <= max_total_cells:
+            edges.append(pairs[i])
+            cliques = trial
+    return edges, cliques
+
+
+# ------------------------------------------------------------------------------------------
+# Algorithm 2: θ-useful candidates; Algorithm 3: CFS initial marginals (post-processing)
+# ------------------------------------------------------------------------------------------
+
+
+def useful_cells(noisy_total: float, theta: float, sigma: float) -> float:
+    """Largest number of cells a θ-useful marginal may have: ñ / (θ·√(2/π)·σ_m)."""
+    return max(noisy_total, 0.0) / (theta * math.sqrt(2.0 / math.pi) * sigma)
+
+
+def candidate_marginals(
+    domain: Domain,
+    cliques: Sequence[tuple[int, ...]],
+    max_cells: float,
+    max_attributes: int,
+) -> list[Clique]:
+    """Alg. 2: every subset of a maximal clique with 2 to ``max_attributes`` attributes and at
+    most ``max_cells`` cells (θ-useful), in domain order, sorted and without repeats.
+
+    One-way marginals are left to Alg. 3's fallback. Subsets are enumerated by increasing size
+    and a set is only extended when it fits, since supersets only have more cells."""
+    sizes = domain.sizes
+    found: set[tuple[int, ...]] = set()
+    for clique in cliques:
+        level: set[tuple[int, ...]] = {(v,) for v in clique if sizes[v] <= max_cells}
+        for _ in range(1, max_attributes):
+            nxt: set[tuple[int, ...]] = set()
+            for subset in level:
+                cells = math.prod(sizes[v] for v in subset)
+                for v in clique:
+                    if v > subset[-1] and cells * sizes[v] <= max_cells:
+                        nxt.add((*subset, v))
+            found |= nxt
+            level = nxt
+            if not level:
+                break
+    ordered = sorted(found, key=lambda s: (len(s), s))
+    return [tuple(domain.attributes[v] for v in s) for s in ordered]
+
+
+def cfs_score(attr: str, marginal: Clique, dependence: Callable[[str, str], float]) -> float:
+    """Eq. 8: Σ_{B∈M∖A} r(A,B) / √(|M| + Σ_{B∈M∖A} Σ_{B′∈M∖{A,B}} r(B,B′)).
+
+    The double sum runs over ordered pairs (each unordered pair twice), as printed. ``r`` is the
+    noisy R-score divided by ñ (a noisy TVD in about [0, 1], notes G4); the radicand is clamped
+    at ≥ 1 because noise can make it small or negative."""
+    others = [b for b in marginal if b != attr]
+    numerator = sum(dependence(attr, b) for b in others)
+    redundancy = sum(dependence(b, c) for b in others for c in others if b != c)
+    return numerator / math.sqrt(max(1.0, len(marginal) + redundancy))
+
+
+def initial_marginals(
+    domain: Domain,
+    candidates: Sequence[Clique],
+    dependence: Callable[[str, str], float],
+    fits: Callable[[Sequence[Clique], Clique], bool],
+) -> list[Clique]:
+    """Alg. 3: for each attribute A (domain order), the remaining candidate containing A with
+    the highest CFS score (ties: fewer cells, then candidate order), removed from the pool;
+    the one-way {A} when no candidate containing A is left or fits (notes G5). ``fits(chosen,
+    candidate)`` is a public model-size test. Exactly one marginal per attribute."""
+    pool = list(candidates)
+    chosen: list[Clique] = []
+    for attr in domain.attributes:
+        best: Clique | None = None
+        best_key: tuple[float, int, int] | None = None
+        for i, cand in enumerate(pool):
+            if attr not in cand or not fits(chosen, cand):
+                continue
+            key = (-cfs_score(attr, cand, dependence), domain.cells(cand), i)
+            if best_key is None or key < best_key:
+                best, best_key = cand, key
+        if best is None:
+            chosen.append((attr,))
+        else:
+            pool.remove(best)
+            chosen.append(best)
+    return chosen
+
+
+def all_pairs(d: int) -> list[tuple[int, int]]:
+    """Every unordered pair of positions 0 … d−1, lexicographic."""
+    return list(itertools.combinations(range(d), 2))
