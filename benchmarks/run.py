@@ -154,8 +154,9 @@ def render(
         "## Run",
         "",
         f"- Date: {started.strftime('%Y-%m-%d %H:%M UTC')}; benchmark wall time {seconds:.0f} s.",
-        f"- Command (from the repository root): `{command}` (what `make bench` runs, with "
-        "`.venv/bin/python`). The parts alone: `python -m benchmarks.quality --data "
+        f"- Command (from the repository root): `{command}` (`make bench` runs it with "
+        "`.venv/bin/python` and without `--quick`, `--repeats` or `--repeats-for`). The parts "
+        "alone: `python -m benchmarks.quality --data "
         "../shared/data [--quick] [--repeats N]` and `python -m benchmarks.service_load "
         "--data ../shared/data [--quick] [--users N --duration S --workers N]`.",
         f"- Commit: `{commit}`",
