@@ -47,7 +47,8 @@ import numpy as np
 import pandas as pd
 
 from engine.accounting import rho_from_epsilon_delta
-from engine.mechanisms import MECHANISMS
+from engine.domain import Domain
+from engine.mechanisms import MECHANISMS, DomainRefused
 
 EPSILONS: tuple[float, ...] = (0.1, 1.0, 10.0)
 DELTA = 1e-9
@@ -167,6 +168,8 @@ class QualityReport:
     floors: list[FloorRun] = field(default_factory=list)
     evaluator_marginals: dict[str, dict[str, int]] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    # (dataset, method) → why the method refuses that dataset's declared domain (check_domain).
+    not_applicable: dict[str, dict[str, str]] = field(default_factory=dict)
     profile: dict[str, Any] | None = None
     extra_profiles: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
@@ -341,8 +344,15 @@ def run_quality(
             progress(f"{dataset.name}: bootstrap floor")
             for repeat in range(dataset_repeats):
                 _floor(report, evaluator, dataset, repeat, workdir)
+            runnable = []
+            for method in method_names:
+                refusal = refused(dataset, method, report.method_params[method])
+                if refusal is None:
+                    runnable.append(method)
+                else:
+                    report.not_applicable.setdefault(dataset.name, {})[method] = refusal
             for eps in EPSILONS:
-                for method in method_names:
+                for method in runnable:
                     for repeat in range(dataset_repeats):
                         label = f"{dataset.name} ε={epsilon_label(eps)} {method} #{repeat + 1}"
                         progress(label)
@@ -366,6 +376,19 @@ def run_quality(
                         report.extra_profiles.append(extra)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def refused(dataset: BenchDataset, method: str, params: dict[str, Any]) -> str | None:
+    """Why ``method`` refuses ``dataset``'s declared domain (its ``check_domain``), or None.
+
+    The same check the service makes at submission, from the domain file alone."""
+    mechanism = MECHANISMS[method]
+    domain = Domain.from_mapping(_read_json(dataset.domain))
+    try:
+        mechanism.check_domain(domain, mechanism.validate_params(params))
+    except DomainRefused as refusal:
+        return str(refusal)
+    return None
 
 
 def _repeats_for(
@@ -728,6 +751,24 @@ def render_markdown(report: QualityReport) -> str:
         lines += ["", *_render_profile(report.profile)]
     for extra in report.extra_profiles:
         lines += ["", *_render_profile(extra)]
+    if report.not_applicable:
+        lines += [
+            "",
+            "### Not applicable",
+            "",
+            "A method refuses a dataset whose declared domain it cannot handle (its "
+            "`check_domain`, the same check that answers `422` at submission); no run was made:",
+            "",
+        ]
+        lines += _table(
+            ["dataset", "method", "reason"],
+            (
+                [name, f"`{method}`", reason]
+                for name, by_method in report.not_applicable.items()
+                for method, reason in by_method.items()
+            ),
+            "lll",
+        )
     if report.failures:
         lines += ["", "### Failures", ""]
         lines += [f"- {failure}" for failure in report.failures]
