@@ -46,8 +46,10 @@ from engine.mechanisms.privmrf_parts import (
     attribute_graph,
     candidate_marginals,
     initial_marginals,
+    prune_subsumed,
     r_score_floor,
     selection_score,
+    subsumed,
     useful_cells,
 )
 from engine.noise import SecureRandom, discrete_gaussian_noise
@@ -80,7 +82,7 @@ class PrivMRFParams(BaseModel):
         lt=1,
         description="share of ρ for the noisy row count ñ used by the usefulness test (Alg. 2), "
         "only when compress is false (otherwise ñ is the one-way marginals' noisy total); the "
-        "rest measures the d + t marginals",
+        "rest measures the d' + t marginals",
     )
     compress: bool = Field(
         default=True,
@@ -95,7 +97,7 @@ class PrivMRFParams(BaseModel):
         default=3.0, ge=0, le=100, description="merge threshold in σ of each one-way count"
     )
     max_clique_cells: int = Field(
-        default=100_000,
+        default=1_000_000,
         ge=1,
         le=10**7,
         description="τ_c: largest maximal clique (cells) of the triangulated attribute graph "
@@ -124,9 +126,14 @@ class PrivMRFParams(BaseModel):
         default=400, ge=1, le=100_000, description="k: candidates scored per round"
     )
     noise_correction: bool = Field(
-        default=False,
+        default=True,
         description="subtract each candidate's expected measurement-noise L1, √(2/π)·σ·cells, "
         "from its noisy score before the argmax (notes G18; AIM's rule; post-processing)",
+    )
+    prune_subsumed: bool = Field(
+        default=True,
+        description="drop initial marginals contained in another initial marginal (their budget "
+        "goes to the others) and never select a subset of a measured marginal (notes G7)",
     )
     score_grid: int = Field(
         default=8,
@@ -176,8 +183,9 @@ class PrivMRFMechanism(Mechanism):
       privmrf_parts). Noise σ² = (2g)²·m/(2ρ_R): one ``GaussianCharge`` of ρ_R/m per score.
     * ñ (only without ``compress``): the row count (sensitivity 1) with σ² = 1/(2ρ_n), one
       ``GaussianCharge``.
-    * Marginals: exactly d initial plus one per round, each ``measure_marginal`` (sensitivity 1)
-      at ρ_M/(d + t).
+    * Marginals: d' ≤ d initial (d' = d without ``prune_subsumed``) plus one per round, each
+      ``measure_marginal`` (sensitivity 1) at ρ_M/(d' + t); d' is a function of public and
+      noisy values only. θ-usefulness keeps the nominal σ_m of ρ_M/(d + t).
     * Selection: round i scores k_i = min(k, eligible) candidates; the score
       ‖⌊g·μ⌉ − g·T_M‖₁ (μ: the model fitted to earlier releases, so fixed; integer, sensitivity
       g) gets σ² = g²·k_i·t/(2ρ_S), one ``GaussianCharge`` of ρ_S/(t·k_i) per score: each round
@@ -203,11 +211,14 @@ class PrivMRFMechanism(Mechanism):
       3-way TVD on 120 random triples, single runs: 0.103–0.109 without, 0.098 with;
     * θ = 3 instead of 6 (adult, with compression: 0.092/0.093/0.091 vs 0.098/0.099/0.098;
       θ = 1.5 or 2: 0.098; the paper tuned θ on NLTCS only, binary attributes);
-    * τ_c = 10^5 cells per clique and 10^6 for the graph and the model, instead of 10^7 (the
-      paper used GPUs; the notes' G19 and the reference code's ACS setting 2·10^5 / 10^6). On
-      adult the θ-useful candidates have at most a few hundred cells, so the cap mostly limits
-      the search space: τ_c = 10^6 / 10^7 gave 3-way 0.102 vs 0.103–0.115 (θ = 2–6, single
-      runs, no compression) at 5 s instead of 1 s; the default run takes 2–4 s on adult;
+    * τ_c = 10^6 cells per clique and 10^6 for the graph and the model, instead of 10^7 (the
+      paper used GPUs; the notes' G19). τ_c = 10^5 (the earlier default) gave a smaller graph
+      and fewer candidates: adult 3-way median of 5 runs 0.0873 before this change set, see
+      docs/methods.md for the measured effect of each part;
+    * noise_correction is on: the noisy score minus √(2/π)·σ·cells (notes G18, AIM's rule);
+    * prune_subsumed: initial marginals contained in another initial marginal are not measured
+      (their budget goes to the other marginals, as the reference code removes subsumed ones)
+      and subsets of measured marginals are never candidates (notes G7);
     * Alg. 1 makes one pass in score order (a pair that fails is not retried after later
       insertions) and also enforces the total-cells cap; triangulation is the engine's weighted
       min-fill (the paper names none);
@@ -355,6 +366,10 @@ class PrivMRFMechanism(Mechanism):
             return model_size(domain, [*chosen, cand]) <= cap
 
         chosen = initial_marginals(domain, candidates, dependence, fits)
+        if params.prune_subsumed:
+            chosen = prune_subsumed(chosen)
+            per_marginal = rho_m / (len(chosen) + t)
+        sigma_measure = math.sqrt(float(sigma2_for_rho(MARGINAL_SENSITIVITY, per_marginal)))
         progress(0.06, "measure")
         for attrs in chosen:
             mm = measure_marginal(data, list(attrs), per_marginal, source)
@@ -374,7 +389,12 @@ class PrivMRFMechanism(Mechanism):
             start = 0.08 + 0.8 * i / t
             end = 0.08 + 0.8 * (i + 1) / t
             progress(start, "select")
-            eligible = [c for c in remaining if model_size(domain, [*measured, c]) <= cap]
+            eligible = [
+                c
+                for c in remaining
+                if not (params.prune_subsumed and subsumed(c, measured))
+                and model_size(domain, [*measured, c]) <= cap
+            ]
             if not eligible:
                 unspent += rho_s / t + per_marginal
                 continue
@@ -405,7 +425,7 @@ class PrivMRFMechanism(Mechanism):
                 adjusted -= (
                     grid
                     * NOISE_L1
-                    * sigma_m
+                    * sigma_measure
                     * np.array([domain.cells(c) for c in sampled], dtype=np.float64)
                 )
             best = sampled[int(np.argmax(adjusted))]

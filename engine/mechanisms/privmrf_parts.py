@@ -225,6 +225,27 @@ def initial_marginals(
     return chosen
 
 
+def subsumed(marginal: Clique, others: Sequence[Clique]) -> bool:
+    """Whether ``marginal`` is a subset of (or equal to) one of ``others``."""
+    attrs = set(marginal)
+    return any(attrs <= set(other) for other in others)
+
+
+def prune_subsumed(marginals: Sequence[Clique]) -> list[Clique]:
+    """``marginals`` without those contained in another one (of two equal sets the first
+    stays), in their order."""
+    kept: list[Clique] = []
+    for i, marginal in enumerate(marginals):
+        attrs = set(marginal)
+        if not any(
+            attrs < set(other) or (attrs == set(other) and j < i)
+            for j, other in enumerate(marginals)
+            if j != i
+        ):
+            kept.append(marginal)
+    return kept
+
+
 def all_pairs(d: int) -> list[tuple[int, int]]:
     """Every unordered pair of positions 0 … d−1, lexicographic."""
     return list(itertools.combinations(range(d), 2))

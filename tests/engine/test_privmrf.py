@@ -26,9 +26,11 @@ from engine.mechanisms.privmrf_parts import (
     cfs_score,
     chordal_cliques,
     initial_marginals,
+    prune_subsumed,
     r_score,
     r_score_floor,
     selection_score,
+    subsumed,
     useful_cells,
 )
 from tests.engine.support import correlated
@@ -176,6 +178,13 @@ def test_cfs_and_initial_marginals() -> None:
     assert fallback == [("a",), ("b",), ("c",)]
 
 
+def test_prune_subsumed_keeps_maximal_sets_in_order() -> None:
+    sets = [("a", "b"), ("a",), ("b", "c", "d"), ("c", "d"), ("a", "b"), ("e",)]
+    assert prune_subsumed(sets) == [("a", "b"), ("b", "c", "d"), ("e",)]
+    assert subsumed(("c", "b"), [("a",), ("b", "c", "d")])
+    assert not subsumed(("a", "c"), [("a", "b"), ("c", "d")])
+
+
 # --- the mechanism ---------------------------------------------------------------------------
 
 
@@ -195,6 +204,7 @@ def test_cfs_and_initial_marginals() -> None:
     seed=st.integers(0, 100),
     compress=st.booleans(),
     noise_correction=st.booleans(),
+    prune=st.booleans(),
 )
 def test_exact_budget_under_random_params(
     num: int,
@@ -208,6 +218,7 @@ def test_exact_budget_under_random_params(
     seed: int,
     compress: bool,
     noise_correction: bool,
+    prune: bool,
 ) -> None:
     rho = Fraction(num, den)
     params = MECH.validate_params(
@@ -221,6 +232,7 @@ def test_exact_budget_under_random_params(
             "score_grid": grid,
             "compress": compress,
             "noise_correction": noise_correction,
+            "prune_subsumed": prune,
         }
     )
     data = correlated(300, seed)
@@ -235,9 +247,10 @@ def test_exact_budget_with_one_column_and_with_exhausted_candidates() -> None:
     assert result.rho_spent == Fraction(1, 3)
     # Many rounds on 4 columns: candidates run out, the remainder re-measures the chosen sets.
     data = correlated(300, 1)
-    params = MECH.validate_params({**FAST, "rounds": 40})
-    result = MECH.run(data, Fraction(2), params, rng=np.random.default_rng(0))
-    assert result.rho_spent == Fraction(2)
+    for prune in (True, False):
+        params = MECH.validate_params({**FAST, "rounds": 40, "prune_subsumed": prune})
+        result = MECH.run(data, Fraction(2), params, rng=np.random.default_rng(0))
+        assert result.rho_spent == Fraction(2)
 
 
 def test_output_within_domain_and_sized_by_noisy_total() -> None:
