@@ -97,7 +97,7 @@ class PrivMRFParams(BaseModel):
         default=3.0, ge=0, le=100, description="merge threshold in σ of each one-way count"
     )
     max_clique_cells: int = Field(
-        default=1_000_000,
+        default=100_000,
         ge=1,
         le=10**7,
         description="τ_c: largest maximal clique (cells) of the triangulated attribute graph "
@@ -211,10 +211,10 @@ class PrivMRFMechanism(Mechanism):
       3-way TVD on 120 random triples, single runs: 0.103–0.109 without, 0.098 with;
     * θ = 3 instead of 6 (adult, with compression: 0.092/0.093/0.091 vs 0.098/0.099/0.098;
       θ = 1.5 or 2: 0.098; the paper tuned θ on NLTCS only, binary attributes);
-    * τ_c = 10^6 cells per clique and 10^6 for the graph and the model, instead of 10^7 (the
-      paper used GPUs; the notes' G19). τ_c = 10^5 (the earlier default) gave a smaller graph
-      and fewer candidates: adult 3-way median of 5 runs 0.0873 before this change set, see
-      docs/methods.md for the measured effect of each part;
+    * τ_c = 10^5 cells per clique and 10^6 for the graph and the model, instead of 10^7 (the
+      paper used GPUs; the notes' G19). τ_c = 10^6 helped adult slightly (within the noise of
+      5-run medians) but hurt temporal-match2 (ε = 1, one run each: 3-way 0.063 vs 0.053), see
+      docs/methods.md;
     * noise_correction is on: the noisy score minus √(2/π)·σ·cells (notes G18, AIM's rule);
     * prune_subsumed: initial marginals contained in another initial marginal are not measured
       (their budget goes to the other marginals, as the reference code removes subsumed ones)
