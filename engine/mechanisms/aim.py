@@ -22,10 +22,9 @@ from engine.mechanisms.base import (
     ProgressReporter,
     SelectionCharge,
     SynthesisResult,
-    resolve_rows,
 )
 from engine.mechanisms.compression import Compression
-from engine.mechanisms.fitting import estimation_progress
+from engine.mechanisms.fitting import estimation_progress, fit_and_sample
 from engine.selection import epsilon_for_rho, exponential_mechanism
 
 Clique = tuple[str, ...]
@@ -303,25 +302,23 @@ class AIMMechanism(Mechanism):
                     sigma2 /= 4
                     select_rho *= 4
 
-        progress(0.88, "estimate")
-        model = estimate(
-            domain,
+        codes, total = fit_and_sample(
             noisy,
-            warm_start=model,
+            model,
+            compression,
             iterations=params.iterations,
             max_cells=max_cells,
-            callback=estimation_progress(progress, 0.88, 0.97, params.iterations),
-        )
-        progress(0.97, "sample")
-        n_out = resolve_rows(rows, model.total, max_rows)
-        codes = compression.decompress_codes(
-            model.synthetic_data(n_out, rng, method=params.synthesis), rng
+            rows=rows,
+            max_rows=max_rows,
+            rng=rng,
+            synthesis=params.synthesis,
+            progress=progress,
         )
         return SynthesisResult(
             codes=codes,
             measurements=tuple(measurements),
             rho_used=used,
-            estimated_total=float(model.total),
+            estimated_total=total,
             selections=tuple(selections),
         )
 

@@ -33,10 +33,9 @@ from engine.mechanisms.base import (
     Mechanism,
     ProgressReporter,
     SynthesisResult,
-    resolve_rows,
 )
 from engine.mechanisms.compression import Compression
-from engine.mechanisms.fitting import estimation_progress
+from engine.mechanisms.fitting import estimation_progress, fit_and_sample
 from engine.mechanisms.partition import NOISE_L1
 from engine.mechanisms.privmrf_parts import (
     R_SCORE_SENSITIVITY,
@@ -454,14 +453,17 @@ class PrivMRFMechanism(Mechanism):
                 noisy.append(NoisyMarginal.from_measurement(mm))
 
         # 5. Final fit and sampling.
-        progress(0.88, "estimate")
-        model = self._fit(
-            noisy, model, params.iterations, params.max_model_cells, progress, 0.88, 0.97
-        )
-        progress(0.97, "sample")
-        n_out = resolve_rows(rows, model.total, max_rows)
-        codes = compression.decompress_codes(
-            model.synthetic_data(n_out, rng, method=params.synthesis), rng
+        codes, total = fit_and_sample(
+            noisy,
+            model,
+            compression,
+            iterations=params.iterations,
+            max_cells=params.max_model_cells,
+            rows=rows,
+            max_rows=max_rows,
+            rng=rng,
+            synthesis=params.synthesis,
+            progress=progress,
         )
         used = sum((mm.rho for mm in measurements), Fraction(0)) + sum(
             (r.rho for r in releases), Fraction(0)
@@ -470,7 +472,7 @@ class PrivMRFMechanism(Mechanism):
             codes=codes,
             measurements=tuple(measurements),
             rho_used=used,
-            estimated_total=float(model.total),
+            estimated_total=total,
             releases=tuple(releases),
         )
 
