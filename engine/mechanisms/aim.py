@@ -23,7 +23,7 @@ from engine.mechanisms.base import (
     SelectionCharge,
     SynthesisResult,
 )
-from engine.mechanisms.compression import Compression
+from engine.mechanisms.compression import compress_after_one_ways
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
 from engine.selection import epsilon_for_rho, exponential_mechanism
 
@@ -213,26 +213,13 @@ class AIMMechanism(Mechanism):
 
         # Compression is a public function of the noisy one-way counts: the rest of the run works
         # on the re-coded table, and the synthetic rows are decoded back at the end.
-        sigmas_one = [math.sqrt(float(m.sigma2)) for m in measurements]
-        first_counts = [m.noisy_counts for m in measurements]
-        compression = (
-            Compression.from_noisy_counts(
-                original, first_counts, sigmas_one, params.compress_sigmas
-            )
-            if params.compress
-            else Compression.identity(original, first_counts)
+        compression, data, noisy = compress_after_one_ways(
+            data, measurements, params.compress, params.compress_sigmas
         )
         domain = compression.domain
-        data = Dataset(domain, compression.compress_codes(data.codes))
         # True answers of the candidates, on the re-coded data (scoring only; released only
         # through the exponential mechanism and noisy measurements).
         answer = MarginalCache(data, ANSWER_CACHE_CELLS)
-        noisy = [
-            NoisyMarginal((attr,), compression.compress_counts(j, m.noisy_counts), sigma)
-            for j, (attr, m, sigma) in enumerate(
-                zip(original.attributes, measurements, sigmas_one, strict=True)
-            )
-        ]
         candidates = workload_candidates(domain, params)
         progress(0.02, "estimate")
         model = estimate(domain, noisy, iterations=params.round_iterations, max_cells=max_cells)

@@ -9,14 +9,17 @@ synthetic rows are all post-processing of already-paid measurements (no extra bu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from engine.domain import Domain
+from engine.domain import Dataset, Domain
+from engine.estimation import NoisyMarginal
 from engine.estimation.synthesis import draw_balanced
+from engine.marginals import Measurement
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
@@ -130,3 +133,30 @@ class Compression:
             result[is_rare] = rare[picks]
             out[:, j] = result
         return out
+
+
+def compress_after_one_ways(
+    data: Dataset, one_ways: Sequence[Measurement], compress: bool, threshold: float = 3.0
+) -> tuple[Compression, Dataset, list[NoisyMarginal]]:
+    """The step MST, AIM, PPSyn and PrivMRF share after measuring every one-way marginal: the
+    compression those noisy counts define (identity when ``compress`` is off), the data re-coded
+    by it, and the one-ways as estimator inputs on the compressed domain.
+
+    Post-processing of the one-way releases plus a public re-coding: no further privacy cost.
+    """
+    original = data.domain
+    sigmas = [math.sqrt(float(m.sigma2)) for m in one_ways]
+    counts = [m.noisy_counts for m in one_ways]
+    compression = (
+        Compression.from_noisy_counts(original, counts, sigmas, threshold)
+        if compress
+        else Compression.identity(original, counts)
+    )
+    compressed = Dataset(compression.domain, compression.compress_codes(data.codes))
+    noisy = [
+        NoisyMarginal((attr,), compression.compress_counts(j, m.noisy_counts), sigma)
+        for j, (attr, m, sigma) in enumerate(
+            zip(original.attributes, one_ways, sigmas, strict=True)
+        )
+    ]
+    return compression, compressed, noisy

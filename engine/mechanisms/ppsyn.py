@@ -36,7 +36,7 @@ from engine.mechanisms.base import (
     SelectionCharge,
     SynthesisResult,
 )
-from engine.mechanisms.compression import Compression
+from engine.mechanisms.compression import compress_after_one_ways
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
 from engine.mechanisms.partition import NOISE_L1, NoiseRule, Partition, partition_counts
 from engine.noise import discrete_gaussian_noise
@@ -273,26 +273,13 @@ class PPSynMechanism(Mechanism):
             measurements.append(measure_marginal(data, [attr], one_way_rho, noise_source))
         used = sum((m.rho for m in measurements), Fraction(0))
 
-        sigmas_one = [math.sqrt(float(m.sigma2)) for m in measurements]
-        first_counts = [m.noisy_counts for m in measurements]
-        compression = (
-            Compression.from_noisy_counts(
-                original, first_counts, sigmas_one, params.compress_sigmas
-            )
-            if params.compress
-            else Compression.identity(original, first_counts)
+        compression, data, noisy = compress_after_one_ways(
+            data, measurements, params.compress, params.compress_sigmas
         )
         domain = compression.domain
-        data = Dataset(domain, compression.compress_codes(data.codes))
         # True answers of the candidates, on the re-coded data (scoring only; released only
         # through the exponential mechanism and noisy measurements).
         answer = MarginalCache(data, ANSWER_CACHE_CELLS)
-        noisy = [
-            NoisyMarginal((attr,), compression.compress_counts(j, m.noisy_counts), sigma)
-            for j, (attr, m, sigma) in enumerate(
-                zip(original.attributes, measurements, sigmas_one, strict=True)
-            )
-        ]
         workload = workload_closure(domain, params.degree, params.max_workload_cells)
         one_way_weights: dict[Clique, float] = {
             (a,): workload.get((a,), 1.0) for a in domain.attributes

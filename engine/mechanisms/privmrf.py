@@ -34,7 +34,7 @@ from engine.mechanisms.base import (
     ProgressReporter,
     SynthesisResult,
 )
-from engine.mechanisms.compression import Compression
+from engine.mechanisms.compression import Compression, compress_after_one_ways
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
 from engine.mechanisms.partition import NOISE_L1
 from engine.mechanisms.privmrf_parts import (
@@ -286,17 +286,12 @@ class PrivMRFMechanism(Mechanism):
                 measure_marginal(data, [attr], part, source)
                 for attr, part in zip(attributes, split_rho(rho_1, weights), strict=True)
             ]
-            sigmas = [math.sqrt(float(mm.sigma2)) for mm in one_way]
-            compression = Compression.from_noisy_counts(
-                original, [mm.noisy_counts for mm in one_way], sigmas, params.compress_sigmas
+            compression, data, one_way_noisy = compress_after_one_ways(
+                data, one_way, True, params.compress_sigmas
             )
             domain = compression.domain
-            data = Dataset(domain, compression.compress_codes(data.codes))
             measurements.extend(one_way)
-            noisy.extend(
-                NoisyMarginal((attr,), compression.compress_counts(j, mm.noisy_counts), sigma)
-                for j, (attr, mm, sigma) in enumerate(zip(attributes, one_way, sigmas, strict=True))
-            )
+            noisy.extend(one_way_noisy)
 
         # 1. Noisy R-scores (Alg. 1, lines 1-2) and the capped attribute graph.
         progress(0.0, "select")
