@@ -25,13 +25,14 @@ True
 6
 """
 
-from engine.estimation.junction_tree import ModelTooLarge, model_size
+from engine.estimation.junction_tree import ModelSizer, ModelTooLarge, model_size
 from engine.estimation.measurements import NoisyMarginal, estimate_total
 from engine.estimation.mirror_descent import estimate
 from engine.estimation.model import GraphicalModel
 
 __all__ = [
     "GraphicalModel",
+    "ModelSizer",
     "ModelTooLarge",
     "NoisyMarginal",
     "estimate",

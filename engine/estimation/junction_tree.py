@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import combinations
 
 from engine.domain import Domain
 
@@ -191,6 +192,43 @@ def model_size(domain: Domain, cliques: Iterable[Sequence[str]]) -> int:
     ids = [labels.clique(clique) for clique in cliques]
     triangulation = triangulate(labels.sizes, ids)
     return sum(_clique_cells(labels.sizes, clique) for clique in triangulation.maximal)
+
+
+class ModelSizer:
+    """:func:`model_size` of ``[*base, candidate]`` for many candidates against one fixed base.
+
+    Exact, only faster: the size depends on the Markov graph alone (every attribute is a node and
+    :func:`triangulate` reads nothing but the edges), so a candidate that adds no edge to the
+    base graph has the base's size, and candidates that add the same edges share one
+    triangulation (memoised on the added edges). Mechanisms that test hundreds of candidates
+    per round (AIM, PPSyn, PrivMRF) spent most of their selection time re-triangulating
+    identical graphs. Public structure only: it never sees data or noisy values.
+
+    >>> domain = Domain.from_mapping({"a": 2, "b": 3, "c": 4})
+    >>> sizer = ModelSizer(domain, [("a", "b"), ("b", "c")])
+    >>> sizer.size_with(("a", "c")) == model_size(domain, [("a", "b"), ("b", "c"), ("a", "c")])
+    True
+    >>> sizer.size_with(("b",))
+    18
+    """
+
+    def __init__(self, domain: Domain, base: Iterable[Sequence[str]]) -> None:
+        self._labels = Labels(domain)
+        self._base = [self._labels.clique(clique) for clique in base]
+        self._edges = {pair for ids in self._base for pair in combinations(ids, 2)}
+        self._memo: dict[frozenset[tuple[int, int]], int] = {}
+
+    def size_with(self, candidate: Sequence[str]) -> int:
+        """``model_size(domain, [*base, candidate])``."""
+        ids = self._labels.clique(candidate)
+        added = frozenset(pair for pair in combinations(ids, 2) if pair not in self._edges)
+        size = self._memo.get(added)
+        if size is None:
+            sizes = self._labels.sizes
+            triangulation = triangulate(sizes, [*self._base, ids])
+            size = sum(_clique_cells(sizes, clique) for clique in triangulation.maximal)
+            self._memo[added] = size
+        return size
 
 
 @dataclass(frozen=True, eq=False)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.accounting import split_rho
 from engine.domain import Dataset, Domain
-from engine.estimation import GraphicalModel, NoisyMarginal, estimate, model_size
+from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate
 from engine.marginals import MarginalCache, Measurement, measure_marginal
 from engine.mechanisms.base import (
     Mechanism,
@@ -321,12 +321,11 @@ class AIMMechanism(Mechanism):
         (a public function of the current model, so filtering costs no budget). The size is that
         of the junction tree ``estimate`` would build from the measured sets plus the candidate."""
         free = _downward_closure(model.cliques)
-        current = list({m.attributes for m in measured})
+        sizer = ModelSizer(domain, list({m.attributes for m in measured}))
         eligible = []
         for clique in candidates:
             fits = frozenset(clique) in free or (
-                domain.cells(clique) <= size_limit
-                and model_size(domain, [*current, clique]) <= size_limit
+                domain.cells(clique) <= size_limit and sizer.size_with(clique) <= size_limit
             )
             if fits:
                 eligible.append(clique)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.accounting import gaussian_rho, split_rho
 from engine.domain import Dataset, Domain
-from engine.estimation import GraphicalModel, NoisyMarginal, estimate, model_size
+from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate
 from engine.marginals import (
     MARGINAL_SENSITIVITY,
     MarginalCache,
@@ -495,10 +495,9 @@ def _eligible(
     public function of what was measured, so filtering costs no budget). The size is that of
     the junction tree ``estimate`` would build from the measured sets, in measurement order,
     plus the candidate, so a chosen candidate can never make the re-fit exceed the cap."""
-    current = [m.attributes for m in measured]
+    sizer = ModelSizer(domain, [m.attributes for m in measured])
     return [
         clique
         for clique in candidates
-        if domain.cells(clique) <= size_limit
-        and model_size(domain, [*current, clique]) <= size_limit
+        if domain.cells(clique) <= size_limit and sizer.size_with(clique) <= size_limit
     ]

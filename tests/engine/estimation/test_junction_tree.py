@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.domain import Domain
-from engine.estimation import ModelTooLarge, NoisyMarginal, estimate, model_size
+from engine.estimation import ModelSizer, ModelTooLarge, NoisyMarginal, estimate, model_size
 from engine.estimation.junction_tree import Labels, build_junction_tree
 
 
@@ -56,6 +56,27 @@ def test_junction_tree_is_valid(case: tuple[Domain, list[tuple[str, ...]]]) -> N
         tops = [c for c in holding if tree.parent[c] not in holding]
         assert len(tops) == 1
     assert tree.cells == model_size(domain, cliques)
+
+
+@given(domains_and_cliques(), st.data())
+@settings(max_examples=150, deadline=None)
+def test_model_sizer_equals_model_size(
+    case: tuple[Domain, list[tuple[str, ...]]], data: st.DataObject
+) -> None:
+    """The memoised sizer answers exactly what model_size answers, for candidates that add no
+    edge, new edges, and the same added edges twice (memo hit) in any order."""
+    domain, base = case
+    names = list(domain.attributes)
+    sizer = ModelSizer(domain, base)
+    candidates = data.draw(
+        st.lists(
+            st.lists(st.sampled_from(names), min_size=1, max_size=min(4, len(names)), unique=True),
+            min_size=1,
+            max_size=12,
+        )
+    )
+    for candidate in [*candidates, *reversed(candidates), *base]:
+        assert sizer.size_with(tuple(candidate)) == model_size(domain, [*base, tuple(candidate)])
 
 
 def test_model_size_examples() -> None:
