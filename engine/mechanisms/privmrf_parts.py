@@ -209,20 +209,46 @@ def initial_marginals(
     pool = list(candidates)
     chosen: list[Clique] = []
     for attr in domain.attributes:
-        best: Clique | None = None
-        best_key: tuple[float, int, int] | None = None
-        for i, cand in enumerate(pool):
-            if attr not in cand or not fits(chosen, cand):
-                continue
-            key = (-cfs_score(attr, cand, dependence), domain.cells(cand), i)
-            if best_key is None or key < best_key:
-                best, best_key = cand, key
+        # Best key first, and the (costly) size test only until one fits: the same choice as
+        # testing every candidate.
+        ranked = sorted(
+            ((-cfs_score(attr, cand, dependence), domain.cells(cand), i), cand)
+            for i, cand in enumerate(pool)
+            if attr in cand
+        )
+        best = next((cand for _, cand in ranked if fits(chosen, cand)), None)
         if best is None:
             chosen.append((attr,))
         else:
             pool.remove(best)
             chosen.append(best)
     return chosen
+
+
+def independence_level(domain: Domain, a: str, b: str, n: float) -> float:
+    """√(|A|·|B|/n): an upper bound, up to the factor √(2/π)/2 ≈ 0.40, on the expected R/n of
+    two independent attributes from sampling alone (E|c_ab − n·p_a·p_b| ≤ √(n·p_a·p_b) per
+    cell, and Σ_ab √(p_a·p_b) ≤ √(|A|·|B|) by Cauchy–Schwarz). Public sizes and a noisy n."""
+    return math.sqrt(domain.size(a) * domain.size(b) / max(n, 1.0))
+
+
+def drop_independent(
+    domain: Domain,
+    marginals: Sequence[Clique],
+    dependence: Callable[[str, str], float],
+    n: float,
+    factor: float,
+) -> list[Clique]:
+    """``marginals`` without those in which no pair (A, B) has a noisy r(A, B) of at least
+    ``factor``·√(|A|·|B|/n) (:func:`independence_level`), and without one-way marginals (the
+    one-way marginals are measured before, with compression). Post-processing of the noisy
+    R-scores; ``factor = 0`` keeps every marginal of two or more attributes."""
+    kept: list[Clique] = []
+    for marginal in marginals:
+        pairs = [(a, b) for i, a in enumerate(marginal) for b in marginal[i + 1 :]]
+        if any(dependence(a, b) >= factor * independence_level(domain, a, b, n) for a, b in pairs):
+            kept.append(marginal)
+    return kept
 
 
 def subsumed(marginal: Clique, others: Sequence[Clique]) -> bool:

@@ -25,6 +25,8 @@ from engine.mechanisms.privmrf_parts import (
     candidate_marginals,
     cfs_score,
     chordal_cliques,
+    drop_independent,
+    independence_level,
     initial_marginals,
     prune_subsumed,
     r_score,
@@ -185,6 +187,30 @@ def test_prune_subsumed_keeps_maximal_sets_in_order() -> None:
     assert not subsumed(("a", "c"), [("a", "b"), ("c", "d")])
 
 
+def test_drop_independent_keeps_marginals_with_a_dependent_pair() -> None:
+    domain = Domain(("a", "b", "c", "d"), (10, 10, 4, 1))
+    n = 10_000.0
+    assert independence_level(domain, "a", "b", n) == pytest.approx(0.1)
+    r = {
+        frozenset(("a", "b")): 0.09,  # below 1 × 0.1: looks independent
+        frozenset(("a", "c")): 0.07,  # above 1 × √(40/10⁴) ≈ 0.063
+        frozenset(("b", "c")): 0.01,
+        frozenset(("c", "d")): 0.03,  # above √(4/10⁴) = 0.02
+    }
+
+    def dep(x: str, y: str) -> float:
+        return r.get(frozenset((x, y)), 0.0)
+
+    marginals = [("a", "b"), ("a", "b", "c"), ("b", "c"), ("c", "d"), ("a",)]
+    assert drop_independent(domain, marginals, dep, n, 1.0) == [("a", "b", "c"), ("c", "d")]
+    assert drop_independent(domain, marginals, dep, n, 0.5) == [
+        ("a", "b"),
+        ("a", "b", "c"),
+        ("c", "d"),
+    ]
+    assert drop_independent(domain, marginals, dep, n, 0.0) == marginals[:4]
+
+
 # --- the mechanism ---------------------------------------------------------------------------
 
 
@@ -205,6 +231,7 @@ def test_prune_subsumed_keeps_maximal_sets_in_order() -> None:
     compress=st.booleans(),
     noise_correction=st.booleans(),
     prune=st.booleans(),
+    independence=st.sampled_from([0.0, 1.0, 50.0]),
 )
 def test_exact_budget_under_random_params(
     num: int,
@@ -219,6 +246,7 @@ def test_exact_budget_under_random_params(
     compress: bool,
     noise_correction: bool,
     prune: bool,
+    independence: float,
 ) -> None:
     rho = Fraction(num, den)
     params = MECH.validate_params(
@@ -233,6 +261,7 @@ def test_exact_budget_under_random_params(
             "compress": compress,
             "noise_correction": noise_correction,
             "prune_subsumed": prune,
+            "independence_factor": independence,
         }
     )
     data = correlated(300, seed)
