@@ -226,9 +226,11 @@ def initial_marginals(
 
 
 def independence_level(domain: Domain, a: str, b: str, n: float) -> float:
-    """√(|A|·|B|/n): an upper bound, up to the factor √(2/π)/2 ≈ 0.40, on the expected R/n of
-    two independent attributes from sampling alone (E|c_ab − n·p_a·p_b| ≤ √(n·p_a·p_b) per
-    cell, and Σ_ab √(p_a·p_b) ≤ √(|A|·|B|) by Cauchy–Schwarz). Public sizes and a noisy n."""
+    """√(|A|·|B|/n): about 2.5 times the expected R/n of two independent attributes from
+    sampling alone. Heuristic, from the population version: E|c_ab − n·p_a·p_b| ≤ √(n·p_a·p_b)
+    per cell and Σ_ab √(p_a·p_b) ≤ √(|A|·|B|) (Cauchy–Schwarz) give E[R/n] ≲ ½·√(2/π)·√(|A|·|B|/n)
+    ≈ 0.4·√(|A|·|B|/n); R uses the empirical margins, which changes this only slightly. Public
+    sizes and a noisy n: only a threshold for post-processing, no privacy claim rests on it."""
     return math.sqrt(domain.size(a) * domain.size(b) / max(n, 1.0))
 
 
