@@ -189,9 +189,11 @@ def model_size(domain: Domain, cliques: Iterable[Sequence[str]]) -> int:
     24
     """
     labels = Labels(domain)
-    ids = [labels.clique(clique) for clique in cliques]
-    triangulation = triangulate(labels.sizes, ids)
-    return sum(_clique_cells(labels.sizes, clique) for clique in triangulation.maximal)
+    return _triangulated_cells(labels.sizes, [labels.clique(clique) for clique in cliques])
+
+
+def _triangulated_cells(sizes: Sequence[int], cliques: Sequence[tuple[int, ...]]) -> int:
+    return sum(_clique_cells(sizes, clique) for clique in triangulate(sizes, cliques).maximal)
 
 
 class ModelSizer:
@@ -224,9 +226,7 @@ class ModelSizer:
         added = frozenset(pair for pair in combinations(ids, 2) if pair not in self._edges)
         size = self._memo.get(added)
         if size is None:
-            sizes = self._labels.sizes
-            triangulation = triangulate(sizes, [*self._base, ids])
-            size = sum(_clique_cells(sizes, clique) for clique in triangulation.maximal)
+            size = _triangulated_cells(self._labels.sizes, [*self._base, ids])
             self._memo[added] = size
         return size
 

@@ -11,10 +11,10 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.accounting import sigma2_for_rho, split_rho
+from engine.accounting import split_rho
 from engine.domain import Dataset
 from engine.estimation import NoisyMarginal, estimate
-from engine.marginals import MARGINAL_SENSITIVITY, Measurement, count_marginal, measure_marginal
+from engine.marginals import Measurement, count_marginal, measure_marginal
 from engine.mechanisms.base import (
     Mechanism,
     ProgressReporter,
@@ -22,7 +22,7 @@ from engine.mechanisms.base import (
     SynthesisResult,
     resolve_rows,
 )
-from engine.mechanisms.compression import Compression
+from engine.mechanisms.compression import compress_after_one_ways
 from engine.mechanisms.fitting import estimation_progress
 from engine.selection import epsilon_for_rho, exponential_mechanism
 
@@ -123,20 +123,10 @@ class MSTMechanism(Mechanism):
         for i, attr in enumerate(attributes):
             one_way.append(measure_marginal(data, [attr], one_way_each, noise_source))
             progress(0.1 * (i + 1) / d, "measure")
-        sigma_one = float(sigma2_for_rho(MARGINAL_SENSITIVITY, one_way_each)) ** 0.5
-
-        if params.compress:
-            compression = Compression.from_noisy_counts(
-                domain, [m.noisy_counts for m in one_way], [sigma_one] * d
-            )
-        else:
-            compression = Compression.identity(domain, [m.noisy_counts for m in one_way])
+        compression, small_data, noisy_one_way = compress_after_one_ways(
+            data, one_way, params.compress
+        )
         small = compression.domain
-        small_data = Dataset(small, compression.compress_codes(data.codes))
-        noisy_one_way = [
-            NoisyMarginal((attr,), compression.compress_counts(j, m.noisy_counts), sigma_one)
-            for j, (attr, m) in enumerate(zip(attributes, one_way, strict=True))
-        ]
 
         selections: list[SelectionCharge] = []
         two_way: list[Measurement] = []

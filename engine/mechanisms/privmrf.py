@@ -230,10 +230,11 @@ class PrivMRFMechanism(Mechanism):
       and subsets of measured marginals are never candidates (notes G7);
     * independence_factor (with ``compress`` only): an initial marginal in which no pair reaches
       a noisy r = R̃/ñ of ``independence_factor``·√(|A|·|B|/ñ) is not measured (its budget goes
-      to the others). Two independent attributes have E[R/n] ≤ 0.4·√(|A|·|B|/n) from sampling
-      alone, so such a table adds little to the one-way marginals already measured. Adult,
-      ε = 1, 3-way TVD, median of 6 paired runs: 0.0860 → 0.0850; temporal-match2 and nist-taxi
-      unchanged (0.0523 / 0.0524, 0.0637 / 0.0637, median of 3);
+      to the others). Two independent attributes reach E[R/n] ≈ 0.4·√(|A|·|B|/n) at most from
+      sampling alone (a heuristic, see ``independence_level``), so such a table adds little to
+      the one-way marginals already measured. Adult, ε = 1, 3-way TVD, median of 6 paired runs:
+      0.0860 → 0.0850; temporal-match2 and nist-taxi unchanged (0.0523 / 0.0524, 0.0637 /
+      0.0637, median of 3);
     * Alg. 1 makes one pass in score order (a pair that fails is not retried after later
       insertions) and also enforces the total-cells cap; triangulation is the engine's weighted
       min-fill (the paper names none);
