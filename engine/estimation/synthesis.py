@@ -37,7 +37,7 @@ def round_counts(expected: FloatArray, group_sizes: IntArray, rng: np.random.Gen
     points at offset + 0, 1, …, r_g − 1 on the cumulative fractional parts). So every count is
     ``floor`` or ``floor + 1`` of its expectation, row sums are exact, and the rounding is
     unbiased. Deviation from private-pgm: mbi distributes the remainder by successive weighted
-    draws without replacement (``np.random.choice(replace=False, p=frac/frac.sum())``), whose
+    draws without replacement (numpy's ``choice`` with ``replace=False, p=frac/frac.sum()``), whose
     inclusion probabilities are not the fractional parts, so its rounding is slightly biased.
     """
     floors = np.floor(expected)

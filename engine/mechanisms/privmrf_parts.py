@@ -247,7 +247,7 @@ def drop_independent(
     R-scores; ``factor = 0`` keeps every marginal of two or more attributes."""
     kept: list[Clique] = []
     for marginal in marginals:
-        pairs = [(a, b) for i, a in enumerate(marginal) for b in marginal[i + 1 :]]
+        pairs = itertools.combinations(marginal, 2)
         if any(dependence(a, b) >= factor * independence_level(domain, a, b, n) for a, b in pairs):
             kept.append(marginal)
     return kept
