@@ -45,6 +45,7 @@ class Job(Base):
             "status <> 'succeeded' OR output_key IS NOT NULL", name="output_if_succeeded"
         ),
         Index("ix_jobs_status_lease", "status", "lease_expires_at"),
+        Index("ix_jobs_status_tenant", "status", "tenant_id"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
@@ -62,8 +63,14 @@ class Job(Base):
     status: Mapped[str] = mapped_column(String(16), default="queued")
     attempt: Mapped[int] = mapped_column(default=0)
     cancel_requested: Mapped[bool] = mapped_column(default=False)
+    # What every key of the tenant sees: a function of public information only (docs/privacy.md).
     progress_fraction: Mapped[float] = mapped_column(default=0.0)
     progress_stage: Mapped[str] = mapped_column(String(64), default="queued")
+    # The engine's own progress, which can depend on the noise: owner keys only.
+    detail_fraction: Mapped[float | None] = mapped_column(default=None)
+    detail_stage: Mapped[str | None] = mapped_column(String(64), default=None)
+    # Wall-clock limit of the running attempt, set at each claim.
+    deadline_at: Mapped[datetime | None] = mapped_column(default=None)
     lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
     enqueued_at: Mapped[datetime | None] = mapped_column(default=None)
 
