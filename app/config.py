@@ -74,6 +74,12 @@ class Settings(BaseSettings):
     # (57P03) is retried with backoff for this long before the request fails with 503.
     db_connect_retry_seconds: float = Field(default=5.0, ge=0)
 
+    # Sending a job's message: a broker that does not answer within this many seconds is given
+    # up on (the job stays queued; the recovery loop sends the message again later).
+    broker_publish_timeout_seconds: float = Field(default=5.0, gt=0, le=300)
+    # Threads serving the API's blocking work (sync routes, authentication): AnyIO's default.
+    api_threads: int = Field(default=40, ge=2, le=1000)
+
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @model_validator(mode="after")

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 
+import anyio
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import exc, text
 from starlette.types import Scope
 
-from app.api.deps import pool_options
 from app.api.limits import BodySizeLimitMiddleware
 from app.auth.endpoints import router as auth_router
 from app.config import Settings, get_settings
 from app.datasets.endpoints import router as datasets_router
-from app.db.session import get_engine
+from app.db.session import get_health_engine
 from app.jobs.endpoints import router as jobs_router
 
 logger = logging.getLogger(__name__)
+HEALTH_DEADLINE_SECONDS = 1.0
 
 DESCRIPTION = """\
 Differentially private (ρ-zCDP) synthetic copies of tabular datasets.
@@ -30,7 +34,14 @@ remaining budget is refused. Authenticate with `Authorization: Bearer <key>`.
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    app = FastAPI(title="rhosynth", version="0.1.0", description=DESCRIPTION)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # Sync routes and dependencies run on AnyIO's default thread limiter (40 by default).
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
+        yield
+
+    app = FastAPI(title="rhosynth", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
     app.state.settings = settings
     app.include_router(datasets_router)
     app.include_router(jobs_router)
@@ -49,26 +60,46 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # No pooled connection came free in time, or PostgreSQL kept refusing new ones, or the
         # connection dropped. The request's transaction was rolled back (if the connection died
         # during COMMIT the outcome is unknown); a retry with the same Idempotency-Key is safe.
-        logger.warning("database unavailable: %s", type(error).__name__, exc_info=True)
+        # exc_info=error, not True: Starlette calls this handler outside the except block, where
+        # exc_info=True would log "NoneType: None" instead of the cause.
+        logger.warning(
+            "database unavailable, answering 503: %s: %s",
+            type(error).__name__,
+            str(error).strip().splitlines()[0] if str(error).strip() else "",
+            exc_info=error,
+        )
         return JSONResponse(
             {"detail": "the service is busy or its database is unreachable; retry shortly"},
             status_code=503,
             headers={"Retry-After": "1"},
         )
 
+    # /healthz must answer within a second even while a burst occupies every thread of the
+    # request pool and every pooled connection: it has its own thread (one check at a time), its
+    # own one-connection engine and a deadline.
+    health_limiter = anyio.CapacityLimiter(1)
+
+    def check_database() -> None:
+        with get_health_engine(settings.sqlalchemy_url).connect() as connection:
+            connection.execute(text("SELECT 1"))
+
     @app.get(
         "/healthz",
         tags=["health"],
-        responses={200: {"description": "ready"}, 503: {"description": "database unreachable"}},
+        responses={
+            200: {"description": "ready"},
+            503: {"description": "database unreachable or not answering within 1 s"},
+        },
     )
-    def healthz() -> JSONResponse:
+    async def healthz() -> JSONResponse:
         """200 once the API can reach its database."""
         try:
-            engine = get_engine(settings.sqlalchemy_url, pool_options(settings))
-            with engine.connect() as connection:
-                connection.execute(text("SELECT 1"))
+            with anyio.fail_after(HEALTH_DEADLINE_SECONDS):
+                await anyio.to_thread.run_sync(
+                    check_database, limiter=health_limiter, abandon_on_cancel=True
+                )
         except Exception:
-            logger.warning("health check: database unreachable", exc_info=True)
+            logger.warning("health check: database unreachable or slow", exc_info=True)
             return JSONResponse({"status": "unavailable"}, status_code=503)
         return JSONResponse({"status": "ok"})
 

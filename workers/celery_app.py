@@ -17,10 +17,14 @@ from app.config import Settings
 RUN_JOB_TASK = "rhosynth.run_job"
 
 _lock = threading.Lock()
-_apps: dict[tuple[str, str], Celery] = {}
+_apps: dict[tuple[str, str, bool], Celery] = {}
 
 
-def create_celery_app(settings: Settings) -> Celery:
+def create_celery_app(settings: Settings, *, publisher: bool = False) -> Celery:
+    """The Celery app. ``publisher=True``: the variant that only sends messages (the API and the
+    recovery loop), whose broker sockets time out after ``RHOSYNTH_BROKER_PUBLISH_TIMEOUT_SECONDS``
+    so that a broker that accepts connections and never answers cannot hang a sender. The
+    consuming worker keeps blocking reads (a socket timeout would break its long polls)."""
     app = Celery("rhosynth", broker=settings.celery_broker_url, include=["workers.tasks"])
     hard_limit = settings.job_time_limit_seconds
     app.conf.update(
@@ -34,13 +38,19 @@ def create_celery_app(settings: Settings) -> Celery:
         worker_prefetch_multiplier=1,
         task_time_limit=hard_limit,
         task_soft_time_limit=max(1, hard_limit - 60),
-        broker_transport_options=_transport_options(settings.celery_broker_url, hard_limit),
+        broker_transport_options=_transport_options(
+            settings.celery_broker_url,
+            hard_limit,
+            settings.broker_publish_timeout_seconds if publisher else None,
+        ),
         task_default_queue=settings.queue,
         broker_connection_retry_on_startup=True,
-        broker_connection_timeout=5,
+        broker_connection_timeout=(settings.broker_publish_timeout_seconds if publisher else 5),
         task_publish_retry=True,
+        # A publisher gives up quickly: the job is in the database and the recovery loop sends
+        # its message again later.
         task_publish_retry_policy={
-            "max_retries": 3,
+            "max_retries": 1 if publisher else 3,
             "interval_start": 0.2,
             "interval_step": 0.5,
             "interval_max": 1.0,
@@ -54,21 +64,29 @@ def create_celery_app(settings: Settings) -> Celery:
     return app
 
 
-def _transport_options(broker_url: str, hard_limit: int) -> dict[str, object]:
+def _transport_options(
+    broker_url: str, hard_limit: int, socket_timeout: float | None
+) -> dict[str, object]:
     if broker_url.startswith(("redis://", "rediss://")):
         # Must exceed the task time limit: otherwise Redis redelivers a job that is still running.
-        return {"visibility_timeout": hard_limit + 600}
+        options: dict[str, object] = {"visibility_timeout": hard_limit + 600}
+        if socket_timeout is not None:
+            options.update(socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout)
+        return options
     # kombu's SQLAlchemy transport passes its options to create_engine(); SQLite needs patience
-    # because the API and the worker share the file.
-    return {"connect_args": {"timeout": 30}} if broker_url.startswith("sqla+sqlite") else {}
+    # because the API and the worker share the file (a publisher waits less).
+    if broker_url.startswith("sqla+sqlite"):
+        return {"connect_args": {"timeout": socket_timeout or 30}}
+    return {}
 
 
-def get_celery_app(settings: Settings) -> Celery:
-    """The process's Celery app for these settings (a producer in the API, the app in workers)."""
-    key = (settings.celery_broker_url, settings.queue)
+def get_celery_app(settings: Settings, *, publisher: bool = False) -> Celery:
+    """The process's Celery app for these settings: the worker's own, or (``publisher=True``) the
+    one that sends job messages from the API and the recovery loop."""
+    key = (settings.celery_broker_url, settings.queue, publisher)
     with _lock:
         app = _apps.get(key)
         if app is None:
-            app = create_celery_app(settings)
+            app = create_celery_app(settings, publisher=publisher)
             _apps[key] = app
         return app

@@ -1,13 +1,26 @@
 """FastAPI dependencies, as ``Annotated`` aliases routes use directly.
 
-The request owns the transaction: ``SessionDep`` commits once after the route returns (and before
-the response is sent, ``scope="function"``), then runs the after-commit callbacks (enqueueing
-Celery work). Services only flush. Any exception rolls everything back.
+The request owns the transaction, and the transaction lives inside one call of the route's body:
+a route takes ``DatabaseDep`` and writes ``with db.transaction() as session: ...``; the block
+commits when it ends (then runs the after-commit callbacks, e.g. enqueueing Celery work) or rolls
+back on an exception. Services only flush.
+
+Why not a yield dependency that commits after the route returns: FastAPI runs a sync route and
+the teardown of a sync dependency as two separate thread-pool calls. Under a burst every
+thread-pool thread can be busy with a request that waits for a row lock or a pooled connection
+held by a transaction whose commit is itself waiting for a free thread: the API stalls until the
+pool timeout (issue 11: "idle in transaction" for minutes while the budget row stayed locked).
+Inside one route body the commit runs on the thread that did the work, so no transaction is ever
+open while its request waits for anything but the database.
+
+The cheap dependencies (settings, storage, role checks) are ``async def``: they run on the event
+loop and take no thread-pool slot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
@@ -20,7 +33,7 @@ from app.db.session import PoolOptions, get_session_factory, transaction
 from app.storage import Storage
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
@@ -41,15 +54,26 @@ def _factory(settings: Settings) -> sessionmaker[Session]:
     return get_session_factory(settings.sqlalchemy_url, pool_options(settings))
 
 
-def _session(settings: SettingsDep) -> Iterator[Session]:
-    with transaction(_factory(settings)) as session:
-        yield session
+@dataclass(frozen=True)
+class Database:
+    """The request's way to the database: one transaction per request, opened in the route."""
+
+    factory: sessionmaker[Session]
+
+    def transaction(self) -> AbstractContextManager[Session]:
+        """Commit at the end of the block (then run the after-commit callbacks); roll back on
+        an exception."""
+        return transaction(self.factory)
 
 
-SessionDep = Annotated[Session, Depends(_session, scope="function")]
+async def _database(settings: SettingsDep) -> Database:
+    return Database(_factory(settings))
 
 
-def _storage(settings: SettingsDep) -> Storage:
+DatabaseDep = Annotated[Database, Depends(_database)]
+
+
+async def _storage(settings: SettingsDep) -> Storage:
     return Storage(settings.resolved_storage_dir)
 
 
@@ -83,7 +107,7 @@ def _principal(
 CurrentKey = Annotated[Principal, Depends(_principal)]
 
 
-def _owner(principal: CurrentKey) -> Principal:
+async def _owner(principal: CurrentKey) -> Principal:
     if not principal.is_owner:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "this action needs an owner key")
     return principal

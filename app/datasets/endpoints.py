@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import shutil
 import uuid
+from decimal import Decimal
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
-from app.api.deps import AnalystKey, OwnerKey, SessionDep, SettingsDep, StorageDep
+from app.api.deps import AnalystKey, Database, DatabaseDep, OwnerKey, SettingsDep, StorageDep
 from app.api.errors import error_responses
+from app.auth.service import Principal
 from app.budget import repository as budget_repository
 from app.budget.service import BudgetLimitExceeded
+from app.config import Settings
 from app.datasets import service
 from app.datasets.ingest import UploadRejected
 from app.datasets.schemas import DatasetList, DatasetOut, GrantRequest, LedgerEntryOut, LedgerOut
+from app.storage import Storage
+from engine.encoding import TableSchema
 
 router = APIRouter(
     prefix="/v1/datasets",
@@ -69,7 +75,7 @@ def _not_found() -> HTTPException:
 )
 async def create_dataset(
     request: Request,
-    session: SessionDep,
+    db: DatabaseDep,
     settings: SettingsDep,
     storage: StorageDep,
     principal: OwnerKey,
@@ -98,9 +104,9 @@ async def create_dataset(
             spooled = storage.temp_path(".upload")
             try:
                 await run_in_threadpool(_copy, upload, spooled)
-                dataset = await run_in_threadpool(
-                    service.create_dataset,
-                    session,
+                return await run_in_threadpool(
+                    _store_upload,
+                    db,
                     settings,
                     storage,
                     principal,
@@ -113,7 +119,36 @@ async def create_dataset(
                 spooled.unlink(missing_ok=True)
     except UploadRejected as rejected:
         raise HTTPException(rejected.status_code, rejected.message) from None
-    state = await run_in_threadpool(service.account_of, session, dataset.id)
+
+
+def _store_upload(
+    db: Database,
+    settings: Settings,
+    storage: Storage,
+    principal: Principal,
+    *,
+    name: str,
+    total_rho: Decimal,
+    schema: TableSchema,
+    upload: Path,
+) -> DatasetOut:
+    """Validate and store the table, then record it, in one transaction on one thread.
+
+    The session connects at its first statement, after the table has been read and written, so
+    no connection (on SQLite: no write lock) is held while the upload is parsed.
+    """
+    with db.transaction() as session:
+        dataset = service.create_dataset(
+            session,
+            settings,
+            storage,
+            principal,
+            name=name,
+            total_rho=total_rho,
+            schema=schema,
+            upload=upload,
+        )
+        state = service.account_of(session, dataset.id)
     return service.dataset_out(dataset, state, principal)
 
 
@@ -125,15 +160,16 @@ def _copy(upload: UploadFile, target: Any) -> None:
 
 @router.get("", response_model=DatasetList)
 def list_datasets(
-    session: SessionDep,
+    db: DatabaseDep,
     principal: AnalystKey,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
 ) -> DatasetList:
     """The tenant's datasets with their budgets (deleted ones included, marked)."""
-    datasets = service.list_datasets(session, principal, limit=limit + 1, offset=offset)
-    page = datasets[:limit]
-    accounts = budget_repository.get_accounts(session, [d.id for d in page])
+    with db.transaction() as session:
+        datasets = service.list_datasets(session, principal, limit=limit + 1, offset=offset)
+        page = datasets[:limit]
+        accounts = budget_repository.get_accounts(session, [d.id for d in page])
     return DatasetList(
         items=[service.dataset_out(d, accounts[d.id], principal) for d in page],
         next_offset=offset + limit if len(datasets) > limit else None,
@@ -141,19 +177,21 @@ def list_datasets(
 
 
 @router.get("/{dataset_id}", response_model=DatasetOut)
-def get_dataset(dataset_id: uuid.UUID, session: SessionDep, principal: AnalystKey) -> DatasetOut:
+def get_dataset(dataset_id: uuid.UUID, db: DatabaseDep, principal: AnalystKey) -> DatasetOut:
     """One dataset: its columns and its budget (the exact row count for owners only)."""
     try:
-        dataset = service.get_dataset(session, principal, dataset_id)
+        with db.transaction() as session:
+            dataset = service.get_dataset(session, principal, dataset_id)
+            state = service.account_of(session, dataset_id)
     except service.DatasetNotFound:
         raise _not_found() from None
-    return service.dataset_out(dataset, service.account_of(session, dataset_id), principal)
+    return service.dataset_out(dataset, state, principal)
 
 
 @router.get("/{dataset_id}/ledger", response_model=LedgerOut)
 def get_ledger(
     dataset_id: uuid.UUID,
-    session: SessionDep,
+    db: DatabaseDep,
     principal: OwnerKey,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
     after: Annotated[
@@ -162,14 +200,18 @@ def get_ledger(
 ) -> LedgerOut:
     """The dataset's append-only privacy ledger, oldest first (owner keys)."""
     try:
-        service.get_dataset(session, principal, dataset_id)
+        with db.transaction() as session:
+            service.get_dataset(session, principal, dataset_id)
+            entries = budget_repository.list_entries(
+                session, dataset_id, limit=limit + 1, after_id=after
+            )
+            state = service.account_of(session, dataset_id)
     except service.DatasetNotFound:
         raise _not_found() from None
-    entries = budget_repository.list_entries(session, dataset_id, limit=limit + 1, after_id=after)
     page = entries[:limit]
     return LedgerOut(
         dataset_id=dataset_id,
-        budget=service.budget_out(service.account_of(session, dataset_id)),
+        budget=service.budget_out(state),
         items=[
             LedgerEntryOut(id=e.id, kind=e.kind, rho=e.rho, job_id=e.job_id, actor=e.actor, at=e.at)
             for e in page
@@ -182,29 +224,33 @@ def get_ledger(
 def grant_budget(
     dataset_id: uuid.UUID,
     body: GrantRequest,
-    session: SessionDep,
+    db: DatabaseDep,
     settings: SettingsDep,
     principal: OwnerKey,
 ) -> DatasetOut:
     """Raise the dataset's total ρ (owner keys). Budgets never go down."""
     try:
-        dataset = service.grant_budget(session, settings, principal, dataset_id, body.add_rho)
+        with db.transaction() as session:
+            dataset = service.grant_budget(session, settings, principal, dataset_id, body.add_rho)
+            state = service.account_of(session, dataset_id)
     except service.DatasetNotFound:
         raise _not_found() from None
     except service.DatasetDeleted:
         raise HTTPException(status.HTTP_409_CONFLICT, "the dataset was deleted") from None
     except BudgetLimitExceeded as error:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(error)) from None
-    return service.dataset_out(dataset, service.account_of(session, dataset_id), principal)
+    return service.dataset_out(dataset, state, principal)
 
 
 @router.delete("/{dataset_id}", response_model=DatasetOut)
 def delete_dataset(
-    dataset_id: uuid.UUID, session: SessionDep, storage: StorageDep, principal: OwnerKey
+    dataset_id: uuid.UUID, db: DatabaseDep, storage: StorageDep, principal: OwnerKey
 ) -> DatasetOut:
     """Erase the stored table and all outputs; the record, jobs and ledger stay (owner keys)."""
     try:
-        dataset = service.delete_dataset(session, storage, principal, dataset_id)
+        with db.transaction() as session:
+            dataset = service.delete_dataset(session, storage, principal, dataset_id)
+            state = service.account_of(session, dataset_id)
     except service.DatasetNotFound:
         raise _not_found() from None
-    return service.dataset_out(dataset, service.account_of(session, dataset_id), principal)
+    return service.dataset_out(dataset, state, principal)

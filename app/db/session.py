@@ -16,15 +16,23 @@ from sqlalchemy.orm import Session, sessionmaker
 
 logger = logging.getLogger(__name__)
 
-# PostgreSQL's "too many connections" and "the database system is starting up": transient
+# PostgreSQL's "too many clients" / "too many connections for role|database" (per-role and
+# per-database connection limits) and "the database system is starting up": transient
 # refusals worth waiting out; anything else (bad password, no such database) fails at once.
 # psycopg reports no SQLSTATE for a refused connection, only the server's message.
 _RETRYABLE_SQLSTATES = frozenset({"53300", "57P03"})
 _RETRYABLE_MESSAGES = (
     "too many clients",
+    "too many connections for role",
+    "too many connections for database",
     "remaining connection slots are reserved",
     "the database system is starting up",
 )
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
 def _retryable(error: BaseException) -> bool:
@@ -97,7 +105,11 @@ def connect_with_retry(
         except Exception as error:
             if not _retryable(error) or clock() + delay > deadline:
                 raise
-            logger.warning("PostgreSQL refused a connection (no free slot); retrying")
+            logger.warning(
+                "PostgreSQL refused a connection (%s); retrying in %.2f s",
+                _first_line(error),
+                delay,
+            )
             sleep(delay)
             delay = min(delay * 2, 1.0)
 
@@ -135,6 +147,40 @@ def get_engine(url: str, pool: PoolOptions | None = None) -> Engine:
         return engine
 
 
+_health_engines: dict[str, Engine] = {}
+HEALTH_CONNECT_TIMEOUT_SECONDS = 2
+
+
+def get_health_engine(url: str) -> Engine:
+    """A separate one-connection engine for ``/healthz``.
+
+    A health check must not queue behind a burst of requests for the API's pool, and on SQLite it
+    must not wait for the write lock (it runs ``SELECT 1`` without ``BEGIN IMMEDIATE``).
+    """
+    with _lock:
+        engine = _health_engines.get(url)
+        if engine is None:
+            if url.startswith("sqlite"):
+                engine = create_engine(
+                    url,
+                    connect_args={"check_same_thread": False, "timeout": 1},
+                    pool_size=1,
+                    max_overflow=0,
+                    pool_timeout=HEALTH_CONNECT_TIMEOUT_SECONDS,
+                )
+            else:
+                engine = create_engine(
+                    url,
+                    pool_pre_ping=True,
+                    pool_size=1,
+                    max_overflow=0,
+                    pool_timeout=HEALTH_CONNECT_TIMEOUT_SECONDS,
+                    connect_args={"connect_timeout": HEALTH_CONNECT_TIMEOUT_SECONDS},
+                )
+            _health_engines[url] = engine
+        return engine
+
+
 def get_session_factory(url: str, pool: PoolOptions | None = None) -> sessionmaker[Session]:
     with _lock:
         factory = _factories.get(url)
@@ -148,9 +194,10 @@ def get_session_factory(url: str, pool: PoolOptions | None = None) -> sessionmak
 def dispose_engines() -> None:
     """Drop pooled connections (called in each forked worker: sockets must not be shared)."""
     with _lock:
-        for engine in _engines.values():
+        for engine in (*_engines.values(), *_health_engines.values()):
             engine.dispose(close=False)
         _engines.clear()
+        _health_engines.clear()
         _factories.clear()
 
 

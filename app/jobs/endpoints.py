@@ -8,10 +8,9 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Header, HTTPException, Query, status
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from app.api.deps import AnalystKey, SessionDep, SettingsDep, StorageDep
+from app.api.deps import AnalystKey, DatabaseDep, SettingsDep, StorageDep
 from app.api.errors import ErrorOut, error_responses
 from app.budget.service import BudgetExceeded
-from app.db.session import rollback
 from app.jobs import service
 from app.jobs.export import stream_csv, stream_file
 from app.jobs.schemas import JobList, JobOut, JobRequest, MethodList, MethodOut, OverBudgetOut
@@ -40,7 +39,7 @@ def _job_not_found() -> HTTPException:
 def submit_job(
     dataset_id: uuid.UUID,
     body: JobRequest,
-    session: SessionDep,
+    db: DatabaseDep,
     settings: SettingsDep,
     principal: AnalystKey,
     idempotency_key: Annotated[
@@ -50,9 +49,11 @@ def submit_job(
 ) -> JobOut | JSONResponse:
     """Ask for a synthetic release. Reserves the job's ρ now; a worker charges it when it starts."""
     try:
-        job, _created = service.submit_job(
-            session, settings, principal, dataset_id, body, idempotency_key
-        )
+        with db.transaction() as session:
+            job, _created = service.submit_job(
+                session, settings, principal, dataset_id, body, idempotency_key
+            )
+            out = service.job_out(job, principal)
     except LookupError:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "dataset not found") from None
     except service.InvalidJob as error:
@@ -64,27 +65,27 @@ def submit_job(
     except service.JobConflict as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
     except BudgetExceeded as error:
-        rollback(session)
         body_out = OverBudgetOut(
             detail="the request exceeds the dataset's remaining privacy budget",
             requested_rho=error.requested_rho,
             remaining_rho=error.remaining_rho,
         )
         return JSONResponse(body_out.model_dump(mode="json"), status_code=status.HTTP_409_CONFLICT)
-    return service.job_out(job, principal)
+    return out
 
 
 @router.get("/datasets/{dataset_id}/jobs", response_model=JobList)
 def list_jobs(
     dataset_id: uuid.UUID,
-    session: SessionDep,
+    db: DatabaseDep,
     principal: AnalystKey,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
 ) -> JobList:
     """The dataset's jobs, oldest first."""
     try:
-        jobs = service.list_jobs(session, principal, dataset_id, limit=limit + 1, offset=offset)
+        with db.transaction() as session:
+            jobs = service.list_jobs(session, principal, dataset_id, limit=limit + 1, offset=offset)
     except LookupError:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "dataset not found") from None
     return JobList(
@@ -94,10 +95,12 @@ def list_jobs(
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
-def get_job(job_id: uuid.UUID, session: SessionDep, principal: AnalystKey) -> JobOut:
+def get_job(job_id: uuid.UUID, db: DatabaseDep, principal: AnalystKey) -> JobOut:
     """A job's status, progress and timing."""
     try:
-        return service.job_out(service.get_job(session, principal, job_id), principal)
+        with db.transaction() as session:
+            job = service.get_job(session, principal, job_id)
+        return service.job_out(job, principal)
     except service.JobNotFound:
         raise _job_not_found() from None
 
@@ -108,11 +111,12 @@ def get_job(job_id: uuid.UUID, session: SessionDep, principal: AnalystKey) -> Jo
     status_code=status.HTTP_202_ACCEPTED,
     responses=error_responses(409),
 )
-def cancel_job(job_id: uuid.UUID, session: SessionDep, principal: AnalystKey) -> JobOut:
+def cancel_job(job_id: uuid.UUID, db: DatabaseDep, principal: AnalystKey) -> JobOut:
     """Cancel a job. Queued: cancelled and its reservation released. Running: stopped at the
     next stage; its budget stays spent and no output is released."""
     try:
-        job = service.cancel_job(session, principal, job_id)
+        with db.transaction() as session:
+            job = service.cancel_job(session, principal, job_id)
     except service.JobNotFound:
         raise _job_not_found() from None
     except service.JobConflict as error:
@@ -130,14 +134,15 @@ def cancel_job(job_id: uuid.UUID, session: SessionDep, principal: AnalystKey) ->
 )
 def download_output(
     job_id: uuid.UUID,
-    session: SessionDep,
+    db: DatabaseDep,
     storage: StorageDep,
     principal: AnalystKey,
     format: Annotated[Literal["csv", "parquet"], Query()] = "csv",
 ) -> StreamingResponse:
     """Download the synthetic table in the original value space (CSV or Parquet)."""
     try:
-        job, path = service.output_path(session, storage, principal, job_id)
+        with db.transaction() as session:
+            job, path = service.output_path(session, storage, principal, job_id)
     except service.JobNotFound:
         raise _job_not_found() from None
     except service.JobConflict as error:

@@ -182,7 +182,7 @@ def submit_job(
 
 
 def _enqueue(settings: Settings, job_id: uuid.UUID) -> None:
-    dispatch.enqueue_job(settings, job_id)
+    dispatch.ring(settings, job_id)
 
 
 def _text(value: Decimal | None) -> str | None:

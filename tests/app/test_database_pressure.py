@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -50,6 +51,28 @@ def test_refused_connections_are_retried_with_backoff() -> None:
     assert len(calls) == 3 and clock.sleeps == [0.05, 0.1]
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        'connection failed: FATAL:  too many connections for role "rhosynth"',
+        'connection failed: FATAL:  too many connections for database "rhosynth"',
+        "connection failed: FATAL:  remaining connection slots are reserved for superuser",
+        "connection failed: FATAL:  the database system is starting up",
+    ],
+)
+def test_every_kind_of_slot_refusal_is_retried(
+    message: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Per-role and per-database connection limits are refusals like "too many clients" (issue
+    11: they were not retried), and the log names the cause."""
+    clock = FakeClock()
+    calls, connect = _flaky([RuntimeError(message)])
+    with caplog.at_level(logging.WARNING, logger="app.db.session"):
+        assert connect_with_retry(connect, 5.0, sleep=clock.sleep, clock=clock) == "connection"  # type: ignore[arg-type]
+    assert len(calls) == 2
+    assert message.split("FATAL:")[1].strip() in caplog.text
+
+
 def test_other_connection_errors_are_not_retried() -> None:
     clock = FakeClock()
     calls, connect = _flaky([RuntimeError('FATAL:  password authentication failed for user "x"')])
@@ -87,15 +110,23 @@ def test_pool_exhausted_is_503_and_reserves_nothing(
     tenant: Tenant,
     people_csv: bytes,
     people_schema: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     client, settings = one_connection_app
     dataset = create_dataset(tenant.owner, people_csv, people_schema, budget_rho="1")
     engine = get_engine(settings.sqlalchemy_url, pool_options(settings))
     client.headers["Authorization"] = tenant.analyst.headers["Authorization"]
 
-    with engine.connect():  # the pool's only connection, held for the duration of the request
+    with (
+        caplog.at_level(logging.WARNING, logger="app.main"),
+        engine.connect(),  # the pool's only connection, held for the duration of the request
+    ):
         response = submit(client, dataset["id"], rho="0.3")
     assert response.status_code == 503, response.text
+    # The operator's log names the cause (issue 11: it read "NoneType: None").
+    logged = "\n".join(logging.Formatter().format(r) for r in caplog.records)
+    assert "TimeoutError" in logged and "QueuePool limit" in logged, logged
+    assert "NoneType: None" not in logged
     assert response.headers["Retry-After"] == "1"
     assert response.json() == {
         "detail": "the service is busy or its database is unreachable; retry shortly"
