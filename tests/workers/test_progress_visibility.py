@@ -41,6 +41,7 @@ def test_analysts_see_only_the_public_schedule_and_owners_see_the_detail(
         assert public[-1] == (1.0, "done")
     assert all(job["progress_detail"] is None for job in analyst_seen)
     assert all(job["progress_detail"] is not None for job in owner_seen)
+    assert owner_seen[-1]["progress_detail"] == {"fraction": 1.0, "stage": "done"}
     # The polls did catch the adaptive rounds: analysts saw the milestone, owners the rounds'
     # own stages, which are not in the public schedule.
     assert "adaptive_rounds" in {job["progress"]["stage"] for job in analyst_seen}
