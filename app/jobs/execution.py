@@ -29,6 +29,7 @@ from app.datasets.ingest import read_encoded_table
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
 from app.jobs import repository
+from app.jobs.progress import PHASES, ProgressPoint, engine_point
 from app.jobs.repository import Claim
 from app.storage import Storage, job_output_key
 from engine.domain import Dataset as EngineDataset
@@ -43,7 +44,6 @@ GENERIC_FAILURE = (
     "the synthesis failed with an internal error; the budget for this job stays spent "
     "(the operator's logs have the details)"
 )
-ENGINE_SHARE = 0.95  # of the progress bar; the rest is decoding and writing the output
 
 
 class LostOwnership(Exception):
@@ -96,7 +96,14 @@ class _Lease:
 
 
 class _Progress:
-    """The engine's progress callback: writes progress, notices cancellation and lost leases."""
+    """The engine's two progress callbacks: write progress, notice cancellation and lost leases.
+
+    Public progress (every key) changes only at a point of the public schedule
+    (``app.jobs.progress``): an engine milestone or a service phase, written at once. Detail
+    progress (owner keys only) is the engine's own, which can depend on the noise, written at
+    most about once per second per stage. Every report, of either kind, checks for a lost lease
+    and a cancel request first.
+    """
 
     def __init__(
         self, factory: sessionmaker[Session], settings: Settings, claim: Claim, lease: _Lease
@@ -106,37 +113,49 @@ class _Progress:
         self._claim = claim
         self._lease = lease
         self._last_write = 0.0
-        self._last_stage = ""
+        self._detail = ProgressPoint(0.0, "starting")
+        self._written_stage = ""
 
-    def __call__(
-        self, fraction: float, stage: str, *, scale: float = ENGINE_SHARE, offset: float = 0.0
-    ) -> None:
+    def __call__(self, fraction: float, stage: str) -> None:
+        """The engine's detailed progress (``Mechanism.run``'s ``progress``)."""
+        self._check()
+        self._detail = engine_point(fraction, stage)
+        if stage == self._written_stage and time.monotonic() - self._last_write < 1.0:
+            return
+        self._write(public=None)
+
+    def milestone(self, fraction: float, stage: str) -> None:
+        """The engine reached a public milestone (``Mechanism.run``'s ``on_milestone``)."""
+        self._check()
+        self._write(public=engine_point(fraction, stage))
+
+    def phase(self, name: str) -> None:
+        """A public phase of the service around the engine (``load``, ``write``)."""
+        self._check()
+        self._detail = PHASES[name]
+        self._write(public=PHASES[name])
+
+    def _check(self) -> None:
         if self._lease.lost:
             raise LostOwnership(self._claim.job_id)
         if self._lease.cancel_requested:
             raise SynthesisCancelled(self._claim.job_id)
-        now = time.monotonic()
-        if stage == self._last_stage and now - self._last_write < 1.0:
-            return
-        self._last_stage, self._last_write = stage, now
-        value = min(1.0, max(0.0, offset + scale * fraction))
+
+    def _write(self, *, public: ProgressPoint | None) -> None:
+        self._written_stage, self._last_write = self._detail.stage, time.monotonic()
         with transaction(self._factory) as session:
             state = repository.report_progress(
                 session,
                 self._claim.job_id,
                 self._claim.attempt,
-                fraction=value,
-                stage=stage,
+                detail=self._detail,
+                public=public,
                 lease_until=_lease_until(self._settings),
             )
         if state is None:
             raise LostOwnership(self._claim.job_id)
         if state:
             raise SynthesisCancelled(self._claim.job_id)
-
-    def stage(self, fraction: float, stage: str) -> None:
-        """Progress outside the engine (decoding, writing)."""
-        self(fraction, stage, scale=1.0)
 
 
 def _lease_until(settings: Settings) -> datetime:
@@ -258,7 +277,7 @@ def _synthesize(
     # Seeds drive post-processing only; DP noise comes from the CSPRNG inside the engine.
     rng = np.random.default_rng(claim.seed)
 
-    progress.stage(0.0, "load")
+    progress.phase("load")
     codes = read_encoded_table(storage.path(table_key), schema)
     codes.flags.writeable = False  # the engine keeps a read-only view instead of copying it
     data = EngineDataset(schema.domain(), codes)
@@ -271,9 +290,10 @@ def _synthesize(
         rows=claim.rows,
         max_rows=settings.max_output_rows,
         progress=progress,
+        on_milestone=progress.milestone,
     )
     del data
-    progress.stage(ENGINE_SHARE, "write")
+    progress.phase("write")
     synthetic = result.codes
     frame = schema.decode(synthetic, rng)
     temp = storage.temp_path(".parquet")

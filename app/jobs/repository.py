@@ -19,6 +19,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from app.jobs.models import IdempotencyKey, Job
+from app.jobs.progress import DONE, QUEUED, REQUEUED_DETAIL, STARTING, ProgressPoint
 
 
 @dataclass(frozen=True)
@@ -138,8 +139,10 @@ def claim(
             status="running",
             attempt=Job.attempt + 1,
             lease_expires_at=lease_until,
-            progress_stage="starting",
-            progress_fraction=0.0,
+            progress_stage=STARTING.stage,
+            progress_fraction=STARTING.fraction,
+            detail_stage=STARTING.stage,
+            detail_fraction=STARTING.fraction,
         )
         .returning(
             Job.id,
@@ -197,15 +200,23 @@ def report_progress(
     job_id: uuid.UUID,
     attempt: int,
     *,
-    fraction: float,
-    stage: str,
+    detail: ProgressPoint,
+    public: ProgressPoint | None,
     lease_until: datetime,
 ) -> bool | None:
-    """Record progress for the owning attempt. None: lost the job; else cancel requested?"""
+    """Record the owning attempt's detail progress and, at a point of the public schedule, its
+    public progress (``None`` leaves it as it is). None: lost the job; else cancel requested?"""
+    values: dict[str, object] = {
+        "detail_fraction": detail.fraction,
+        "detail_stage": detail.stage[:64],
+        "lease_expires_at": lease_until,
+    }
+    if public is not None:
+        values.update(progress_fraction=public.fraction, progress_stage=public.stage[:64])
     row = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.attempt == attempt, Job.status == "running")
-        .values(progress_fraction=fraction, progress_stage=stage[:64], lease_expires_at=lease_until)
+        .values(**values)
         .returning(Job.cancel_requested)
     ).one_or_none()
     return None if row is None else bool(row.cancel_requested)
@@ -235,8 +246,10 @@ def complete(
             output_rows=output_rows,
             finished_at=now,
             lease_expires_at=None,
-            progress_fraction=1.0,
-            progress_stage="done",
+            progress_fraction=DONE.fraction,
+            progress_stage=DONE.stage,
+            detail_fraction=DONE.fraction,
+            detail_stage=DONE.stage,
         )
         .returning(Job.id)
     ).one_or_none()
@@ -262,6 +275,7 @@ def finish(
             finished_at=now,
             lease_expires_at=None,
             progress_stage=status,
+            detail_stage=status,
         )
         .returning(Job.id)
     ).one_or_none()
@@ -288,7 +302,11 @@ def recover_expired(
         update(Job)
         .where(*base, Job.cancel_requested.is_(True))
         .values(
-            status="cancelled", finished_at=now, lease_expires_at=None, progress_stage="cancelled"
+            status="cancelled",
+            finished_at=now,
+            lease_expires_at=None,
+            progress_stage="cancelled",
+            detail_stage="cancelled",
         )
         .returning(Job.id)
     ).one_or_none()
@@ -297,7 +315,17 @@ def recover_expired(
     requeued = session.execute(
         update(Job)
         .where(*base, Job.attempt < max_attempts)
-        .values(status="queued", lease_expires_at=None, enqueued_at=now, progress_stage="requeued")
+        .values(
+            status="queued",
+            lease_expires_at=None,
+            enqueued_at=now,
+            # The lost attempt's progress must not stay visible: it ran with noise the next
+            # attempt will not use. Analysts see the job queued again; owners see why.
+            progress_fraction=QUEUED.fraction,
+            progress_stage=QUEUED.stage,
+            detail_fraction=REQUEUED_DETAIL.fraction,
+            detail_stage=REQUEUED_DETAIL.stage,
+        )
         .returning(Job.id)
     ).one_or_none()
     if requeued is not None:
@@ -310,6 +338,7 @@ def recover_expired(
             finished_at=now,
             lease_expires_at=None,
             progress_stage="failed",
+            detail_stage="failed",
             error="the job's worker stopped responding on every attempt; its budget stays spent",
         )
         .returning(Job.id)
@@ -360,7 +389,13 @@ def cancel_queued(
     row = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.status == "queued")
-        .values(status="cancelled", finished_at=now, progress_stage="cancelled", error=reason)
+        .values(
+            status="cancelled",
+            finished_at=now,
+            progress_stage="cancelled",
+            detail_stage="cancelled",
+            error=reason,
+        )
         .returning(Job.id)
     ).one_or_none()
     if row is None:

@@ -56,7 +56,7 @@ class JobRequest(BaseModel):
 
 
 class ProgressOut(BaseModel):
-    fraction: float
+    fraction: float = Field(description="in [0, 1]")
     stage: str
 
 
@@ -74,7 +74,14 @@ class JobOut(BaseModel):
     delta: str | None = Field(description="the δ the budget was requested in, if any")
     rows: int | None = Field(description="rows requested (null: the noisy estimate)")
     seed: int | None
-    progress: ProgressOut
+    progress: ProgressOut = Field(
+        description="public progress: fixed stages and fractions of the method's public "
+        "schedule, the same whatever the data and the noise"
+    )
+    progress_detail: ProgressOut | None = Field(
+        description="owner keys only (null for analysts): the engine's own progress, which can "
+        "depend on the data and the noise"
+    )
     cancel_requested: bool
     created_at: datetime
     started_at: datetime | None

@@ -264,6 +264,15 @@ def _coarse(value: datetime | None) -> datetime | None:
 
 def job_out(job: Job, principal: Principal) -> JobOut:
     exact = principal.is_owner
+    public = ProgressOut(fraction=job.progress_fraction, stage=job.progress_stage)
+    detail: ProgressOut | None = None
+    if exact:
+        # Noise-dependent, so owners only; before any attempt reported it, it is the public one.
+        detail = (
+            public
+            if job.detail_stage is None or job.detail_fraction is None
+            else ProgressOut(fraction=job.detail_fraction, stage=job.detail_stage)
+        )
     return JobOut(
         id=job.id,
         dataset_id=job.dataset_id,
@@ -275,7 +284,8 @@ def job_out(job: Job, principal: Principal) -> JobOut:
         delta=job.delta,
         rows=job.rows,
         seed=job.seed,
-        progress=ProgressOut(fraction=job.progress_fraction, stage=job.progress_stage),
+        progress=public,
+        progress_detail=detail,
         cancel_requested=job.cancel_requested,
         created_at=job.created_at,
         started_at=job.started_at if exact else _coarse(job.started_at),

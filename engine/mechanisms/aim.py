@@ -19,6 +19,7 @@ from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimat
 from engine.marginals import MarginalCache, Measurement, measure_marginal
 from engine.mechanisms.base import (
     Mechanism,
+    Milestone,
     ProgressReporter,
     SelectionCharge,
     SynthesisResult,
@@ -168,6 +169,12 @@ class AIMMechanism(Mechanism):
         "most accurate method here; slower than MST."
     )
     Params = AIMParams
+    milestones = (
+        Milestone("measure_one_way", 0.0),
+        Milestone("adaptive_rounds", 0.02),
+        Milestone("final_fit", 0.88),
+        Milestone("sample", 0.97),
+    )
 
     def _synthesize(
         self,
@@ -202,6 +209,7 @@ class AIMMechanism(Mechanism):
             weights = [Fraction(1)] * len(original)
         one_way_rhos = split_rho(one_way_total, weights)
 
+        progress.milestone("measure_one_way")
         progress(0.0, "measure")
         measurements: list[Measurement] = []
         for attr, one_way_rho in zip(original.attributes, one_way_rhos, strict=True):
@@ -221,6 +229,7 @@ class AIMMechanism(Mechanism):
         # through the exponential mechanism and noisy measurements).
         answer = MarginalCache(data, ANSWER_CACHE_CELLS)
         candidates = workload_candidates(domain, params)
+        progress.milestone("adaptive_rounds")
         progress(0.02, "estimate")
         model = estimate(domain, noisy, iterations=params.round_iterations, max_cells=max_cells)
 

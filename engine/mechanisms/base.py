@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar
@@ -27,7 +27,12 @@ from engine.marginals import Measurement
 
 ProgressCallback = Callable[[float, str], None]
 """``progress(fraction, stage)``: fraction in [0, 1], non-decreasing, last call at 1.0.
-Raising from it (e.g. :class:`SynthesisCancelled`) cancels the run; the engine lets it through."""
+Raising from it (e.g. :class:`SynthesisCancelled`) cancels the run; the engine lets it through.
+
+The same signature serves both progress channels of :meth:`Mechanism.run`: ``progress`` gets the
+engine's detailed progress (which can depend on the noise), ``on_milestone`` gets the public
+milestones (``fraction`` and ``stage`` of a :class:`Milestone`, a function of public information
+only)."""
 
 
 class SynthesisCancelled(Exception):
@@ -156,18 +161,81 @@ def resolve_rows(rows: int | None, estimated_total: float, max_rows: int | None 
 
 
 _PROGRESS_JITTER = 1e-9
+_MILESTONE_STAGE_CHARS = 48
+
+
+@dataclass(frozen=True)
+class Milestone:
+    """One step of a mechanism's public progress schedule: a stage name and the fixed fraction of
+    the run it stands for.
+
+    Both are constants of the mechanism's class, so what a milestone tells an observer is only
+    that the run got this far: never a function of the data or of the noise.
+    """
+
+    stage: str
+    fraction: float
+
+    def __post_init__(self) -> None:
+        if (
+            not isinstance(self.stage, str)
+            or not 0 < len(self.stage) <= _MILESTONE_STAGE_CHARS
+            or not all(c.islower() or c.isdigit() or c == "_" for c in self.stage)
+        ):
+            raise ValueError(f"a milestone stage must be a short snake_case name: {self.stage!r}")
+        if isinstance(self.fraction, bool) or not isinstance(self.fraction, float | int):
+            raise TypeError("a milestone fraction must be a number")
+        if not 0.0 <= self.fraction < 1.0:
+            raise ValueError("a milestone fraction must be in [0, 1)")
+        object.__setattr__(self, "fraction", float(self.fraction))
+
+
+def check_milestones(milestones: Sequence[Milestone]) -> tuple[Milestone, ...]:
+    """A valid public schedule: at least one :class:`Milestone`, distinct stages, fractions
+    non-decreasing. Raises ``ValueError`` (a bug in the mechanism's declaration) otherwise."""
+    schedule = tuple(milestones)
+    if not schedule or not all(isinstance(m, Milestone) for m in schedule):
+        raise ValueError("a public schedule is a non-empty sequence of Milestone objects")
+    stages = [m.stage for m in schedule]
+    if len(set(stages)) != len(stages):
+        raise ValueError(f"milestone stages must be distinct: {stages}")
+    fractions = [m.fraction for m in schedule]
+    if fractions != sorted(fractions):
+        raise ValueError(f"milestone fractions must be non-decreasing: {fractions}")
+    return schedule
 
 
 class ProgressReporter:
-    """Forwards progress to the caller's callback and keeps the fraction in [0, 1], non-decreasing.
+    """The two progress channels of one run.
 
-    A fraction below the last one reported is a bug in the mechanism and raises ``ValueError``.
+    *Detail* (``reporter(fraction, stage)``): forwarded to ``callback`` with the fraction kept in
+    [0, 1] and non-decreasing (a fraction below the last one is a bug and raises ``ValueError``).
+    It may depend on the data and the noise (AIM's rounds move it by the budget they spent).
+
+    *Milestones* (``reporter.milestone(stage)``): forwarded to ``on_milestone`` as ``(fraction,
+    stage)`` of the declared :class:`Milestone`. Whatever order the mechanism reaches its
+    milestones in, the sequence forwarded is exactly ``milestones``, in order, each once: reaching
+    a milestone first forwards every earlier one not forwarded yet (a stage a data- or
+    noise-dependent branch skipped is filled in), a milestone at or before the last one forwarded
+    is held back, and :meth:`finish` forwards the rest. So on a completed run the milestone
+    sequence is a constant of the mechanism, and on an interrupted one a prefix of it.
+    Every call on either channel reaches a callback, so a callback that raises (cancellation, a
+    lost lease) is consulted at every report.
     """
 
-    def __init__(self, callback: ProgressCallback | None) -> None:
+    def __init__(
+        self,
+        callback: ProgressCallback | None,
+        milestones: Sequence[Milestone] = (),
+        on_milestone: ProgressCallback | None = None,
+    ) -> None:
         self._callback = callback
         self._fraction = 0.0
         self._stage = "start"
+        self._milestones = check_milestones(milestones) if milestones else ()
+        self._index = {m.stage: i for i, m in enumerate(self._milestones)}
+        self._on_milestone = on_milestone
+        self._reached = -1  # index of the last milestone forwarded
 
     @property
     def fraction(self) -> float:
@@ -184,8 +252,30 @@ class ProgressReporter:
         if self._callback is not None:
             self._callback(fraction, stage)
 
+    def milestone(self, stage: str) -> None:
+        """The run reached the declared milestone ``stage`` (``ValueError`` if it is undeclared)."""
+        index = self._index.get(stage)
+        if index is None:
+            raise ValueError(f"{stage!r} is not one of the declared milestones")
+        if index <= self._reached:
+            # Held back (the public sequence never repeats or goes back); the detail callback
+            # still hears from the run, so cancellation is noticed here too.
+            if self._callback is not None:
+                self._callback(self._fraction, self._stage)
+            return
+        self._forward_until(index)
+
+    def _forward_until(self, index: int) -> None:
+        while self._reached < index:
+            self._reached += 1
+            if self._on_milestone is not None:
+                reached = self._milestones[self._reached]
+                self._on_milestone(reached.fraction, reached.stage)
+
     def finish(self) -> None:
-        """Report 1.0 in the current stage unless that was the last report."""
+        """Forward every milestone not forwarded yet, then report 1.0 in the current stage unless
+        that was the last report."""
+        self._forward_until(len(self._milestones) - 1)
         if self._fraction < 1.0:
             self(1.0, self._stage)
 
@@ -193,14 +283,23 @@ class ProgressReporter:
 class Mechanism(abc.ABC):
     """A ρ-zCDP synthesis mechanism. Subclasses implement :meth:`_synthesize`.
 
-    Subclasses declare ``name``, ``description`` and ``Params`` (a pydantic model with
-    ``extra="forbid"``); callers use :meth:`validate_params`, :meth:`params_schema` and
-    :meth:`run`.
+    Subclasses declare ``name``, ``description``, ``Params`` (a pydantic model with
+    ``extra="forbid"``) and ``milestones``, their public progress schedule; callers use
+    :meth:`validate_params`, :meth:`params_schema` and :meth:`run`.
     """
 
     name: ClassVar[str]
     description: ClassVar[str]
     Params: ClassVar[type[BaseModel]]
+    milestones: ClassVar[tuple[Milestone, ...]] = (Milestone("synthesize", 0.0),)
+    """The public progress schedule: the stages an observer of the run may see, in order, each at
+    a fixed fraction. A constant of the class (checked when the class is defined); the mechanism
+    reports reaching them with ``progress.milestone(stage)`` and :class:`ProgressReporter` makes
+    the observed sequence exactly this tuple whatever the data and the noise."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.milestones = check_milestones(cls.milestones)
 
     def validate_params(self, raw: Mapping[str, Any]) -> BaseModel:
         """Parse user parameters into ``Params``; raises ``pydantic.ValidationError``."""
@@ -228,6 +327,7 @@ class Mechanism(abc.ABC):
         rows: int | None = None,
         max_rows: int | None = None,
         progress: ProgressCallback | None = None,
+        on_milestone: ProgressCallback | None = None,
         noise_source: random.Random | None = None,
     ) -> SynthesisResult:
         """Synthesise a dataset from ``data`` spending exactly ``rho`` (ρ-zCDP, add/remove-one-row).
@@ -237,8 +337,12 @@ class Mechanism(abc.ABC):
         synthesises max(1, round(N̂)) rows from the mechanism's noisy total estimate N̂;
         ``max_rows`` caps the row count (the service's output limit).
 
+        ``progress`` receives the detailed progress, which may depend on the data and the noise;
+        ``on_milestone`` receives the public schedule ``milestones``: on a completed run exactly
+        that sequence, whatever the data and the noise (see :class:`ProgressReporter`).
+
         Raises ``RuntimeError`` if the mechanism's measurements do not add up to exactly ``rho``;
-        exceptions from ``progress`` propagate unchanged.
+        exceptions from ``progress`` and ``on_milestone`` propagate unchanged.
         """
         if not isinstance(data, Dataset):
             raise TypeError("data must be a Dataset")
@@ -261,7 +365,7 @@ class Mechanism(abc.ABC):
             raise TypeError("noise_source must be a random.Random (or None for the OS CSPRNG)")
 
         self.check_domain(data.domain, params)
-        reporter = ProgressReporter(progress)
+        reporter = ProgressReporter(progress, self.milestones, on_milestone)
         result = self._synthesize(
             data,
             rho,
@@ -307,5 +411,6 @@ class Mechanism(abc.ABC):
         noise_source: random.Random | None,
     ) -> SynthesisResult:
         """The mechanism itself; inputs are already validated. Must measure with exactly ``rho``,
-        report progress at the start and end of each stage, and size its output with
+        report progress at the start and end of each stage, report each declared milestone with
+        ``progress.milestone(stage)`` when it starts, and size its output with
         :func:`resolve_rows`."""

@@ -32,6 +32,7 @@ from engine.marginals import Measurement, measure_marginal
 from engine.mechanisms.base import (
     DomainRefused,
     Mechanism,
+    Milestone,
     ProgressReporter,
     SynthesisResult,
     resolve_rows,
@@ -691,6 +692,11 @@ class CIPHERMechanism(Mechanism):
         "stepwise ridge-regularised linear solves; refuses domains whose full joint is too large."
     )
     Params = CIPHERParams
+    milestones = (
+        Milestone("measure_marginals", 0.0),
+        Milestone("reconstruct", 0.1),
+        Milestone("sample", 0.9),
+    )
 
     def check_domain(self, domain: Domain, params: BaseModel) -> None:
         """Refuse a domain whose full joint or reconstruction exceeds the caps (public sizes)."""
@@ -735,6 +741,7 @@ class CIPHERMechanism(Mechanism):
         else:
             queries = list(itertools.combinations(range(len(kept)), params.order))
 
+        progress.milestone("measure_marginals")
         progress(0.0, "measure")
         measurements: list[Measurement] = []
         shares = split_rho(rho, [1] * len(queries))
@@ -744,6 +751,7 @@ class CIPHERMechanism(Mechanism):
             progress(0.1 * (q + 1) / len(queries), "measure")
         total = estimate_total(tuple(measurements))
 
+        progress.milestone("reconstruct")
         progress(0.1, "reconstruct")
         if kept:
             tables: dict[tuple[int, ...], FloatArray] = {}
@@ -768,6 +776,7 @@ class CIPHERMechanism(Mechanism):
             joint = np.ones(1)
         progress(0.9, "reconstruct")
 
+        progress.milestone("sample")
         progress(0.9, "sample")
         n_out = resolve_rows(rows, total, max_rows)
         codes = np.zeros((n_out, len(domain)), dtype=np.int64)

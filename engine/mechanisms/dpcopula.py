@@ -21,6 +21,7 @@ from engine.marginals import Measurement, measure_marginal
 from engine.mechanisms.base import (
     GaussianCharge,
     Mechanism,
+    Milestone,
     ProgressReporter,
     SynthesisResult,
     resolve_rows,
@@ -529,6 +530,11 @@ class DPCopulaMechanism(Mechanism):
         "small-domain attributes. Fast; keeps monotone pairwise dependence, not interactions."
     )
     Params = DPCopulaParams
+    milestones = (
+        Milestone("measure_margins", 0.0),
+        Milestone("correlate", 0.3),
+        Milestone("sample", 0.7),
+    )
 
     def _synthesize(
         self,
@@ -552,6 +558,7 @@ class DPCopulaMechanism(Mechanism):
         )
 
         # 1. Partition counts, the keys kept, and margins (one (keys…, j) table per attribute).
+        progress.milestone("measure_margins")
         progress(0.0, "measure")
         measurements: list[Measurement] = []
         keys: tuple[str, ...] = ()
@@ -620,6 +627,7 @@ class DPCopulaMechanism(Mechanism):
         ]
 
         # 2. Correlations per partition.
+        progress.milestone("correlate")
         progress(0.3, "correlate")
         correlations = [np.eye(len(copula)) for _ in range(n_partitions)]
         releases: list[GaussianCharge] = []
@@ -672,6 +680,7 @@ class DPCopulaMechanism(Mechanism):
                 correlations[p] = repair_correlation(matrix)
 
         # 3. Sampling (post-processing).
+        progress.milestone("sample")
         progress(0.7, "sample")
         n_out = resolve_rows(rows, total, max_rows)
         allocation = allocate_rows(partition_totals, n_out)

@@ -43,8 +43,10 @@ def fit_and_sample(
     """The last stage of the model-based mechanisms (AIM, PPSyn, PrivMRF): a warm-started final
     fit on every noisy measurement (progress 0.88 → 0.97), then ``rows`` (or the model's total)
     synthetic rows in the original codes. Post-processing only: ``rng`` is the job's seed.
+    Reports the milestones ``final_fit`` and ``sample``, which the callers declare.
 
     Returns the codes and the model's estimated total."""
+    progress.milestone("final_fit")
     progress(0.88, "estimate")
     model = estimate(
         warm.domain,
@@ -54,6 +56,7 @@ def fit_and_sample(
         max_cells=max_cells,
         callback=estimation_progress(progress, 0.88, 0.97, iterations),
     )
+    progress.milestone("sample")
     progress(0.97, "sample")
     n_out = resolve_rows(rows, model.total, max_rows)
     codes = compression.decompress_codes(model.synthetic_data(n_out, rng, method=synthesis), rng)

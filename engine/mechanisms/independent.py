@@ -12,7 +12,13 @@ from pydantic import BaseModel, ConfigDict
 from engine.accounting import split_rho
 from engine.domain import Dataset
 from engine.marginals import Measurement, measure_marginal
-from engine.mechanisms.base import Mechanism, ProgressReporter, SynthesisResult, resolve_rows
+from engine.mechanisms.base import (
+    Mechanism,
+    Milestone,
+    ProgressReporter,
+    SynthesisResult,
+    resolve_rows,
+)
 from engine.sampling import sample_categorical
 
 FloatArray = npt.NDArray[np.float64]
@@ -77,6 +83,11 @@ class IndependentMechanism(Mechanism):
         "sampled independently, so no correlation between columns is kept."
     )
     Params = IndependentParams
+    milestones = (
+        Milestone("measure_one_way", 0.0),
+        Milestone("estimate", 0.6),
+        Milestone("sample", 0.7),
+    )
 
     def _synthesize(
         self,
@@ -93,17 +104,20 @@ class IndependentMechanism(Mechanism):
         attributes = data.domain.attributes
         d = len(attributes)
 
+        progress.milestone("measure_one_way")
         progress(0.0, "measure")
         measurements: list[Measurement] = []
         for i, (attr, rho_attr) in enumerate(zip(attributes, split_rho(rho, [1] * d), strict=True)):
             measurements.append(measure_marginal(data, [attr], rho_attr, noise_source))
             progress(0.6 * (i + 1) / d, "measure")
 
+        progress.milestone("estimate")
         progress(0.6, "estimate")
         total = estimate_total(tuple(measurements))
         marginals = [project_to_simplex(m.noisy_counts, total) for m in measurements]
         progress(0.7, "estimate")
 
+        progress.milestone("sample")
         progress(0.7, "sample")
         n_out = resolve_rows(rows, total, max_rows)
         codes = np.empty((n_out, d), dtype=np.int64)

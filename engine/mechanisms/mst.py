@@ -17,6 +17,7 @@ from engine.estimation import NoisyMarginal, estimate
 from engine.marginals import Measurement, count_marginal, measure_marginal
 from engine.mechanisms.base import (
     Mechanism,
+    Milestone,
     ProgressReporter,
     SelectionCharge,
     SynthesisResult,
@@ -94,6 +95,13 @@ class MSTMechanism(Mechanism):
         "them. Fast; keeps the strongest pairwise correlations."
     )
     Params = MSTParams
+    milestones = (
+        Milestone("measure_one_way", 0.0),
+        Milestone("select_pairs", 0.1),
+        Milestone("measure_pairs", 0.3),
+        Milestone("estimate", 0.35),
+        Milestone("sample", 0.9),
+    )
 
     def _synthesize(
         self,
@@ -117,6 +125,7 @@ class MSTMechanism(Mechanism):
         else:
             one_way_rho, select_rho, two_way_rho = split_rho(rho, [1, 1, 1])
 
+        progress.milestone("measure_one_way")
         progress(0.0, "measure")
         one_way_each = one_way_rho / d
         one_way: list[Measurement] = []
@@ -131,6 +140,7 @@ class MSTMechanism(Mechanism):
         selections: list[SelectionCharge] = []
         two_way: list[Measurement] = []
         if edges_needed:
+            progress.milestone("select_pairs")
             progress(0.1, "select")
             first = estimate(
                 small,
@@ -165,12 +175,14 @@ class MSTMechanism(Mechanism):
                 )
                 progress(0.2 + 0.1 * (step + 1) / edges_needed, "select")
 
+            progress.milestone("measure_pairs")
             progress(0.3, "measure")
             two_way_each = two_way_rho / edges_needed
             for i, pair in enumerate(chosen):
                 two_way.append(measure_marginal(small_data, list(pair), two_way_each, noise_source))
                 progress(0.3 + 0.05 * (i + 1) / edges_needed, "measure")
 
+        progress.milestone("estimate")
         progress(0.35, "estimate")
         model = estimate(
             small,
@@ -178,6 +190,7 @@ class MSTMechanism(Mechanism):
             iterations=params.iterations,
             callback=estimation_progress(progress, 0.35, 0.9, params.iterations),
         )
+        progress.milestone("sample")
         progress(0.9, "sample")
         n_out = resolve_rows(rows, model.total, max_rows)
         small_codes = model.synthetic_data(n_out, rng, method=params.synthesis)

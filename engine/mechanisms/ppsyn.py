@@ -32,6 +32,7 @@ from engine.mechanisms.aim import (
 from engine.mechanisms.base import (
     GaussianCharge,
     Mechanism,
+    Milestone,
     ProgressReporter,
     SelectionCharge,
     SynthesisResult,
@@ -238,6 +239,12 @@ class PPSynMechanism(Mechanism):
         "model), fitted with Private-PGM."
     )
     Params = PPSynParams
+    milestones = (
+        Milestone("measure_one_way", 0.0),
+        Milestone("adaptive_rounds", 0.02),
+        Milestone("final_fit", 0.88),
+        Milestone("sample", 0.97),
+    )
 
     def _synthesize(
         self,
@@ -265,6 +272,7 @@ class PPSynMechanism(Mechanism):
         round_rho = measure_left / rounds
 
         weights = [_frac(size ** (2 / 3)) for size in original.sizes]
+        progress.milestone("measure_one_way")
         progress(0.0, "measure")
         measurements: list[Measurement] = []
         for attr, one_way_rho in zip(
@@ -287,6 +295,7 @@ class PPSynMechanism(Mechanism):
         candidates = {c: w for c, w in workload.items() if len(c) > 1}
         if not candidates:  # a one-attribute workload: re-measure one-way marginals
             candidates = dict(one_way_weights)
+        progress.milestone("adaptive_rounds")
         progress(0.02, "estimate")
         model = estimate(domain, noisy, iterations=params.round_iterations, max_cells=max_cells)
 

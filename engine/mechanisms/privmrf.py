@@ -31,6 +31,7 @@ from engine.marginals import (
 from engine.mechanisms.base import (
     GaussianCharge,
     Mechanism,
+    Milestone,
     ProgressReporter,
     SynthesisResult,
 )
@@ -259,6 +260,14 @@ class PrivMRFMechanism(Mechanism):
         "marginals the model gets most wrong (Gaussian noisy max)."
     )
     Params = PrivMRFParams
+    milestones = (
+        Milestone("measure_one_way", 0.0),
+        Milestone("dependency_scores", 0.01),
+        Milestone("measure_initial", 0.06),
+        Milestone("refinement_rounds", 0.08),
+        Milestone("final_fit", 0.88),
+        Milestone("sample", 0.97),
+    )
 
     def _synthesize(
         self,
@@ -297,6 +306,7 @@ class PrivMRFMechanism(Mechanism):
         # 0. Optional: noisy one-way marginals and domain compression (post-processing of them).
         compression = Compression.identity(original, [np.zeros(s) for s in original.sizes])
         if params.compress:
+            progress.milestone("measure_one_way")
             progress(0.0, "measure")
             weights = [_fraction(size ** (2 / 3)) for size in original.sizes]
             one_way = [
@@ -311,6 +321,7 @@ class PrivMRFMechanism(Mechanism):
             noisy.extend(one_way_noisy)
 
         # 1. Noisy R-scores (Alg. 1, lines 1-2) and the capped attribute graph.
+        progress.milestone("dependency_scores")
         progress(0.0, "select")
         noisy_r = np.zeros(m)
         if m:
@@ -392,6 +403,7 @@ class PrivMRFMechanism(Mechanism):
             )
         per_marginal = rho_m / (len(chosen) + t)
         sigma_measure = math.sqrt(float(sigma2_for_rho(MARGINAL_SENSITIVITY, per_marginal)))
+        progress.milestone("measure_initial")
         progress(0.06, "measure")
         for attrs in chosen:
             mm = measure_marginal(data, list(attrs), per_marginal, source)
@@ -402,6 +414,7 @@ class PrivMRFMechanism(Mechanism):
         answer = MarginalCache(data, ANSWER_CACHE_CELLS)
 
         # 4. Refinement rounds.
+        progress.milestone("refinement_rounds")
         progress(0.08, "estimate")
         model = estimate(
             domain, noisy, iterations=params.round_iterations, max_cells=params.max_model_cells

@@ -23,6 +23,7 @@ from engine.marginals import (
 from engine.mechanisms.base import (
     GaussianCharge,
     Mechanism,
+    Milestone,
     ProgressReporter,
     SynthesisResult,
     resolve_rows,
@@ -323,6 +324,13 @@ class PrivSynMechanism(Mechanism):
         "updating a synthetic table (GUM). No graphical model; scales to wide tables."
     )
     Params = PrivSynParams
+    milestones = (
+        Milestone("measure_one_way", 0.0),
+        Milestone("dependency_scores", 0.05),
+        Milestone("measure_selected", 0.1),
+        Milestone("consistency", 0.15),
+        Milestone("sample", 0.2),
+    )
 
     def _synthesize(
         self,
@@ -356,6 +364,7 @@ class PrivSynMechanism(Mechanism):
         marginal_rho = rho - one_way_rho - indif_rho
 
         # 1. Noisy one-way marginals, ρ₁ ∝ c^(2/3); filter and merge (post-processing).
+        progress.milestone("measure_one_way")
         progress(0.0, "measure")
         one_way_rhos = split_rho(one_way_rho, [_c23(size) for size in original.sizes])
         one_way: list[Measurement] = []
@@ -375,6 +384,7 @@ class PrivSynMechanism(Mechanism):
         small = Dataset(domain, compression.compress_codes(data.codes))
 
         # 2. DenseMarg: noisy InDif, greedy selection, isolated attributes, combination.
+        progress.milestone("dependency_scores")
         progress(0.05, "select")
         releases: list[GaussianCharge] = []
         selected_sets: list[tuple[int, ...]] = []
@@ -432,6 +442,7 @@ class PrivSynMechanism(Mechanism):
         progress(0.1, "select")
 
         # 3. Measure the selected marginals, ρ₃ ∝ c^(2/3) (or the one-way ones again).
+        progress.milestone("measure_selected")
         progress(0.1, "measure")
         if not selected_sets and marginal_rho > 0:
             selected_sets = [(j,) for j in range(d)]
@@ -475,6 +486,7 @@ class PrivSynMechanism(Mechanism):
             )
 
         # 4. Consistency (post-processing).
+        progress.milestone("consistency")
         progress(0.15, "estimate")
         tables = [
             NoisyTable((j,), compression.compress_counts(j, mm.noisy_counts), float(mm.sigma2))
@@ -492,6 +504,7 @@ class PrivSynMechanism(Mechanism):
         progress(0.2, "estimate")
 
         # 5. GUM (post-processing, seeded rng), then decode merged values.
+        progress.milestone("sample")
         progress(0.2, "sample")
         n_out = resolve_rows(rows, total, max_rows)
         targets = [
