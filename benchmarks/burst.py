@@ -16,7 +16,10 @@ connection and waits at a ``threading.Barrier``; all of them send at the same in
   something other than the database (a thread, the broker) shows up there.
 
 Run alone (repository root; ``tests`` must be importable):
-``python -m benchmarks.burst [--mode production|embedded|both] [--n 200] [--fit 20]``.
+``python -m benchmarks.burst [--mode production|embedded|both] [--n 200] [--fit 20]
+[--update docs/benchmarks.md]``. ``--update`` replaces the file's burst section (between
+:data:`BEGIN` and :data:`END`; appended if absent) with this run's figures and command;
+``benchmarks.run`` writes the same section in a full run.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import platform
+import shlex
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,6 +39,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -408,23 +413,121 @@ def run_mode(mode: str, *, n: int, fit: int, **overrides: object) -> BurstRun:
         return run
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+BEGIN = "<!-- burst:begin (benchmarks/burst.py) -->"
+END = "<!-- burst:end -->"
+
+
+def _row(run: BurstRun, report: BurstReport) -> str:
+    statuses = ", ".join(
+        f"{count} × {code or 'no answer'}" for code, count in sorted(report.statuses.items())
+    )
+    health = max(report.health_latencies, default=float("nan"))
+    idle = (
+        "n/a (SQLite)"
+        if report.max_idle_in_transaction is None
+        else f"{report.max_idle_in_transaction:.3f}"
+    )
+    return (
+        f"| {run.mode} | {report.label} | {statuses} | {report.retries} | "
+        f"{report.quantile(50):.3f} | {report.quantile(99):.3f} | {report.max_latency:.3f} | "
+        f"{health:.3f} ({len(report.health_latencies)} probes, "
+        f"{len(report.health_failures)} failed) | {idle} |"
+    )
+
+
+def render_markdown(
+    runs: list[BurstRun], command: str, started: datetime, load: tuple[float, float, float]
+) -> str:
+    """The burst section of docs/benchmarks.md, with its own command, date and machine."""
+    lines = [
+        BEGIN,
+        "## Bursts of simultaneous requests (issue 11)",
+        "",
+        f"Measured by `{command}` (from the repository root) on "
+        f"{started.strftime('%Y-%m-%d %H:%M UTC')}, commit `{_commit()}`, "
+        f"{os.cpu_count()} logical CPUs ({len(os.sched_getaffinity(0))} usable), "
+        f"{platform.python_implementation()} {platform.python_version()}; load average at start "
+        f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}. `make test` runs the same bursts as "
+        "`tests/workers/test_burst.py` (marker `load`) and asserts the issue's bounds.",
+        "",
+        "Every client thread opens its own connection and waits at a barrier; all are released "
+        "at once. *submissions*: a dataset whose budget fits exactly the accepted count, each "
+        "client with its own Idempotency-Key, retrying after a 503 as `Retry-After` says. "
+        "*reads*: `GET /v1/jobs/{id}` of one job. Latencies are per response, in seconds, "
+        "client side. A probe calls `/healthz` every 100 ms during each burst; on PostgreSQL "
+        "another samples `pg_stat_activity` every 50 ms for the longest `idle in transaction`.",
+        "",
+        "| mode | burst | final statuses | 503 retries | p50 | p99 | max | /healthz max | "
+        "longest idle in transaction |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for run in runs:
+        lines.append(_row(run, run.submissions))
+        lines.append(_row(run, run.reads))
+    lines += [
+        "",
+        "Targets (issue 11, on 2 cores, both modes): 200 submissions against a budget for 20 → "
+        "exactly 20 × 202 and 180 × 409, every response within 10 s; 200 reads with p99 ≤ 2 s; "
+        "`/healthz` within 1 s throughout; no transaction open while a request waits for "
+        "anything but the database. Before the fix (the review's figures) 200 submissions gave "
+        "5 × 202, 24 × 503 and 171 client timeouts at 90 s, and `/healthz` stopped answering for "
+        "about 4.5 minutes.",
+        END,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _commit() -> str:
+    try:
+        completed = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],  # noqa: S607 - git from PATH
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError:
+        return "unknown"
+    return completed.stdout.strip() or "unknown"
+
+
+def update_section(path: Path, section: str) -> None:
+    """Replace the burst section of ``path`` (or append it)."""
+    text = path.read_text() if path.exists() else ""
+    if BEGIN in text and END in text:
+        head, _, rest = text.partition(BEGIN)
+        _, _, tail = rest.partition(END)
+        text = head + section.rstrip("\n") + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    path.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--mode", choices=["production", "embedded", "both"], default="both")
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--fit", type=int, default=20)
     parser.add_argument("--api-threads", type=int, default=None, help="RHOSYNTH_API_THREADS")
-    args = parser.parse_args()
+    parser.add_argument("--update", type=Path, default=None, help="e.g. docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    raw = sys.argv[1:] if argv is None else argv
+    command = shlex.join(["python", "-m", "benchmarks.burst", *raw])
+    started, load = datetime.now(UTC), os.getloadavg()
     modes = ["production", "embedded"] if args.mode == "both" else [args.mode]
     overrides = {} if args.api_threads is None else {"api_threads": args.api_threads}
+    runs = []
     for mode in modes:
         run = run_mode(mode, n=args.n, fit=args.fit, **overrides)
+        runs.append(run)
         print(f"[{mode}] {run.submissions.summary()}")
         print(f"[{mode}] {run.reads.summary()}")
         print(f"[{mode}] budget after: {run.budget}; cores {run.cores}")
         if run.submissions.errors or run.reads.errors:
             print(f"[{mode}] client errors: {Counter(run.submissions.errors + run.reads.errors)}")
-        print(f"[{mode}] health p50 {statistics.median(run.submissions.health_latencies):.3f} s")
+    if args.update is not None:
+        update_section(args.update, render_markdown(runs, command, started, load))
+        print(f"updated {args.update}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 ``python -m benchmarks.run --data ../shared/data --out docs/benchmarks.md [--quick]``, from the
 repository root (``make bench``). Runs :mod:`benchmarks.quality` (engine quality and speed, and
-the sampler's share of an ``independent`` job) then :mod:`benchmarks.service_load` (a real stack
-under load), and writes one Markdown file with the machine, the exact command, the date and the
+the sampler's share of an ``independent`` job), :mod:`benchmarks.service_load` (a real stack
+under load) and :mod:`benchmarks.burst` (simultaneous requests in both modes), and writes one Markdown file with the machine, the exact command, the date and the
 tables. Every number in that file was measured by this invocation, except the reference figures
 quoted from ../shared/ENGINE-NOTES.md, which are labelled as such.
 
@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import quality, service_load
+from benchmarks import burst, quality, service_load
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -282,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-load", action="store_true")
+    parser.add_argument("--skip-burst", action="store_true")
     parser.add_argument("--json", type=Path, default=None, help="also write raw results here")
     args = parser.parse_args(argv)
     if str(REPO) not in sys.path:
@@ -314,6 +315,13 @@ def main(argv: list[str] | None = None) -> int:
             config, data_dir=data_dir, progress=lambda message: _log(f"load: {message}")
         )
 
+    burst_section = None
+    if not args.skip_burst:
+        _log("bursts of simultaneous requests")
+        burst_started, burst_load = datetime.now(UTC), os.getloadavg()
+        runs = [burst.run_mode(mode, n=200, fit=20) for mode in ("production", "embedded")]
+        burst_section = burst.render_markdown(runs, command, burst_started, burst_load)
+
     text = render(
         info,
         command,
@@ -323,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         quality_report,
         load_report,
     )
+    if burst_section is not None:
+        text = text.rstrip("\n") + "\n\n" + burst_section
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     _log(f"wrote {args.out}")
