@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import exc, text
 from starlette.types import Scope
 
 from app.api.deps import pool_options
+from app.api.errors import validation_error_handler
 from app.api.limits import BodySizeLimitMiddleware
 from app.auth.endpoints import router as auth_router
 from app.config import Settings, get_settings
@@ -30,7 +32,11 @@ remaining budget is refused. Authenticate with `Authorization: Bearer <key>`.
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    app = FastAPI(title="rhosynth", version="0.1.0", description=DESCRIPTION)
+    # redirect_slashes=False: Starlette's slash redirect builds an absolute URL from the Host
+    # header (http://evil.example/...); "/v1/datasets/" answers 404 instead.
+    app = FastAPI(
+        title="rhosynth", version="0.1.0", description=DESCRIPTION, redirect_slashes=False
+    )
     app.state.settings = settings
     app.include_router(datasets_router)
     app.include_router(jobs_router)
@@ -42,6 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return settings.max_json_body_bytes
 
     app.add_middleware(BodySizeLimitMiddleware, limit_for=body_limit)
+    app.add_exception_handler(RequestValidationError, validation_error_handler)
 
     @app.exception_handler(exc.OperationalError)
     @app.exception_handler(exc.TimeoutError)
