@@ -95,6 +95,8 @@ def check_rho_scale(value: Decimal) -> Decimal:
 
 
 def check_significant_digits(value: Decimal, limit: int) -> Decimal:
-    if len(value.normalize().as_tuple().digits) > limit:
+    # Counted on the digits as given: normalize() would first round them to the context's 28.
+    significant = "".join(map(str, value.as_tuple().digits)).strip("0")
+    if len(significant) > limit:
         raise ValueError(f"at most {limit} significant digits")
     return value

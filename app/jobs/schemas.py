@@ -21,7 +21,8 @@ from app.api.types import (
 # δ (and ε) below 1e-30 make no practical difference to the ρ they convert to, and their exact
 # text must fit the job's 64-character columns.
 MIN_EPSILON_DELTA = Decimal("1e-30")
-MAX_EPSILON_DELTA_DIGITS = 30
+# 28: the precision of the decimal context that normalises the stored text.
+MAX_EPSILON_DELTA_DIGITS = 28
 
 
 class RhoBudgetIn(BaseModel):
@@ -56,7 +57,7 @@ class EpsilonDeltaBudgetIn(BaseModel):
     @field_validator("epsilon", "delta")
     @classmethod
     def _digits(cls, value: Decimal) -> Decimal:
-        # With at most 30 significant digits and a value of at least 1e-30, the exact text the
+        # With at most 28 significant digits and a value of at least 1e-30, the exact text the
         # job keeps (plain notation) fits its 64-character column.
         return check_significant_digits(value, MAX_EPSILON_DELTA_DIGITS)
 
