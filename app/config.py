@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     max_schema_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_json_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_domain_size: int = Field(default=100_000, ge=2)
+    # Codes of all columns together: every numeric bin is a stored edge and every category a
+    # string, so this bounds the memory of a parsed schema (and of the dataset's description).
+    max_total_domain_size: int = Field(default=1_000_000, ge=2)
 
     # Limits on releases.
     max_output_rows: int = Field(default=10_000_000, ge=1)

@@ -9,10 +9,12 @@ from collections.abc import AsyncIterator
 import anyio
 import anyio.to_thread
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import exc, text
 from starlette.types import Scope
 
+from app.api.errors import validation_error_handler
 from app.api.limits import BodySizeLimitMiddleware
 from app.auth.endpoints import router as auth_router
 from app.config import Settings, get_settings
@@ -41,7 +43,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
         yield
 
-    app = FastAPI(title="rhosynth", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    # redirect_slashes=False: Starlette's slash redirect builds an absolute URL from the Host
+    # header (http://evil.example/...); "/v1/datasets/" answers 404 instead.
+    app = FastAPI(
+        title="rhosynth",
+        version="0.1.0",
+        description=DESCRIPTION,
+        redirect_slashes=False,
+        lifespan=lifespan,
+    )
     app.state.settings = settings
     app.include_router(datasets_router)
     app.include_router(jobs_router)
@@ -53,6 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return settings.max_json_body_bytes
 
     app.add_middleware(BodySizeLimitMiddleware, limit_for=body_limit)
+    app.add_exception_handler(RequestValidationError, validation_error_handler)
 
     @app.exception_handler(exc.OperationalError)
     @app.exception_handler(exc.TimeoutError)

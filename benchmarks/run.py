@@ -3,9 +3,10 @@
 ``python -m benchmarks.run --data ../shared/data --out docs/benchmarks.md [--quick]``, from the
 repository root (``make bench``). Runs :mod:`benchmarks.quality` (engine quality and speed, and
 the sampler's share of an ``independent`` job), :mod:`benchmarks.service_load` (a real stack
-under load) and :mod:`benchmarks.burst` (simultaneous requests in both modes), and writes one Markdown file with the machine, the exact command, the date and the
-tables. Every number in that file was measured by this invocation, except the reference figures
-quoted from ../shared/ENGINE-NOTES.md, which are labelled as such.
+under load) and :mod:`benchmarks.burst` (simultaneous requests in both modes), and writes one
+Markdown file with the machine, the exact command, the date and the tables. Every number in that
+file was measured by this invocation, except the reference figures quoted from
+../shared/ENGINE-NOTES.md, which are labelled as such.
 
 The exit status is 1 if any run failed (the file is written all the same, failures listed).
 """

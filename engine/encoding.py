@@ -35,6 +35,26 @@ class SchemaError(ValueError):
 
 
 @dataclass(frozen=True)
+class SchemaLimits:
+    """Size limits checked on the raw JSON of a schema *before* anything is built from it.
+
+    ``max_columns`` bounds the number of columns, ``max_domain_size`` the codes of one column
+    (categories, bins or size) and ``max_total_domain_size`` the codes of all columns together
+    (every numeric bin becomes a stored edge, so this bounds the parsed schema's memory). Each
+    check compares a length or a number taken from the JSON with its limit, so a schema that
+    declares ``"bins": 30000000`` is refused without allocating 30 million edges.
+    """
+
+    max_columns: int
+    max_domain_size: int
+    max_total_domain_size: int
+
+    def __post_init__(self) -> None:
+        if min(self.max_columns, self.max_domain_size, self.max_total_domain_size) < 1:
+            raise ValueError("schema limits must be positive")
+
+
+@dataclass(frozen=True)
 class CategoricalColumn:
     """A column whose values are one of the declared categories (compared as text)."""
 
@@ -119,10 +139,13 @@ class TableSchema:
     def __post_init__(self) -> None:
         if not self.columns:
             raise SchemaError("the schema declares no columns")
-        names = [column.name for column in self.columns]
-        duplicates = sorted({name for name in names if names.count(name) > 1})
+        seen: set[str] = set()
+        duplicates: set[str] = set()
+        for column in self.columns:
+            (duplicates if column.name in seen else seen).add(column.name)
         if duplicates:
-            raise SchemaError(f"duplicate column names: {', '.join(map(repr, duplicates))}")
+            shown = ", ".join(map(repr, sorted(duplicates)[:20]))
+            raise SchemaError(f"duplicate column names: {shown}")
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -143,10 +166,16 @@ class TableSchema:
         return {"columns": [column.to_json() for column in self.columns]}
 
     @classmethod
-    def from_json(cls, raw: Any) -> TableSchema:
-        """Parse either schema form; raise :class:`SchemaError` with a precise message."""
+    def from_json(cls, raw: Any, limits: SchemaLimits | None = None) -> TableSchema:
+        """Parse either schema form; raise :class:`SchemaError` with a precise message.
+
+        With ``limits``, every size is checked against them on the raw JSON first, in one linear
+        pass that allocates nothing in proportion to a declared size.
+        """
         if not isinstance(raw, Mapping):
             raise SchemaError("the schema must be a JSON object")
+        if limits is not None:
+            check_schema_sizes(raw, limits)
         if "columns" in raw and isinstance(raw["columns"], list):
             if set(raw) != {"columns"}:
                 raise SchemaError('a {"columns": [...]} schema must have no other keys')
@@ -208,6 +237,58 @@ class TableSchema:
             else:
                 data[column.name] = col
         return pd.DataFrame(data, columns=list(self.names))
+
+
+def check_schema_sizes(raw: Mapping[str, Any], limits: SchemaLimits) -> None:
+    """Refuse a raw schema whose declared sizes exceed ``limits``, before it is parsed.
+
+    Only lengths of JSON lists and integers are compared; malformed entries are left to the
+    parser, which gives the precise message.
+    """
+    entries = raw.get("columns") if "columns" in raw else None
+    if isinstance(entries, list):
+        count = len(entries)
+        sized = [(_entry_name(entry, i), _declared_size(entry)) for i, entry in enumerate(entries)]
+    else:
+        count = len(raw)
+        sized = [(str(name), size) for name, size in raw.items()]
+    if count > limits.max_columns:
+        raise SchemaError(f"the schema declares more than {limits.max_columns} columns")
+    total = 0
+    for name, size in sized:
+        if isinstance(size, bool) or not isinstance(size, int):
+            continue  # not a size: the parser explains what is wrong with it
+        if size > limits.max_domain_size:
+            raise SchemaError(
+                f"column {name!r} has {size} values; the limit is {limits.max_domain_size}"
+            )
+        total += max(size, 0)
+    if total > limits.max_total_domain_size:
+        raise SchemaError(
+            f"the columns declare {total} values in total; the limit is "
+            f"{limits.max_total_domain_size}"
+        )
+
+
+def _entry_name(entry: Any, position: int) -> str:
+    name = entry.get("name") if isinstance(entry, Mapping) else None
+    return name[:MAX_COLUMN_NAME_LENGTH] if isinstance(name, str) else f"columns[{position}]"
+
+
+def _declared_size(entry: Any) -> Any:
+    """The number of codes a raw column entry declares (None when it declares none)."""
+    if not isinstance(entry, Mapping):
+        return None
+    kind = entry.get("type")
+    if kind == "categorical":
+        categories = entry.get("categories")
+        return len(categories) if isinstance(categories, list) else None
+    if kind == "numeric":
+        bins = entry.get("bins")
+        return len(bins) - 1 if isinstance(bins, list) else bins
+    if kind == "codes":
+        return entry.get("size")
+    return None
 
 
 def _check_name(name: str) -> None:
@@ -308,6 +389,12 @@ def _as_float(values: pd.Series) -> np.ndarray:
 
 
 def _encode_column(column: Column, values: pd.Series) -> np.ndarray:
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        # A dictionary-encoded input (Parquet): encode each distinct value once, then gather.
+        distinct = _encode_column(column, pd.Series(values.cat.categories))
+        positions = values.cat.codes.to_numpy(dtype=np.int64)
+        gathered = distinct[np.maximum(positions, 0)] if len(distinct) else positions
+        return np.where(positions >= 0, gathered, -1).astype(np.int64)
     if isinstance(column, CategoricalColumn):
         text = values if pd.api.types.is_string_dtype(values.dtype) else pd.Series(_as_text(values))
         # get_indexer: -1 for anything not declared (missing values included), no warnings.

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from fastapi import Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 
@@ -25,8 +30,32 @@ _DESCRIPTIONS = {
     413: "request body over the limit",
     415: "unsupported content type or file format",
     422: "invalid request (nothing was changed)",
+    503: "temporarily unavailable; retry after the Retry-After delay",
 }
 
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorOut, "description": _DESCRIPTIONS[code]} for code in codes}
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` if it can be written as strict JSON, else its text (e.g. ``nan``, ``inf``)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (ValueError, TypeError, RecursionError):
+        return str(value)[:200]
+    return value
+
+
+async def validation_error_handler(_request: Request, error: Exception) -> JSONResponse:
+    """FastAPI's 422 body, with any value strict JSON cannot hold turned into text.
+
+    FastAPI's own handler fails (500) when an error's ``input`` or ``ctx`` holds NaN or
+    Infinity, for example a query parameter ``nan`` given for a float.
+    """
+    assert isinstance(error, RequestValidationError)
+    details = []
+    for item in error.errors():
+        encoded = jsonable_encoder(item)
+        details.append({str(key): _json_safe(value) for key, value in encoded.items()})
+    return JSONResponse({"detail": details}, status_code=422)

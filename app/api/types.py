@@ -58,12 +58,16 @@ DECIMAL_PATTERN = r"^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$"
 def decimal_json_schema(
     description: str,
     *,
-    minimum: float = 0,
+    minimum: float | Decimal = 0,
     maximum: float | None = None,
     below: float | None = None,
 ) -> WithJsonSchema:
     """The documented form of a decimal input: a JSON number (bounded) or its decimal text."""
-    number: dict[str, Any] = {"type": "number", "exclusiveMinimum": minimum}
+    number: dict[str, Any] = (
+        {"type": "number", "exclusiveMinimum": 0}
+        if minimum == 0
+        else {"type": "number", "minimum": float(minimum)}
+    )
     if maximum is not None:
         number["maximum"] = maximum
     if below is not None:
@@ -88,3 +92,11 @@ DecimalIn = Annotated[Decimal, BeforeValidator(parse_decimal)]
 
 def check_rho_scale(value: Decimal) -> Decimal:
     return _max_scale(value)
+
+
+def check_significant_digits(value: Decimal, limit: int) -> Decimal:
+    # Counted on the digits as given: normalize() would first round them to the context's 28.
+    significant = "".join(map(str, value.as_tuple().digits)).strip("0")
+    if len(significant) > limit:
+        raise ValueError(f"at most {limit} significant digits")
+    return value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import uuid
 from decimal import Decimal
@@ -14,6 +15,7 @@ from starlette.datastructures import UploadFile
 
 from app.api.deps import AnalystKey, Database, DatabaseDep, OwnerKey, SettingsDep, StorageDep
 from app.api.errors import error_responses
+from app.api.limits import FiniteJSONRoute
 from app.auth.service import Principal
 from app.budget import repository as budget_repository
 from app.budget.service import BudgetLimitExceeded
@@ -24,9 +26,12 @@ from app.datasets.schemas import DatasetList, DatasetOut, GrantRequest, LedgerEn
 from app.storage import Storage
 from engine.encoding import TableSchema
 
+logger = logging.getLogger(__name__)
+
 router = APIRouter(
     prefix="/v1/datasets",
     tags=["datasets"],
+    route_class=FiniteJSONRoute,
     responses=error_responses(400, 401, 403, 404, 413, 422),
 )
 
@@ -71,7 +76,7 @@ def _not_found() -> HTTPException:
     status_code=status.HTTP_201_CREATED,
     response_model=DatasetOut,
     openapi_extra=_UPLOAD_BODY,
-    responses=error_responses(415),
+    responses=error_responses(415, 503),
 )
 async def create_dataset(
     request: Request,
@@ -98,10 +103,15 @@ async def create_dataset(
             missing = [key for key, value in fields.items() if not isinstance(value, str)]
             if missing:
                 raise UploadRejected(422, f"the form needs text fields: {', '.join(missing)}")
-            name = service.parse_name(str(fields["name"]))
-            total_rho = service.parse_budget(str(fields["budget_rho"]), settings)
-            schema = service.parse_schema(str(fields["schema"]), settings)
-            spooled = storage.temp_path(".upload")
+            # Parsing the schema is CPU work in proportion to its text: off the event loop.
+            parsed = await run_in_threadpool(
+                service.parse_upload_form,
+                str(fields["name"]),
+                str(fields["budget_rho"]),
+                str(fields["schema"]),
+                settings,
+            )
+            spooled = await run_in_threadpool(storage.temp_path, ".upload")
             try:
                 await run_in_threadpool(_copy, upload, spooled)
                 return await run_in_threadpool(
@@ -110,15 +120,24 @@ async def create_dataset(
                     settings,
                     storage,
                     principal,
-                    name=name,
-                    total_rho=total_rho,
-                    schema=schema,
+                    name=parsed.name,
+                    total_rho=parsed.total_rho,
+                    schema=parsed.schema,
                     upload=spooled,
                 )
             finally:
                 spooled.unlink(missing_ok=True)
     except UploadRejected as rejected:
         raise HTTPException(rejected.status_code, rejected.message) from None
+    except OSError as error:
+        # The storage directory cannot be written (permissions, full disk, missing mount):
+        # the operator needs the cause, the uploader a retryable answer without it.
+        logger.error("upload: storage is not writable: %s", error, exc_info=True)
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            "the service cannot store uploads right now; retry later",
+            headers={"Retry-After": "60"},
+        ) from None
 
 
 def _store_upload(

@@ -23,12 +23,19 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from app.datasets.parquet_pages import ParquetRefused, plan_parquet_read
 from engine.encoding import TableSchema
 
 PARQUET_MAGIC = b"PAR1"
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
-PARQUET_MAX_ROW_GROUP_BYTES = 512 * 1024 * 1024
-PARQUET_BATCH_CELLS = 4_000_000
+# Decoding a Parquet upload is bounded by the service's own accounting, from page headers it
+# checked itself (app/datasets/parquet_pages.py), never by the footer's claims:
+PARQUET_MAX_FOOTER_BYTES = 16 * 1024 * 1024  # the footer is parsed whole
+PARQUET_STREAM_BUFFER_BYTES = 64 * 1024  # per column: pages are streamed, never pre-buffered
+PARQUET_PAGES_BUDGET = 192 * 1024 * 1024  # pages held at once for one row group
+PARQUET_BATCH_BUDGET = 128 * 1024 * 1024  # one batch of rows, decoded and being encoded
+PARQUET_CELL_WORK_BYTES = 64  # per cell: pandas conversion and encoding temporaries
+PARQUET_MAX_BATCH_ROWS = 65_536
 
 
 class UploadRejected(Exception):
@@ -154,14 +161,18 @@ def _read_csv_header(source: Path, limits: IngestLimits) -> tuple[list[str], boo
 def _oversized_cells(batch: pa.RecordBatch, limit: int) -> Counter[str]:
     counts: Counter[str] = Counter()
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
-        if (
-            pa.types.is_string(column.type)
-            or pa.types.is_large_string(column.type)
-            or pa.types.is_binary(column.type)
-        ):
+        if pa.types.is_dictionary(column.type) and _is_text(column.type.value_type):
+            # Check each distinct value once, then count the rows that use an oversized one.
+            long_values = pc.greater(pc.binary_length(column.dictionary), limit)
+            if not pc.any(long_values).as_py():
+                continue
+            over = pc.sum(pc.take(long_values, column.indices)).as_py()
+        elif _is_text(column.type):
             over = pc.sum(pc.greater(pc.binary_length(column), limit)).as_py()
-            if over:
-                counts[name] += int(over)
+        else:
+            continue
+        if over:
+            counts[name] += int(over)
     return counts
 
 
@@ -236,38 +247,96 @@ def _csv_error(error: pa.ArrowInvalid, limits: IngestLimits) -> UploadRejected:
 def _parquet_frames(
     source: Path, schema: TableSchema, limits: IngestLimits
 ) -> Iterator[pd.DataFrame]:
+    _check_parquet_footer(source)
+    options: dict[str, Any] = {
+        "pre_buffer": False,
+        "buffer_size": PARQUET_STREAM_BUFFER_BYTES,
+        "thrift_string_size_limit": PARQUET_MAX_FOOTER_BYTES,
+        "thrift_container_size_limit": PARQUET_MAX_FOOTER_BYTES,
+    }
     try:
-        parquet = pq.ParquetFile(source)
+        parquet = pq.ParquetFile(source, **options)
     except (pa.ArrowException, OSError):
         raise UploadRejected(415, "the file is neither a readable Parquet file nor CSV") from None
     arrow_schema = parquet.schema_arrow
     _check_columns(list(arrow_schema.names), schema, limits)
+    text_columns = []
     for field in arrow_schema:
         if pa.types.is_nested(field.type):
             raise UploadRejected(
                 422, f"column {field.name!r}: nested Parquet types are not supported"
             )
+        if pa.types.is_fixed_size_binary(field.type) and field.type.byte_width > (
+            limits.max_cell_bytes
+        ):
+            raise UploadRejected(
+                422, f"column {field.name!r}: cells longer than {limits.max_cell_bytes} bytes"
+            )
+        if _is_text(field.type):
+            text_columns.append(field.name)
     metadata = parquet.metadata
     if metadata.num_rows > limits.max_rows:
         raise UploadRejected(422, f"the table has more than {limits.max_rows} rows")
-    for group in range(metadata.num_row_groups):
-        if metadata.row_group(group).total_byte_size > PARQUET_MAX_ROW_GROUP_BYTES:
-            raise UploadRejected(
-                422,
-                f"Parquet row groups over {PARQUET_MAX_ROW_GROUP_BYTES} bytes uncompressed are "
-                "not accepted; write the file with smaller row groups",
-            )
-    batch_rows = max(1, min(65_536, PARQUET_BATCH_CELLS // max(1, len(schema.names))))
+    try:
+        plans = plan_parquet_read(
+            source,
+            metadata,
+            [arrow_schema.get_field_index(name) for name in schema.names],
+            max_cell_bytes=limits.max_cell_bytes,
+            stream_buffer_bytes=PARQUET_STREAM_BUFFER_BYTES,
+            pages_budget=PARQUET_PAGES_BUDGET,
+            batch_budget=PARQUET_BATCH_BUDGET,
+            cell_work_bytes=PARQUET_CELL_WORK_BYTES,
+            max_batch_rows=PARQUET_MAX_BATCH_ROWS,
+        )
+        # Text columns are read as dictionaries: a dictionary-encoded column is never expanded
+        # into one copy of its value per row.
+        parquet = pq.ParquetFile(source, read_dictionary=text_columns, **options)
+    except ParquetRefused as refused:
+        raise UploadRejected(422, refused.message) from None
+    except (pa.ArrowException, OSError):
+        raise UploadRejected(422, "the Parquet file could not be read") from None
     try:
         oversized: Counter[str] = Counter()
-        for batch in parquet.iter_batches(batch_size=batch_rows, columns=list(schema.names)):
-            oversized.update(_oversized_cells(batch, limits.max_cell_bytes))
-            if oversized:
-                continue
-            yield batch.to_pandas()
+        for plan in plans:
+            batches = parquet.iter_batches(
+                batch_size=plan.batch_rows, row_groups=[plan.index], columns=list(schema.names)
+            )
+            for batch in batches:
+                oversized.update(_oversized_cells(batch, limits.max_cell_bytes))
+                if oversized:
+                    continue
+                yield batch.to_pandas()
     except (pa.ArrowException, OSError):
         raise UploadRejected(422, "the Parquet file could not be read") from None
     _raise_cells(oversized, limits.max_cell_bytes)
+
+
+def _check_parquet_footer(source: Path) -> None:
+    """Refuse a footer over its cap before pyarrow parses it (it is read and parsed whole)."""
+    with open(source, "rb") as handle:
+        handle.seek(0, 2)
+        size = handle.tell()
+        if size < 12:
+            raise UploadRejected(415, "the file is neither a readable Parquet file nor CSV")
+        handle.seek(size - 8)
+        tail = handle.read(8)
+    footer = int.from_bytes(tail[:4], "little")
+    if tail[4:] != PARQUET_MAGIC:
+        raise UploadRejected(415, "the file is neither a readable Parquet file nor CSV")
+    if footer > PARQUET_MAX_FOOTER_BYTES or footer > size - 12:
+        raise UploadRejected(
+            422, f"Parquet footers over {PARQUET_MAX_FOOTER_BYTES // (1024 * 1024)} MiB are refused"
+        )
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+    )
 
 
 def read_encoded_table(path: Path, schema: TableSchema) -> np.ndarray:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import uuid
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -23,7 +27,7 @@ from app.db.base import utcnow
 from app.db.session import after_commit
 from app.jobs import service as job_service
 from app.storage import Storage, dataset_prefix, dataset_table_key
-from engine.encoding import SchemaError, TableSchema, schema_summary
+from engine.encoding import SchemaError, SchemaLimits, TableSchema, schema_summary
 
 
 class DatasetNotFound(Exception):
@@ -50,27 +54,97 @@ def parse_budget(raw: str, settings: Settings) -> Decimal:
     return value
 
 
+# A schema needs four levels ({"columns": [{"categories": [...]}]}); deeper JSON is refused
+# before it is parsed, so the parser never recurses far.
+MAX_SCHEMA_DEPTH = 8
+# Integers in a schema are sizes, counts and bin edges; longer ones are refused while parsing
+# (the json module would otherwise build arbitrarily large ints).
+MAX_SCHEMA_INT_DIGITS = 20
+# A string token (to its closing quote, or to the end of an unterminated text; possessive, so
+# it never backtracks) or a bracket: every match advances past what it read, so a scan is linear.
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*+(?:"|$)|[\[\]{}]')
+
+
+class _SchemaNumberRejected(ValueError):
+    pass
+
+
+def _json_too_deep(raw: str, limit: int) -> bool:
+    """Whether the JSON text nests arrays/objects deeper than ``limit`` (one linear scan).
+
+    Brackets inside strings do not count. The scan stops at the first level past the limit.
+    """
+    depth = 0
+    for token in _JSON_TOKEN.finditer(raw):
+        text = token.group()
+        if text in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif text in "]}":
+            depth -= 1
+    return False
+
+
+def _reject_constant(name: str) -> Any:
+    raise _SchemaNumberRejected(f"{name} is not a number JSON allows")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_SCHEMA_INT_DIGITS:
+        raise _SchemaNumberRejected(f"integers are limited to {MAX_SCHEMA_INT_DIGITS} digits")
+    return int(text)
+
+
+def schema_limits(settings: Settings) -> SchemaLimits:
+    return SchemaLimits(
+        max_columns=settings.max_columns,
+        max_domain_size=settings.max_domain_size,
+        max_total_domain_size=settings.max_total_domain_size,
+    )
+
+
 def parse_schema(raw: str, settings: Settings) -> TableSchema:
+    """The declared schema from its JSON text, every limit checked before anything is built.
+
+    CPU work in proportion to the text (up to ``RHOSYNTH_MAX_SCHEMA_BYTES``): call it off the
+    event loop. Depth, numbers, column count and every declared size are checked on the raw
+    text or the raw JSON values, so nothing is allocated in proportion to a declared size.
+    """
+    if _json_too_deep(raw, MAX_SCHEMA_DEPTH):
+        raise UploadRejected(422, f"schema: JSON nested deeper than {MAX_SCHEMA_DEPTH} levels")
     try:
-        document = json.loads(raw)
-    except json.JSONDecodeError:
+        document = json.loads(raw, parse_constant=_reject_constant, parse_int=_bounded_int)
+    except _SchemaNumberRejected as error:
+        raise UploadRejected(422, f"schema: {error}") from None
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
         raise UploadRejected(422, "schema is not valid JSON") from None
     try:
-        schema = TableSchema.from_json(document)
+        schema = TableSchema.from_json(document, schema_limits(settings))
     except SchemaError as error:
         raise UploadRejected(422, f"invalid schema: {error}") from None
-    if len(schema.columns) > settings.max_columns:
-        raise UploadRejected(422, f"the schema declares more than {settings.max_columns} columns")
     for column in schema.columns:
-        if column.size > settings.max_domain_size:
-            raise UploadRejected(
-                422,
-                f"column {column.name!r} has {column.size} values; the limit is "
-                f"{settings.max_domain_size}",
-            )
         if column.size < 1:
             raise UploadRejected(422, f"column {column.name!r} has an empty domain")
     return schema
+
+
+@dataclass(frozen=True)
+class UploadForm:
+    """The validated text fields of an upload."""
+
+    name: str
+    total_rho: Decimal
+    schema: TableSchema
+
+
+def parse_upload_form(name: str, budget_rho: str, schema: str, settings: Settings) -> UploadForm:
+    """Validate the upload's text fields (CPU-bound on the schema: run it in a worker thread)."""
+    return UploadForm(
+        name=parse_name(name),
+        total_rho=parse_budget(budget_rho, settings),
+        schema=parse_schema(schema, settings),
+    )
 
 
 def parse_name(raw: str) -> str:
@@ -98,10 +172,17 @@ def create_dataset(
         max_cell_bytes=settings.max_cell_bytes,
     )
     dataset_id = uuid.uuid4()
-    temp = storage.temp_path(".parquet")
-    rows = ingest_table(upload, schema, temp, limits)
     key = dataset_table_key(dataset_id)
-    storage.put(temp, key)
+    temp = storage.temp_path(".parquet")
+    try:
+        rows = ingest_table(upload, schema, temp, limits)
+        storage.put(temp, key)
+    except BaseException:
+        # A refused table, or storage that cannot be written: leave nothing behind.
+        with contextlib.suppress(OSError):
+            temp.unlink(missing_ok=True)
+            storage.delete_tree(dataset_prefix(dataset_id))
+        raise
     try:
         dataset = repository.add(
             session,

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from app.api.deps import AnalystKey, DatabaseDep, SettingsDep, StorageDep
 from app.api.errors import ErrorOut, error_responses
+from app.api.limits import FiniteJSONRoute
 from app.budget.service import BudgetExceeded
 from app.jobs import service
 from app.jobs.export import stream_csv, stream_file
@@ -17,7 +18,10 @@ from app.jobs.schemas import JobList, JobOut, JobRequest, MethodList, MethodOut,
 from engine.mechanisms import MECHANISMS
 
 router = APIRouter(
-    prefix="/v1", tags=["jobs"], responses=error_responses(400, 401, 403, 404, 413, 422)
+    prefix="/v1",
+    tags=["jobs"],
+    responses=error_responses(400, 401, 403, 404, 413, 422),
+    route_class=FiniteJSONRoute,
 )
 
 

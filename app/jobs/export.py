@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,15 +13,38 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-# A cell starting with one of these is executed as a formula by spreadsheet programs (OWASP
-# "CSV injection"). Such text cells get a leading apostrophe; numbers are left as numbers.
-FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
-_TRIGGER_PATTERN = "^[=+\\-@\\t\\r]"
+# OWASP "CSV Injection": a spreadsheet runs a cell as a formula when it starts with = + - @, a
+# tab or a carriage return; some also after leading whitespace, and some read the fullwidth
+# forms (U+FF1D, U+FF0B, U+FF0D, U+FF20) as the ASCII ones. Such text cells get a leading
+# apostrophe. Every text cell is written quoted with embedded quotes doubled (pyarrow's CSV
+# writer does this for strings); numeric columns are typed and stay numbers, unescaped.
+FORMULA_TRIGGERS = ("=", "+", "-", "@", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+CONTROL_TRIGGERS = ("\t", "\r")
+# Whitespace that may come before a trigger: ASCII and the Unicode spaces (NBSP, ideographic).
+LEADING_SPACE = (
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+
+def _re2_class(chars: str) -> str:
+    return "".join(f"\\x{{{ord(c):04X}}}" for c in chars)
+
+
+# One rule, two engines: Python's re for single cells, RE2 (pyarrow) for columns.
+_TRIGGER_RE = re.compile(
+    f"^(?:[{re.escape(LEADING_SPACE)}]*[{re.escape(''.join(FORMULA_TRIGGERS))}]"
+    f"|[{re.escape(''.join(CONTROL_TRIGGERS))}])"
+)
+_TRIGGER_PATTERN = (
+    f"^(?:[{_re2_class(LEADING_SPACE)}]*[{_re2_class(''.join(FORMULA_TRIGGERS))}]"
+    f"|[{_re2_class(''.join(CONTROL_TRIGGERS))}])"
+)
 BATCH_ROWS = 65_536
 
 
 def escape_cell(value: str) -> str:
-    return "'" + value if value.startswith(FORMULA_TRIGGERS) else value
+    return "'" + value if _TRIGGER_RE.match(value) else value
 
 
 def _escape_text(array: pa.Array) -> pa.Array:
@@ -47,7 +71,7 @@ def stream_csv(path: Path) -> Iterator[bytes]:
     parquet = pq.ParquetFile(path)
     names = [escape_cell(name) for name in parquet.schema_arrow.names]
     header = io.StringIO()
-    csv.writer(header, lineterminator="\n").writerow(names)
+    csv.writer(header, lineterminator="\n", quoting=csv.QUOTE_ALL).writerow(names)
     yield header.getvalue().encode()
     options = pacsv.WriteOptions(include_header=False, quoting_style="needed")
     for batch in parquet.iter_batches(batch_size=BATCH_ROWS):

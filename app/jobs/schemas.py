@@ -9,7 +9,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.api.types import DecimalIn, RhoIn, RhoOut, check_rho_scale, decimal_json_schema
+from app.api.types import (
+    DecimalIn,
+    RhoIn,
+    RhoOut,
+    check_rho_scale,
+    check_significant_digits,
+    decimal_json_schema,
+)
+
+# δ (and ε) below 1e-30 make no practical difference to the ρ they convert to, and their exact
+# text must fit the job's 64-character columns.
+MIN_EPSILON_DELTA = Decimal("1e-30")
+# 28: the precision of the decimal context that normalises the stored text.
+MAX_EPSILON_DELTA_DIGITS = 28
 
 
 class RhoBudgetIn(BaseModel):
@@ -31,9 +44,22 @@ class EpsilonDeltaBudgetIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     epsilon: Annotated[
-        DecimalIn, Field(gt=0, le=1000), decimal_json_schema("ε > 0 (at most 1000)", maximum=1000)
+        DecimalIn,
+        Field(ge=MIN_EPSILON_DELTA, le=1000),
+        decimal_json_schema("1e-30 ≤ ε ≤ 1000", minimum=MIN_EPSILON_DELTA, maximum=1000),
     ]
-    delta: Annotated[DecimalIn, Field(gt=0, lt=1), decimal_json_schema("0 < δ < 1", below=1)]
+    delta: Annotated[
+        DecimalIn,
+        Field(ge=MIN_EPSILON_DELTA, lt=1),
+        decimal_json_schema("1e-30 ≤ δ < 1", minimum=MIN_EPSILON_DELTA, below=1),
+    ]
+
+    @field_validator("epsilon", "delta")
+    @classmethod
+    def _digits(cls, value: Decimal) -> Decimal:
+        # With at most 28 significant digits and a value of at least 1e-30, the exact text the
+        # job keeps (plain notation) fits its 64-character column.
+        return check_significant_digits(value, MAX_EPSILON_DELTA_DIGITS)
 
 
 class JobRequest(BaseModel):

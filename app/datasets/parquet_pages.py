@@ -1,0 +1,270 @@
+"""What decoding a Parquet file will cost, from its page headers, before anything is decoded.
+
+A Parquet footer's sizes are claims of whoever wrote the file. The page headers are what the
+reader actually uses: it allocates each page's ``uncompressed_page_size`` and decompresses into
+it. So every page header of every column chunk the reader may touch is read here (Thrift compact
+protocol, with the Apache Thrift library) and checked against the service's own accounting
+before pyarrow sees the file:
+
+* every page is at most :data:`MAX_PAGE_BYTES` compressed and uncompressed;
+* a page holds no more bytes than its values could legitimately take: ``uncompressed ≤ values ×
+  (max_cell_bytes + 16) + 4096`` (a cell over ``max_cell_bytes`` is refused anyway);
+* the pages tile the column chunk's byte range exactly, so the reader meets no page that was not
+  checked here.
+
+From the verified headers :func:`plan_parquet_read` derives, per row group, the memory the reader
+holds for pages at once and the largest batch of rows that fits the decode budget.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from thrift.protocol.TCompactProtocol import TCompactProtocol
+from thrift.Thrift import TType
+from thrift.transport.TTransport import TFileObjectTransport
+
+# Writers default to 1 MiB pages (pyarrow, parquet-mr); anything past this is refused.
+MAX_PAGE_BYTES = 64 * 1024 * 1024
+# Headers carry optional min/max statistics; they are read from a window that grows to this.
+MAX_HEADER_BYTES = 1024 * 1024
+FIRST_HEADER_WINDOW = 16 * 1024
+# A file with more pages than this is refused (each header costs a few microseconds to check).
+MAX_PAGES = 2_000_000
+PAGE_SLACK_BYTES = 4096
+CELL_OVERHEAD_BYTES = 16
+
+_DATA_PAGE = 0
+_DICTIONARY_PAGE = 2
+_DATA_PAGE_V2 = 3
+
+
+class ParquetRefused(Exception):
+    """The file is refused before decoding. ``message`` is safe to show the uploader."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class PageHeader:
+    page_type: int
+    uncompressed: int
+    compressed: int
+    values: int
+
+
+@dataclass(frozen=True)
+class ChunkCost:
+    """The verified page sizes of one column chunk."""
+
+    dictionary_bytes: int
+    largest_page_bytes: int
+    largest_compressed_bytes: int
+    bytes_per_value: float
+
+
+@dataclass(frozen=True)
+class RowGroupPlan:
+    index: int
+    rows: int
+    pages_bytes: int
+    batch_rows: int
+
+
+def read_page_header(handle: BinaryIO, position: int, available: int) -> tuple[PageHeader, int]:
+    """The page header at ``position`` and its length in bytes.
+
+    Reads at most ``available`` bytes (the rest of the column chunk), in a window that grows
+    from :data:`FIRST_HEADER_WINDOW` to :data:`MAX_HEADER_BYTES` only when a header is longer.
+    """
+    window = FIRST_HEADER_WINDOW
+    while True:
+        size = min(window, available)
+        handle.seek(position)
+        raw = handle.read(size)
+        try:
+            return _parse_page_header(raw)
+        except EOFError:
+            if size >= available or size >= MAX_HEADER_BYTES:
+                raise ParquetRefused(
+                    "the Parquet file could not be read (a page header is truncated or too long)"
+                ) from None
+            window *= 8
+
+
+def _parse_page_header(raw: bytes) -> tuple[PageHeader, int]:
+    buffer = io.BytesIO(raw)
+    protocol = TCompactProtocol(
+        TFileObjectTransport(buffer),
+        string_length_limit=MAX_HEADER_BYTES,
+        container_length_limit=MAX_HEADER_BYTES,
+    )
+    try:
+        fields = _read_struct(protocol, {1: None, 2: None, 3: None, 5: {1}, 7: {1}, 8: {1}})
+    except EOFError:  # the transport ran out of bytes: the caller may widen the window
+        raise
+    except Exception:  # malformed Thrift: TProtocolException, struct.error, RecursionError, ...
+        raise ParquetRefused("the Parquet file could not be read (malformed page header)") from None
+    page_type = fields.get(1)
+    uncompressed = fields.get(2)
+    compressed = fields.get(3)
+    if not isinstance(page_type, int) or not isinstance(uncompressed, int):
+        raise ParquetRefused("the Parquet file could not be read (malformed page header)")
+    if not isinstance(compressed, int) or uncompressed < 0 or compressed < 0:
+        raise ParquetRefused("the Parquet file could not be read (malformed page header)")
+    values = 0
+    for nested in (5, 7, 8):
+        entry = fields.get(nested)
+        if isinstance(entry, dict) and isinstance(entry.get(1), int):
+            values = max(values, int(entry[1]))
+    return PageHeader(page_type, uncompressed, compressed, values), buffer.tell()
+
+
+def _read_struct(protocol: TCompactProtocol, wanted: dict[int, set[int] | None]) -> dict[int, Any]:
+    """The wanted i32 fields of a struct (one level of nested structs); everything else skipped."""
+    found: dict[int, Any] = {}
+    protocol.readStructBegin()
+    while True:
+        _, field_type, field_id = protocol.readFieldBegin()
+        if field_type == TType.STOP:
+            break
+        nested = wanted.get(field_id, ...)
+        if field_type == TType.I32 and nested is None:
+            found[field_id] = protocol.readI32()
+        elif field_type == TType.STRUCT and isinstance(nested, set):
+            found[field_id] = _read_struct(protocol, dict.fromkeys(nested))
+        else:
+            _skip(protocol, field_type, MAX_SKIP_DEPTH)
+        protocol.readFieldEnd()
+    protocol.readStructEnd()
+    return found
+
+
+MAX_SKIP_DEPTH = 16
+
+
+def _skip(protocol: TCompactProtocol, field_type: int, depth: int) -> None:
+    """Thrift's ``skip``, but binary fields are skipped as bytes (its ``skip`` decodes them as
+    UTF-8, and Parquet statistics hold raw bytes)."""
+    if depth <= 0:
+        raise ValueError("Thrift structure nested too deeply")
+    if field_type == TType.STRING:
+        protocol.readBinary()
+    elif field_type == TType.STRUCT:
+        protocol.readStructBegin()
+        while True:
+            _, inner, _ = protocol.readFieldBegin()
+            if inner == TType.STOP:
+                break
+            _skip(protocol, inner, depth - 1)
+            protocol.readFieldEnd()
+        protocol.readStructEnd()
+    elif field_type in (TType.LIST, TType.SET):
+        element, size = protocol.readListBegin()
+        for _ in range(size):
+            _skip(protocol, element, depth - 1)
+        protocol.readListEnd()
+    elif field_type == TType.MAP:
+        key, value, size = protocol.readMapBegin()
+        for _ in range(size):
+            _skip(protocol, key, depth - 1)
+            _skip(protocol, value, depth - 1)
+        protocol.readMapEnd()
+    else:
+        protocol.skip(field_type)  # scalars
+
+
+def chunk_cost(
+    handle: BinaryIO, start: int, length: int, *, max_cell_bytes: int, pages_seen: list[int]
+) -> ChunkCost:
+    """Walk every page header of a column chunk (``length`` bytes from ``start``) and check it."""
+    if start < 0 or length < 0:
+        raise ParquetRefused("the Parquet file could not be read (bad column chunk offsets)")
+    per_value_cap = max_cell_bytes + CELL_OVERHEAD_BYTES
+    dictionary = largest = largest_compressed = 0
+    density = 0.0
+    position, end = start, start + length
+    while position < end:
+        pages_seen[0] += 1
+        if pages_seen[0] > MAX_PAGES:
+            raise ParquetRefused(f"Parquet files with more than {MAX_PAGES} pages are refused")
+        header, header_length = read_page_header(handle, position, end - position)
+        if max(header.uncompressed, header.compressed) > MAX_PAGE_BYTES:
+            raise ParquetRefused(
+                f"Parquet pages over {MAX_PAGE_BYTES // (1024 * 1024)} MiB are refused; write "
+                "the file with smaller pages (e.g. pyarrow's data_page_size)"
+            )
+        if header.uncompressed > header.values * per_value_cap + PAGE_SLACK_BYTES:
+            raise ParquetRefused(f"the Parquet file holds cells longer than {max_cell_bytes} bytes")
+        if header.page_type == _DICTIONARY_PAGE:
+            dictionary += header.uncompressed
+        elif header.page_type in (_DATA_PAGE, _DATA_PAGE_V2):
+            largest = max(largest, header.uncompressed)
+            largest_compressed = max(largest_compressed, header.compressed)
+            density = max(density, header.uncompressed / max(1, header.values))
+        position += header_length + header.compressed
+    if position != end:
+        raise ParquetRefused("the Parquet file could not be read (pages overrun a column chunk)")
+    return ChunkCost(dictionary, largest, largest_compressed, density)
+
+
+def plan_parquet_read(
+    path: Any,
+    metadata: Any,
+    columns: Sequence[int],
+    *,
+    max_cell_bytes: int,
+    stream_buffer_bytes: int,
+    pages_budget: int,
+    batch_budget: int,
+    cell_work_bytes: int,
+    max_batch_rows: int,
+) -> list[RowGroupPlan]:
+    """Check every page of the given columns and size each row group's batches.
+
+    ``pages_budget`` bounds what the reader holds for pages of one row group at once: per
+    column its read buffer, its dictionary, and its largest page compressed and uncompressed.
+    ``batch_budget`` bounds a batch: rows × Σ (the column's largest bytes per value in a page +
+    ``cell_work_bytes`` for converting and encoding the cell).
+    """
+    pages_seen = [0]
+    plans = []
+    with open(path, "rb") as handle:
+        for index in range(metadata.num_row_groups):
+            group = metadata.row_group(index)
+            held = 0
+            row_bytes = 0.0
+            for position in columns:
+                chunk = group.column(position)
+                start = chunk.data_page_offset
+                dictionary_offset = chunk.dictionary_page_offset
+                if chunk.has_dictionary_page and dictionary_offset and dictionary_offset > 0:
+                    start = min(start, dictionary_offset)
+                cost = chunk_cost(
+                    handle,
+                    start,
+                    chunk.total_compressed_size,
+                    max_cell_bytes=max_cell_bytes,
+                    pages_seen=pages_seen,
+                )
+                held += (
+                    stream_buffer_bytes
+                    + cost.dictionary_bytes
+                    + cost.largest_page_bytes
+                    + cost.largest_compressed_bytes
+                )
+                row_bytes += cost.bytes_per_value + cell_work_bytes
+            if held > pages_budget:
+                raise ParquetRefused(
+                    f"a Parquet row group needs {held // (1024 * 1024)} MiB of pages at once; the "
+                    f"limit is {pages_budget // (1024 * 1024)} MiB: write the file with smaller "
+                    "pages or fewer columns, or upload CSV"
+                )
+            batch_rows = int(max(1, min(max_batch_rows, batch_budget // max(1.0, row_bytes))))
+            plans.append(RowGroupPlan(index, group.num_rows, held, batch_rows))
+    return plans

@@ -1,0 +1,67 @@
+"""Small files that decode into far more memory than their size (for upload-memory tests).
+
+Each builder returns ``(file bytes, schema JSON)``; every file is well under the test stacks'
+8 MiB upload cap.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def _parquet(table: pa.Table, **options: object) -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd", **options)  # type: ignore[arg-type]
+    return buffer.getvalue()
+
+
+def _categorical_schema(names: list[str], categories: list[str]) -> str:
+    return json.dumps(
+        {"columns": [{"name": n, "type": "categorical", "categories": categories} for n in names]}
+    )
+
+
+def dictionary_bomb(
+    columns: int = 64, rows: int = 262_144, cell_bytes: int = 1000
+) -> tuple[bytes, str]:
+    """Dictionary-encoded columns whose one value (within the cell limit) repeats on every row.
+
+    A few hundred KB on disk; decoded as plain strings it is ``columns × rows × cell_bytes``
+    (16 GiB with the defaults), 4 GiB per batch of 65,536 rows.
+    """
+    value = "x" * cell_bytes
+    names = [f"c{i}" for i in range(columns)]
+    column = pa.DictionaryArray.from_arrays(
+        pa.array([0] * rows, type=pa.int32()), pa.array([value])
+    )
+    table = pa.table({name: column for name in names})
+    # store_schema=False: without the stored Arrow schema a reader sees plain strings, not a
+    # dictionary type (which is how files from other writers look).
+    data = _parquet(table, row_group_size=rows, store_schema=False)
+    return data, _categorical_schema(names, [value])
+
+
+def long_cell_bomb(rows: int = 24, cell_bytes: int = 48 * 1024 * 1024) -> tuple[bytes, str]:
+    """Plain-encoded cells far over the cell limit, a few KB each once compressed.
+
+    Every row group stays under 512 MiB uncompressed (the footer check the service used to
+    rely on), while a batch of rows decodes to ``rows × cell_bytes`` (1.1 GiB).
+    """
+    value = "y" * cell_bytes
+    table = pa.table({"a": pa.array([value] * rows, type=pa.large_string())})
+    data = _parquet(table, use_dictionary=False, row_group_size=8)
+    return data, _categorical_schema(["a"], ["y"])
+
+
+def many_tiny_rows_csv(size: int = 7 * 1024 * 1024) -> tuple[bytes, str]:
+    """A CSV of one-character cells: the most cells (and per-cell overhead) per byte."""
+    width = 64
+    header = ",".join(f"c{i}" for i in range(width)).encode() + b"\n"
+    row = ",".join(["1"] * width).encode() + b"\n"
+    body = header + row * ((size - len(header)) // len(row))
+    schema = json.dumps({f"c{i}": 2 for i in range(width)})
+    return body, schema
