@@ -147,6 +147,9 @@ def worker(concurrency: int | None, pool: str) -> None:
     """Run a Celery worker that executes release jobs (and recovers lost ones)."""
     settings = _settings()
     _configure_logging(settings)
+    # Before pyarrow is imported: Arrow's default allocator (mimalloc) reserves 1 GiB of address
+    # space, which the job memory limit (RLIMIT_AS, workers/limits.py) would count.
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     from workers.tasks import celery_app
 
     celery_app.worker_main(
@@ -174,6 +177,7 @@ def recover() -> None:
     report = recover_jobs(settings)
     click.echo(
         f"requeued={len(report.requeued)} failed={len(report.failed)} "
+        f"timed_out={len(report.timed_out)} "
         f"cancelled={len(report.cancelled)} resent={len(report.resent)} "
         f"expired={len(report.expired)}"
     )

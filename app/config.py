@@ -22,6 +22,9 @@ from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIN_SECRET_KEY_LENGTH = 32
+# Celery's soft and hard time limits, above the job's own deadline (RHOSYNTH_JOB_TIME_LIMIT_SECONDS)
+JOB_SOFT_GRACE_SECONDS = 30
+JOB_HARD_GRACE_SECONDS = 60
 
 
 class Settings(BaseSettings):
@@ -61,11 +64,20 @@ class Settings(BaseSettings):
     job_lease_seconds: float = Field(default=60.0, gt=0)
     job_heartbeat_seconds: float = Field(default=10.0, gt=0)
     job_max_attempts: int = Field(default=3, ge=1)
-    job_time_limit_seconds: int = Field(default=4 * 3600, ge=10)
+    # Per-attempt limits, enforced by the worker (app/jobs/execution.py, workers/limits.py). A job
+    # that reaches one ends failed with a fixed text, stays charged and is not retried. The time
+    # limit is a wall-clock deadline set at each claim; Celery's soft and hard limits sit
+    # JOB_SOFT_GRACE_SECONDS and JOB_HARD_GRACE_SECONDS above it as a backstop.
+    job_time_limit_seconds: int = Field(default=3600, ge=10)
+    # The address space a job may add to its pool process (RLIMIT_AS). Each worker enforces
+    # min(this, 0.8 × its physical memory / its concurrency); submission checks use this value.
+    job_memory_limit_mb: int = Field(default=3072, ge=64)
     queued_job_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
     requeue_after_seconds: float = Field(default=300.0, gt=0)
     recovery_interval_seconds: float = Field(default=30.0, gt=0)
     worker_concurrency: int = Field(default=1, ge=1)
+    # Fair claiming: at most this many running jobs per tenant (unset: no cap, fair order only).
+    tenant_max_running: int | None = Field(default=None, ge=1)
     storage_sweep_interval_seconds: float = Field(default=3600.0, gt=0)
 
     # Database connections per process. The API never opens more than db_pool_size (a burst of
@@ -90,6 +102,12 @@ class Settings(BaseSettings):
         if self.job_heartbeat_seconds >= self.job_lease_seconds:
             raise ValueError(
                 "RHOSYNTH_JOB_HEARTBEAT_SECONDS must be below RHOSYNTH_JOB_LEASE_SECONDS"
+            )
+        if self.job_time_limit_seconds <= self.job_lease_seconds:
+            # A lost attempt counts as having reached its deadline when its last lease ran past
+            # it (app/jobs/repository.py); that needs a limit longer than one lease.
+            raise ValueError(
+                "RHOSYNTH_JOB_TIME_LIMIT_SECONDS must be above RHOSYNTH_JOB_LEASE_SECONDS"
             )
         if not self.embedded:
             if self.secret_key is None:

@@ -4,6 +4,9 @@ Delivery guarantees come from the database, not the broker: a message is a doorb
 "job X may have work". Settings follow ../shared/RELIABILITY.md: late acks, requeue when a worker
 process dies, one message prefetched at a time, JSON only, a time limit below the broker's
 visibility timeout so a long job is not redelivered while it still runs.
+
+The job's own time limit is a deadline the worker checks (app/jobs/execution.py); Celery's soft
+and hard limits sit a little above it, as a backstop for code that does not report progress.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import threading
 
 from celery import Celery
 
-from app.config import Settings
+from app.config import JOB_HARD_GRACE_SECONDS, JOB_SOFT_GRACE_SECONDS, Settings
 
 RUN_JOB_TASK = "rhosynth.run_job"
 
@@ -26,7 +29,7 @@ def create_celery_app(settings: Settings, *, publisher: bool = False) -> Celery:
     so that a broker that accepts connections and never answers cannot hang a sender. The
     consuming worker keeps blocking reads (a socket timeout would break its long polls)."""
     app = Celery("rhosynth", broker=settings.celery_broker_url, include=["workers.tasks"])
-    hard_limit = settings.job_time_limit_seconds
+    hard_limit = settings.job_time_limit_seconds + JOB_HARD_GRACE_SECONDS
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],
@@ -37,7 +40,7 @@ def create_celery_app(settings: Settings, *, publisher: bool = False) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_time_limit=hard_limit,
-        task_soft_time_limit=max(1, hard_limit - 60),
+        task_soft_time_limit=settings.job_time_limit_seconds + JOB_SOFT_GRACE_SECONDS,
         broker_transport_options=_transport_options(
             settings.celery_broker_url,
             hard_limit,

@@ -8,19 +8,24 @@ import time
 import uuid
 from typing import Any
 
-from celery.signals import worker_process_init, worker_ready, worker_shutdown
+from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
 
 from app.config import get_settings
 from app.db.session import dispose_engines
 from app.jobs.execution import execute_job
+from app.jobs.limits import effective_memory_limit_mb, record_enforced_memory_limit
 from app.jobs.recovery import recover_jobs
 from app.jobs.sweep import sweep_storage
 from workers.celery_app import RUN_JOB_TASK, get_celery_app
+from workers.limits import apply_memory_limit
 
 logger = logging.getLogger(__name__)
 
 celery_app = get_celery_app(get_settings())
 _stop_recovery = threading.Event()
+# Job processes of this worker (Celery's concurrency), recorded in the main process before the
+# pool forks; each pool process sizes its memory limit by it.
+_pool_size = 1
 
 
 @celery_app.task(name=RUN_JOB_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -30,10 +35,34 @@ def run_job(job_id: str) -> str:
     return outcome.status
 
 
+@worker_init.connect
+def _record_pool_size(sender: Any = None, **_kwargs: Any) -> None:
+    global _pool_size
+    _pool_size = max(1, int(getattr(sender, "concurrency", None) or 1))
+    settings = get_settings()
+    limit = effective_memory_limit_mb(settings.job_memory_limit_mb, _pool_size)
+    if limit < settings.job_memory_limit_mb:
+        logger.warning(
+            "job memory limit lowered from %d MB (RHOSYNTH_JOB_MEMORY_LIMIT_MB) to %d MB so that "
+            "%d job processes fit in 80%% of this machine's memory",
+            settings.job_memory_limit_mb,
+            limit,
+            _pool_size,
+        )
+
+
 @worker_process_init.connect
-def _fresh_connections(**_kwargs: Any) -> None:
+def _prepare_pool_process(**_kwargs: Any) -> None:
     # A forked pool process must not reuse the parent's pooled database sockets.
     dispose_engines()
+    settings = get_settings()
+    limit_mb = effective_memory_limit_mb(settings.job_memory_limit_mb, _pool_size)
+    try:
+        enforced = apply_memory_limit(limit_mb) is not None
+    except Exception:
+        logger.exception("could not set the job memory limit; jobs run without one")
+        enforced = False
+    record_enforced_memory_limit(limit_mb if enforced else None)
 
 
 def _recovery_loop() -> None:

@@ -5,6 +5,13 @@ spend commit in one transaction *before* the stored table is opened. From then o
 never refunded, whatever happens. The output is published by a guarded UPDATE that succeeds only
 if this attempt still owns the job and nobody asked to cancel it, so at most one output is ever
 released per charge.
+
+The worker bounds each attempt (app/jobs/limits.py): a deadline set at the claim, checked at every
+progress report and by the lease thread, and an address-space limit on the pool process. A job
+that reaches either ends failed with a fixed text, stays charged and is not retried.
+
+A Celery message is a doorbell: ``execute_job`` claims the queued job that is fairest to start
+next (app/jobs/repository.py, ``claim_next``), which may be another job than the one it names.
 """
 
 from __future__ import annotations
@@ -23,12 +30,19 @@ import pyarrow.parquet as pq
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.budget import service as budget_service
-from app.config import Settings
+from app.config import JOB_SOFT_GRACE_SECONDS, Settings
 from app.datasets import repository as dataset_repository
 from app.datasets.ingest import read_encoded_table
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
-from app.jobs import repository
+from app.jobs import dispatch, repository
+from app.jobs.limits import (
+    JobTimeLimitExceeded,
+    caused_by_memory_error,
+    enforced_memory_limit_mb,
+    memory_limit_error,
+    time_limit_error,
+)
 from app.jobs.progress import PHASES, ProgressPoint, engine_point
 from app.jobs.repository import Claim
 from app.storage import Storage, job_output_key
@@ -57,12 +71,23 @@ class AttemptOutcome:
 
 
 class _Lease:
-    """Renews the attempt's lease from a background thread while the engine works."""
+    """Renews the attempt's lease from a background thread while the engine works, and watches
+    the attempt's deadline.
+
+    Past the deadline the engine is stopped at its next progress report (``past_deadline``). If
+    the attempt still runs ``JOB_SOFT_GRACE_SECONDS`` later (the engine reports no progress, and
+    Celery's soft time limit, due at the same moment, did not stop it either), this thread ends
+    the job failed itself, so that it can no longer publish, and stops renewing the lease;
+    Celery's hard time limit then kills the process.
+    """
 
     def __init__(self, factory: sessionmaker[Session], settings: Settings, claim: Claim) -> None:
         self._factory = factory
         self._settings = settings
         self._claim = claim
+        # The deadline on this process's monotonic clock (claim.deadline_at is wall-clock time).
+        remaining = (claim.deadline_at - utcnow()).total_seconds()
+        self._deadline = time.monotonic() + remaining
         self._stop = threading.Event()
         self.lost = False
         self.cancel_requested = False
@@ -76,8 +101,14 @@ class _Lease:
         self._stop.set()
         self._thread.join(timeout=self._settings.job_heartbeat_seconds * 2)
 
+    def past_deadline(self) -> bool:
+        return time.monotonic() >= self._deadline
+
     def _run(self) -> None:
         while not self._stop.wait(self._settings.job_heartbeat_seconds):
+            if time.monotonic() >= self._deadline + JOB_SOFT_GRACE_SECONDS:
+                self._end_past_deadline()
+                return
             try:
                 with transaction(self._factory) as session:
                     state = repository.renew_lease(
@@ -93,6 +124,24 @@ class _Lease:
                 self.lost = True
                 return
             self.cancel_requested = state
+
+    def _end_past_deadline(self) -> None:
+        logger.warning(
+            "job %s attempt %d still running %d s past its deadline; ending it failed",
+            self._claim.job_id,
+            self._claim.attempt,
+            JOB_SOFT_GRACE_SECONDS,
+        )
+        try:
+            _finish(
+                self._factory,
+                self._claim,
+                "failed",
+                time_limit_error(self._settings.job_time_limit_seconds),
+            )
+        except Exception:
+            # The lease then runs out; the recovery loop fails the job with the same text.
+            logger.warning("could not end job %s", self._claim.job_id, exc_info=True)
 
 
 class _Progress:
@@ -136,6 +185,8 @@ class _Progress:
         self._write(public=PHASES[name])
 
     def _check(self) -> None:
+        if self._lease.past_deadline():  # the job's time limit (app/jobs/limits.py)
+            raise JobTimeLimitExceeded(self._claim.job_id)
         if self._lease.lost:
             raise LostOwnership(self._claim.job_id)
         if self._lease.cancel_requested:
@@ -162,10 +213,25 @@ def _lease_until(settings: Settings) -> datetime:
     return utcnow() + timedelta(seconds=settings.job_lease_seconds)
 
 
+def _deadline(settings: Settings, now: datetime) -> datetime:
+    return now + timedelta(seconds=settings.job_time_limit_seconds)
+
+
+def _charge_first_claim(session: Session, claim: Claim, now: datetime) -> None:
+    if not claim.charged:
+        # Privacy rule 1: charge before the first read of the data; never refunded.
+        budget_service.spend_reservation(
+            session, claim.dataset_id, claim.rho, claim.job_id, WORKER_ACTOR
+        )
+        if not repository.mark_charged(session, claim.job_id, claim.attempt, now):
+            raise RuntimeError(f"job {claim.job_id}: could not record its charge")
+
+
 def claim_and_charge(
     factory: sessionmaker[Session], settings: Settings, job_id: uuid.UUID
 ) -> Claim | None:
-    """Start an attempt and, on the first one, turn the reservation into spend. Commits."""
+    """Start an attempt of this job and, on the first one, turn the reservation into spend.
+    Commits."""
     with transaction(factory) as session:
         now = utcnow()
         claim = repository.claim(
@@ -173,29 +239,69 @@ def claim_and_charge(
             job_id,
             now=now,
             lease_until=_lease_until(settings),
+            deadline_at=_deadline(settings, now),
             max_attempts=settings.job_max_attempts,
         )
+        if claim is not None:
+            _charge_first_claim(session, claim, now)
+    return claim
+
+
+def claim_next_and_charge(
+    factory: sessionmaker[Session], settings: Settings, doorbell: uuid.UUID
+) -> Claim | None:
+    """What a message for job ``doorbell`` starts: the queued job that is fairest to start next
+    (any tenant's), or else, if there is none, ``doorbell`` itself when its worker was lost
+    before its deadline (a message redelivered after a crash). Charges a first claim. Commits."""
+    with transaction(factory) as session:
+        now = utcnow()
+        lease_until, deadline_at = _lease_until(settings), _deadline(settings, now)
+        max_attempts = settings.job_max_attempts
+        claim = repository.claim_next(
+            session,
+            now=now,
+            lease_until=lease_until,
+            deadline_at=deadline_at,
+            max_attempts=max_attempts,
+            tenant_max_running=settings.tenant_max_running,
+        )
         if claim is None:
-            return None
-        if not claim.charged:
-            # Privacy rule 1: charge before the first read of the data; never refunded.
-            budget_service.spend_reservation(
-                session, claim.dataset_id, claim.rho, job_id, WORKER_ACTOR
+            claim = repository.claim(
+                session,
+                doorbell,
+                now=now,
+                lease_until=lease_until,
+                deadline_at=deadline_at,
+                max_attempts=max_attempts,
+                lost_only=True,
             )
-            if not repository.mark_charged(session, job_id, claim.attempt, now):
-                raise RuntimeError(f"job {job_id}: could not record its charge")
+        if claim is not None:
+            _charge_first_claim(session, claim, now)
     return claim
 
 
 def execute_job(settings: Settings, job_id: uuid.UUID) -> AttemptOutcome:
-    """Run one attempt of ``job_id`` if it is claimable; the database decides, not the message."""
+    """Answer one message for ``job_id``: run one attempt of the fairest claimable job, if there
+    is one (the database decides, not the message)."""
     factory = get_session_factory(settings.sqlalchemy_url)
-    storage = Storage(settings.resolved_storage_dir)
-    claim = claim_and_charge(factory, settings, job_id)
+    claim = claim_next_and_charge(factory, settings, job_id)
     if claim is None:
         logger.info("job %s: nothing to do (already claimed, finished or cancelled)", job_id)
         return AttemptOutcome(job_id, "skipped")
+    if claim.job_id != job_id:
+        logger.info("job %s: its message started job %s (fair order)", job_id, claim.job_id)
+    try:
+        return _run_attempt(factory, settings, claim)
+    finally:
+        if settings.tenant_max_running is not None:
+            _ring_for_capped_jobs(factory, settings)
 
+
+def _run_attempt(
+    factory: sessionmaker[Session], settings: Settings, claim: Claim
+) -> AttemptOutcome:
+    job_id = claim.job_id
+    storage = Storage(settings.resolved_storage_dir)
     output_key = job_output_key(job_id, claim.attempt)
     with _Lease(factory, settings, claim) as lease:
         progress = _Progress(factory, settings, claim, lease)
@@ -226,12 +332,47 @@ def execute_job(settings: Settings, job_id: uuid.UUID) -> AttemptOutcome:
                 "job %s attempt %d lost its lease; another attempt owns it", job_id, claim.attempt
             )
             return AttemptOutcome(job_id, "lost")
-        except Exception:
+        except Exception as error:
             storage.delete(output_key)
             # Logged in full for the operator; the job record gets no data-derived text.
-            logger.exception("job %s attempt %d failed", job_id, claim.attempt)
-            _finish(factory, claim, "failed", GENERIC_FAILURE)
+            if caused_by_memory_error(error):
+                limit_mb = enforced_memory_limit_mb() or settings.job_memory_limit_mb
+                logger.warning(
+                    "job %s attempt %d ran out of memory (limit %d MB)",
+                    job_id,
+                    claim.attempt,
+                    limit_mb,
+                    exc_info=True,
+                )
+                reason = memory_limit_error(limit_mb)
+            elif isinstance(error, JobTimeLimitExceeded) or lease.past_deadline():
+                # Also Celery's soft time limit, and anything else raised past the deadline.
+                logger.warning(
+                    "job %s attempt %d exceeded its time limit of %d s",
+                    job_id,
+                    claim.attempt,
+                    settings.job_time_limit_seconds,
+                    exc_info=not isinstance(error, JobTimeLimitExceeded),
+                )
+                reason = time_limit_error(settings.job_time_limit_seconds)
+            else:
+                logger.exception("job %s attempt %d failed", job_id, claim.attempt)
+                reason = GENERIC_FAILURE
+            _finish(factory, claim, "failed", reason)
             return AttemptOutcome(job_id, "failed")
+
+
+def _ring_for_capped_jobs(factory: sessionmaker[Session], settings: Settings) -> None:
+    """With a per-tenant cap, a message that found only capped tenants' jobs did nothing and is
+    gone; a slot of this tenant has just freed, so send one more message for the queue."""
+    try:
+        with transaction(factory) as session:
+            waiting = repository.oldest_queued(session)
+    except Exception:
+        logger.warning("could not look for queued jobs after an attempt", exc_info=True)
+        return
+    if waiting is not None:
+        dispatch.enqueue_job(settings, waiting)
 
 
 def _finish(factory: sessionmaker[Session], claim: Claim, status: str, error: str | None) -> None:

@@ -46,6 +46,7 @@ class Job(Base):
         ),
         Index("ix_jobs_status_lease", "status", "lease_expires_at"),
         Index("ix_jobs_status_tenant", "status", "tenant_id"),
+        Index("ix_jobs_tenant_started", "tenant_id", "started_at"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)

@@ -5,7 +5,9 @@ guarded UPDATE, so several workers running it at once do no harm.
 
 * A running job whose lease ran out (its worker died) goes back to the queue, still charged, for
   a fresh attempt with fresh noise; after ``job_max_attempts`` attempts it is marked failed.
-  It is never charged twice: the charge is recorded once, at the first claim.
+  It is never charged twice: the charge is recorded once, at the first claim. An attempt whose
+  last lease ran to its deadline or past it (Celery's hard time limit killed it) is not retried:
+  the job is marked failed with the time-limit text.
 * A queued job whose message may have been lost (queued for longer than
   ``requeue_after_seconds``) gets its message sent again; a duplicate message is harmless
   because only one claim can succeed.
@@ -25,6 +27,7 @@ from app.config import Settings
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
 from app.jobs import dispatch, repository
+from app.jobs.limits import time_limit_error
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +38,7 @@ SYSTEM_ACTOR = "system"
 class RecoveryReport:
     requeued: list[uuid.UUID] = field(default_factory=list)
     failed: list[uuid.UUID] = field(default_factory=list)
+    timed_out: list[uuid.UUID] = field(default_factory=list)
     cancelled: list[uuid.UUID] = field(default_factory=list)
     resent: list[uuid.UUID] = field(default_factory=list)
     expired: list[uuid.UUID] = field(default_factory=list)
@@ -49,15 +53,31 @@ def recover_jobs(settings: Settings) -> RecoveryReport:
     for job_id in candidates:
         with transaction(factory) as session:
             outcome = repository.recover_expired(
-                session, job_id, now=utcnow(), max_attempts=settings.job_max_attempts
+                session,
+                job_id,
+                now=utcnow(),
+                max_attempts=settings.job_max_attempts,
+                time_limit_error=time_limit_error(settings.job_time_limit_seconds),
             )
         if outcome == "requeued":
             report.requeued.append(job_id)
             dispatch.enqueue_job(settings, job_id)
         elif outcome == "failed":
             report.failed.append(job_id)
+        elif outcome == "timed_out":
+            report.timed_out.append(job_id)
         elif outcome == "cancelled":
             report.cancelled.append(job_id)
+
+    if settings.tenant_max_running is not None and (
+        report.failed or report.timed_out or report.cancelled
+    ):
+        # A running slot of a capped tenant freed without an attempt ending in a worker (which
+        # would have rung itself): one more message, in case that tenant's jobs lost theirs.
+        with transaction(factory) as session:
+            waiting = repository.oldest_queued(session)
+        if waiting is not None:
+            dispatch.enqueue_job(settings, waiting)
 
     now = utcnow()
     with transaction(factory) as session:
@@ -84,11 +104,13 @@ def recover_jobs(settings: Settings) -> RecoveryReport:
         dispatch.enqueue_job(settings, job_id)
         report.resent.append(job_id)
 
-    if any((report.requeued, report.failed, report.cancelled, report.resent, report.expired)):
+    outcomes = (report.requeued, report.failed, report.timed_out, report.cancelled)
+    if any((*outcomes, report.resent, report.expired)):
         logger.info(
-            "recovery: requeued=%d failed=%d cancelled=%d resent=%d expired=%d",
+            "recovery: requeued=%d failed=%d timed_out=%d cancelled=%d resent=%d expired=%d",
             len(report.requeued),
             len(report.failed),
+            len(report.timed_out),
             len(report.cancelled),
             len(report.resent),
             len(report.expired),

@@ -3,6 +3,11 @@
 State changes are guarded UPDATEs (``... WHERE <expected state> RETURNING``): the row is the
 truth, and a change that finds the job in another state changes nothing. That is what makes a
 redelivered Celery message, a second worker, a reaper and a cancel safe against each other.
+
+Claiming is fair between tenants: a Celery message is a doorbell, and the worker that takes one
+claims the queued job that is fairest to start next (``claim_next``), not necessarily the job the
+message names. Every queued job has a message of its own, so every job is still delivered once
+per message; a message that finds nothing claimable does nothing.
 """
 
 from __future__ import annotations
@@ -13,11 +18,12 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
+from app.auth.models import Tenant
 from app.jobs.models import IdempotencyKey, Job
 from app.jobs.progress import DONE, QUEUED, REQUEUED_DETAIL, STARTING, ProgressPoint
 
@@ -33,6 +39,7 @@ class Claim:
     params: dict[str, Any]
     rows: int | None
     seed: int | None
+    deadline_at: datetime
 
 
 def add(session: Session, job: Job) -> Job:
@@ -123,22 +130,45 @@ def get_idempotency_key(session: Session, tenant_id: uuid.UUID, key: str) -> Ide
     return session.get(IdempotencyKey, (tenant_id, key))
 
 
+def _lost_before_deadline(now: datetime) -> ColumnElement[bool]:
+    """A running job whose lease ran out (its worker died) before the attempt reached its
+    deadline. A lost attempt whose last lease ran to its deadline or past it is not claimable
+    again: the recovery loop fails it with the time-limit text (``recover_expired``)."""
+    return (
+        (Job.status == "running")
+        & (Job.lease_expires_at < now)
+        & (Job.deadline_at.is_(None) | (Job.lease_expires_at < Job.deadline_at))
+    )
+
+
 def claim(
-    session: Session, job_id: uuid.UUID, *, now: datetime, lease_until: datetime, max_attempts: int
+    session: Session,
+    job_id: uuid.UUID,
+    *,
+    now: datetime,
+    lease_until: datetime,
+    deadline_at: datetime,
+    max_attempts: int,
+    lost_only: bool = False,
 ) -> Claim | None:
-    """Atomically start an attempt: a queued job, or a running one whose lease ran out."""
+    """Atomically start an attempt of this job: a queued job (unless ``lost_only``), or a running
+    one whose lease ran out before its deadline. The attempt must end by ``deadline_at``."""
+    claimable = _lost_before_deadline(now)
+    if not lost_only:
+        claimable = (Job.status == "queued") | claimable
     row = session.execute(
         update(Job)
         .where(
             Job.id == job_id,
             Job.cancel_requested.is_(False),
             Job.attempt < max_attempts,
-            (Job.status == "queued") | ((Job.status == "running") & (Job.lease_expires_at < now)),
+            claimable,
         )
         .values(
             status="running",
             attempt=Job.attempt + 1,
             lease_expires_at=lease_until,
+            deadline_at=deadline_at,
             progress_stage=STARTING.stage,
             progress_fraction=STARTING.fraction,
             detail_stage=STARTING.stage,
@@ -154,6 +184,7 @@ def claim(
             Job.params,
             Job.rows,
             Job.seed,
+            Job.deadline_at,
         )
     ).one_or_none()
     if row is None:
@@ -168,7 +199,113 @@ def claim(
         params=dict(row.params),
         rows=row.rows,
         seed=row.seed,
+        deadline_at=row.deadline_at,
     )
+
+
+def tenants_in_fair_order(session: Session) -> list[tuple[uuid.UUID, int]]:
+    """Tenants with queued jobs, fairest first, with their number of running jobs.
+
+    Fewest running jobs first; then the tenant whose latest job started longest ago (a tenant
+    that never had a job started comes first), which is round-robin when every tenant has
+    nothing running, as on a worker with one process; then the oldest queued job.
+    """
+    queued = (
+        select(Job.tenant_id.label("tenant_id"), func.min(Job.created_at).label("oldest"))
+        .where(Job.status == "queued")
+        .group_by(Job.tenant_id)
+        .subquery()
+    )
+    running_jobs = aliased(Job)
+    running = (
+        select(func.count())
+        .select_from(running_jobs)
+        .where(running_jobs.tenant_id == queued.c.tenant_id, running_jobs.status == "running")
+        .scalar_subquery()
+    )
+    started_jobs = aliased(Job)
+    last_start = (
+        select(func.max(started_jobs.started_at))
+        .where(started_jobs.tenant_id == queued.c.tenant_id)
+        .scalar_subquery()
+    )
+    rows = session.execute(
+        select(queued.c.tenant_id, running.label("running")).order_by(
+            running, last_start.asc().nulls_first(), queued.c.oldest, queued.c.tenant_id
+        )
+    ).all()
+    return [(row.tenant_id, int(row.running)) for row in rows]
+
+
+def claim_next(
+    session: Session,
+    *,
+    now: datetime,
+    lease_until: datetime,
+    deadline_at: datetime,
+    max_attempts: int,
+    tenant_max_running: int | None,
+) -> Claim | None:
+    """Claim the queued job that is fairest to start next: the oldest queued job of the first
+    tenant in ``tenants_in_fair_order`` that is below ``tenant_max_running``. None: nothing is
+    claimable (no queued job, or every tenant with one is at its cap)."""
+    for tenant_id, running in tenants_in_fair_order(session):
+        if tenant_max_running is not None:
+            if running >= tenant_max_running:
+                continue
+            # FOR NO KEY UPDATE on the tenant: two workers claiming for one tenant at once must
+            # not both see it below its cap, so the count is taken again under the lock. (NO KEY:
+            # inserting a job, which locks its tenant FOR KEY SHARE through the foreign key, is
+            # not held up.)
+            session.execute(
+                select(Tenant.id).where(Tenant.id == tenant_id).with_for_update(key_share=True)
+            )
+            if running_count(session, tenant_id) >= tenant_max_running:
+                continue
+        # FOR UPDATE SKIP LOCKED: two workers choosing at once take different jobs instead of
+        # queueing on the same row (and a job that a cancel holds locked is passed over). SQLite
+        # ignores it; there BEGIN IMMEDIATE has already serialised the two transactions.
+        job_id = session.scalars(
+            select(Job.id)
+            .where(
+                Job.tenant_id == tenant_id,
+                Job.status == "queued",
+                Job.cancel_requested.is_(False),
+                Job.attempt < max_attempts,
+            )
+            .order_by(Job.created_at, Job.id)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+        ).first()
+        if job_id is None:
+            continue
+        claimed = claim(
+            session,
+            job_id,
+            now=now,
+            lease_until=lease_until,
+            deadline_at=deadline_at,
+            max_attempts=max_attempts,
+        )
+        if claimed is not None:
+            return claimed
+    return None
+
+
+def running_count(session: Session, tenant_id: uuid.UUID) -> int:
+    return int(
+        session.scalar(
+            select(func.count()).where(Job.tenant_id == tenant_id, Job.status == "running")
+        )
+        or 0
+    )
+
+
+def oldest_queued(session: Session) -> uuid.UUID | None:
+    """Any queued job (the oldest), to ring the doorbell for when a capped tenant's slot frees."""
+    return session.scalars(
+        select(Job.id).where(Job.status == "queued").order_by(Job.created_at, Job.id).limit(1)
+    ).first()
 
 
 def mark_charged(session: Session, job_id: uuid.UUID, attempt: int, now: datetime) -> bool:
@@ -294,9 +431,20 @@ def expired_running(session: Session, now: datetime, limit: int = 100) -> list[u
 
 
 def recover_expired(
-    session: Session, job_id: uuid.UUID, *, now: datetime, max_attempts: int
+    session: Session,
+    job_id: uuid.UUID,
+    *,
+    now: datetime,
+    max_attempts: int,
+    time_limit_error: str,
 ) -> str | None:
-    """Deal with one job whose worker stopped renewing its lease. Returns what was done."""
+    """Deal with one job whose worker stopped renewing its lease. Returns what was done.
+
+    An attempt whose last lease ran to its deadline or past it (the hard time limit killed its
+    process, or it died in its last lease before the deadline) ends failed with
+    ``time_limit_error`` instead of being retried: a retry would be a second noisy run for one
+    charge, and it would most likely run out of time again.
+    """
     base = (Job.id == job_id, Job.status == "running", Job.lease_expires_at < now)
     cancelled = session.execute(
         update(Job)
@@ -312,9 +460,24 @@ def recover_expired(
     ).one_or_none()
     if cancelled is not None:
         return "cancelled"
+    timed_out = session.execute(
+        update(Job)
+        .where(*base, Job.deadline_at.is_not(None), Job.lease_expires_at >= Job.deadline_at)
+        .values(
+            status="failed",
+            finished_at=now,
+            lease_expires_at=None,
+            progress_stage="failed",
+            detail_stage="failed",
+            error=time_limit_error,
+        )
+        .returning(Job.id)
+    ).one_or_none()
+    if timed_out is not None:
+        return "timed_out"
     requeued = session.execute(
         update(Job)
-        .where(*base, Job.attempt < max_attempts)
+        .where(*base, Job.attempt < max_attempts, _lost_before_deadline(now))
         .values(
             status="queued",
             lease_expires_at=None,

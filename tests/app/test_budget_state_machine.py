@@ -182,7 +182,11 @@ class BudgetMachine(RuleBasedStateMachine):
             )
         with self.stack.session() as session:
             outcome = job_repository.recover_expired(
-                session, job_id, now=utcnow(), max_attempts=self.settings.job_max_attempts
+                session,
+                job_id,
+                now=utcnow(),
+                max_attempts=self.settings.job_max_attempts,
+                time_limit_error="the job exceeded its time limit",
             )
         if job.status == "cancel-requested":
             assert outcome == "cancelled"

@@ -82,3 +82,72 @@ def test_cancel_requested_then_worker_lost(
     assert _kinds(tenant, dataset["id"]) == ["grant", "reserve", "spend"]
     assert claim_and_charge(factory, api_stack.settings, uuid.UUID(job_id)) is None
     assert_reconciled(api_stack, dataset["id"])
+
+
+def _row(stack: Stack, job_id: str) -> Job:
+    with stack.session() as session:
+        job = session.get(Job, uuid.UUID(job_id))
+        assert job is not None
+        session.expunge(job)
+        return job
+
+
+def test_claim_sets_the_attempt_deadline(
+    api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str
+) -> None:
+    dataset = create_dataset(tenant.owner, people_csv, people_schema)
+    job_id = submit(tenant.analyst, dataset["id"], rho="0.1").json()["id"]
+    factory = get_session_factory(api_stack.settings.sqlalchemy_url)
+    before = utcnow()
+    claim = claim_and_charge(factory, api_stack.settings, uuid.UUID(job_id))
+    assert claim is not None
+    limit = timedelta(seconds=api_stack.settings.job_time_limit_seconds)
+    deadline = _row(api_stack, job_id).deadline_at
+    assert deadline is not None and before + limit <= deadline <= utcnow() + limit
+    assert claim.deadline_at == deadline
+
+
+def test_lost_attempt_past_its_deadline_fails_instead_of_retrying(
+    api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str
+) -> None:
+    """Celery's hard time limit killed the attempt: its lease was renewed until after the
+    deadline, then ran out. A retry would be a second noisy run for one charge."""
+    dataset = create_dataset(tenant.owner, people_csv, people_schema)
+    job_id = submit(tenant.analyst, dataset["id"], rho="0.4").json()["id"]
+    factory = get_session_factory(api_stack.settings.sqlalchemy_url)
+    assert claim_and_charge(factory, api_stack.settings, uuid.UUID(job_id)) is not None
+    now = utcnow()
+    _set(
+        api_stack,
+        job_id,
+        deadline_at=now - timedelta(seconds=30),
+        lease_expires_at=now - timedelta(seconds=1),
+    )
+    # A redelivered message must not start a fresh attempt either.
+    assert claim_and_charge(factory, api_stack.settings, uuid.UUID(job_id)) is None
+    report = recover_jobs(api_stack.settings)
+    assert uuid.UUID(job_id) in report.timed_out
+    assert uuid.UUID(job_id) not in report.requeued
+    seconds = api_stack.settings.job_time_limit_seconds
+    job = tenant.analyst.get(f"/v1/jobs/{job_id}").json()
+    assert job["status"] == "failed"
+    assert job["error"] == f"the job exceeded its time limit of {seconds} s; its budget stays spent"
+    assert _row(api_stack, job_id).attempt == 1
+    assert claim_and_charge(factory, api_stack.settings, uuid.UUID(job_id)) is None
+    assert _kinds(tenant, dataset["id"]) == ["grant", "reserve", "spend"]
+    assert_reconciled(api_stack, dataset["id"])
+
+
+def test_lost_attempt_before_its_deadline_is_retried(
+    api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str
+) -> None:
+    dataset = create_dataset(tenant.owner, people_csv, people_schema)
+    job_id = submit(tenant.analyst, dataset["id"], rho="0.2").json()["id"]
+    factory = get_session_factory(api_stack.settings.sqlalchemy_url)
+    assert claim_and_charge(factory, api_stack.settings, uuid.UUID(job_id)) is not None
+    _set(api_stack, job_id, lease_expires_at=utcnow() - timedelta(seconds=1))
+    report = recover_jobs(api_stack.settings)
+    assert uuid.UUID(job_id) in report.requeued
+    claim = claim_and_charge(factory, api_stack.settings, uuid.UUID(job_id))
+    assert claim is not None and claim.attempt == 2
+    assert _kinds(tenant, dataset["id"]) == ["grant", "reserve", "spend"]
