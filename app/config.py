@@ -59,6 +59,10 @@ class Settings(BaseSettings):
     job_heartbeat_seconds: float = Field(default=10.0, gt=0)
     job_max_attempts: int = Field(default=3, ge=1)
     job_time_limit_seconds: int = Field(default=4 * 3600, ge=10)
+    # Per-job memory limit. Submissions whose public resource estimate (engine
+    # Mechanism.estimate_resources) exceeds it are refused, and outputs sized by the noisy row
+    # count are capped at the rows that fit; None turns both off.
+    job_memory_limit_mb: int | None = Field(default=3072, ge=256)
     queued_job_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
     requeue_after_seconds: float = Field(default=300.0, gt=0)
     recovery_interval_seconds: float = Field(default=30.0, gt=0)

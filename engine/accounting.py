@@ -91,6 +91,22 @@ def split_rho(rho: Fraction, weights: Sequence[Fraction | int]) -> tuple[Fractio
     return tuple(parts)
 
 
+def exact_share(value: float) -> Fraction:
+    """A budget share given as a float (a JSON number), as the exact decimal it was written as.
+
+    ``repr`` of a float is the shortest decimal that reads back as the same float, so 0.7 is
+    7/10 and 1e-07 is 1/10⁷: a share is never rounded to 0 or 1, and sums of shares are checked
+    exactly (0.7 + 0.3 is 1, although the float sum is 0.9999999999999999). For shares with at
+    most six decimals this is the same value as ``Fraction(value).limit_denominator(10**6)``,
+    which the mechanisms used before (and which turned 1e-07 into 0).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a share must be a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError("a share must be finite")
+    return Fraction(repr(float(value)))
+
+
 def _log_delta_at(alpha: float, rho: float, epsilon: float) -> float:
     return (
         (alpha - 1.0) * (alpha * rho - epsilon)

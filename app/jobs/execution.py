@@ -30,6 +30,7 @@ from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
 from app.jobs import repository
 from app.jobs.repository import Claim
+from app.jobs.resources import output_rows_limit
 from app.storage import Storage, job_output_key
 from engine.domain import Dataset as EngineDataset
 from engine.encoding import TableSchema
@@ -269,7 +270,8 @@ def _synthesize(
         params,
         rng=rng,
         rows=claim.rows,
-        max_rows=settings.max_output_rows,
+        # Public cap: RHOSYNTH_MAX_OUTPUT_ROWS and the rows that fit the per-job memory limit.
+        max_rows=output_rows_limit(settings, mechanism, data.domain, params),
         progress=progress,
     )
     del data
