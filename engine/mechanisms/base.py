@@ -52,10 +52,12 @@ the noise would no longer fit comfortably in int64; noise this large is useless 
 # with /usr/bin/time -v on ``rhosynth synthesize`` and on engine.estimation.estimate alone; the
 # figures and commands are in docs/benchmarks.md ("Resource estimates").
 BASE_MEMORY_BYTES = 256 * 2**20
-"""The interpreter with numpy, pandas, pyarrow and the engine imported (measured 186 MiB)."""
+"""The interpreter with numpy, pandas, pyarrow and the engine (a whole run on adult with one
+output row peaked at 186 MiB, the input table included)."""
 OUTPUT_BYTES_PER_CELL = 48
 """Synthetic rows × columns: sampling, decompression, decoding and the Parquet write together
-(measured 16–33 bytes per cell; the codes alone are 8)."""
+(measured 16 bytes per cell with ``independent``, 34–35 with ``mst`` and ``aim``; the codes alone
+are 8)."""
 MODEL_BYTES_PER_CELL = 160
 """A graphical model's cells during mirror descent: potentials, beliefs, messages, gradients and
 line-search copies (measured 127–146 bytes per cell on 4–54 million cells)."""
@@ -64,7 +66,7 @@ TABLE_BYTES_PER_CELL = 16
 WORK_UNITS_PER_SECOND = 10**8
 """The rate at which :attr:`ResourceEstimate.work` is converted to seconds. One unit is one cell
 of one mirror-descent iteration (or one cell of a table or of the output). This is optimistic on
-purpose: 30–90 ns per model cell and iteration were measured, 10 ns is assumed, so a job refused
+purpose: 22–88 ns per model cell and iteration were measured, 10 ns is assumed, so a job refused
 for time could not finish within the limit even at full speed on a bound it rarely reaches."""
 
 
