@@ -33,7 +33,10 @@ def _memory_limit(settings: Settings) -> int | None:
 
 
 def _gib(value: int) -> str:
-    return f"{value / _GIB:.1f} GiB"
+    try:
+        return f"{value / _GIB:.1f} GiB"
+    except OverflowError:  # a domain whose cells do not fit in a float
+        return "more than 10^300 GiB"
 
 
 def output_rows_limit(

@@ -93,8 +93,11 @@ class ResourceEstimate:
 
     @property
     def seconds(self) -> float:
-        """``work`` at :data:`WORK_UNITS_PER_SECOND`."""
-        return self.work / WORK_UNITS_PER_SECOND
+        """``work`` at :data:`WORK_UNITS_PER_SECOND` (infinite past a float's range)."""
+        try:
+            return self.work / WORK_UNITS_PER_SECOND
+        except OverflowError:
+            return math.inf
 
 
 def subset_cells(sizes: Sequence[int], max_order: int) -> int:

@@ -116,10 +116,10 @@ class PrivMRFParams(BaseModel):
     )
     theta: float = Field(
         default=3.0,
-        gt=0,
+        ge=0.001,
         le=1000,
         description="θ-usefulness: a candidate needs ñ/cells ≥ θ × the expected |noise| per cell "
-        "(paper: 6)",
+        "(paper: 6; at least 0.001: θ·σ must not underflow to 0)",
     )
     max_marginal_attributes: int = Field(
         default=6, ge=2, le=10, description="largest number of attributes of a candidate marginal"

@@ -47,7 +47,7 @@ _WORK_CAPS: dict[str, int] = {
     # a huge σ) is what check_budget decides from the same bound at any T.
     "rounds": 300,
 }
-_TINY_FLOATS = (1e-12, 1e-9, 1e-7, 1e-6)
+_TINY_FLOATS = (5e-324, 1e-300, 1e-12, 1e-9, 1e-7, 1e-6)
 
 
 def _bounds(metadata: list[Any]) -> tuple[float | None, float | None, bool, bool]:
@@ -153,7 +153,7 @@ def test_every_accepted_parameter_set_runs(method: str) -> None:
     mechanism = get_mechanism(method)
 
     @settings(
-        max_examples=100,
+        max_examples=200,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
