@@ -96,7 +96,7 @@ def exact_share(value: float) -> Fraction:
 
     ``repr`` of a float is the shortest decimal that reads back as the same float, so 0.7 is
     7/10 and 1e-07 is 1/10⁷: a share is never rounded to 0 or 1, and sums of shares are checked
-    exactly (0.7 + 0.3 is 1, although the float sum is 0.9999999999999999). For shares with at
+    exactly (0.7 + 0.2 + 0.1 is 1, although the float sum is 0.9999999999999999). For shares with at
     most six decimals this is the same value as ``Fraction(value).limit_denominator(10**6)``,
     which the mechanisms used before (and which turned 1e-07 into 0).
     """

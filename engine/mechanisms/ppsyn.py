@@ -134,7 +134,7 @@ class PPSynParams(BaseModel):
 
     @model_validator(mode="after")
     def _shares_leave_room(self) -> PPSynParams:
-        # Exact decimals: 0.7 + 0.3 is 1 although the float sum is 0.9999999999999999.
+        # Exact decimals, so a sum that floats round below 1 is not let through.
         if exact_share(self.one_way_share) + exact_share(self.selection_share) >= 1:
             raise ValueError("one_way_share + selection_share must be below 1")
         return self

@@ -226,7 +226,7 @@ class PrivSynParams(BaseModel):
 
     @model_validator(mode="after")
     def _shares_leave_room(self) -> PrivSynParams:
-        if exact_share(self.one_way_share) + exact_share(self.indif_share) >= 1:  # 0.7 + 0.3 is 1
+        if exact_share(self.one_way_share) + exact_share(self.indif_share) >= 1:  # exact decimals
             raise ValueError("one_way_share + indif_share must be below 1")
         return self
 
