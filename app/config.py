@@ -70,7 +70,9 @@ class Settings(BaseSettings):
     # JOB_SOFT_GRACE_SECONDS and JOB_HARD_GRACE_SECONDS above it as a backstop.
     job_time_limit_seconds: int = Field(default=3600, ge=10)
     # The address space a job may add to its pool process (RLIMIT_AS). Each worker enforces
-    # min(this, 0.8 × its physical memory / its concurrency); submission checks use this value.
+    # min(this, 0.8 × its physical memory / its concurrency). At submission, a job whose public
+    # resource estimate (engine Mechanism.estimate_resources) exceeds it is refused, and outputs
+    # sized by the noisy row count are capped at the rows that fit.
     job_memory_limit_mb: int = Field(default=3072, ge=64)
     queued_job_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
     requeue_after_seconds: float = Field(default=300.0, gt=0)

@@ -4,7 +4,10 @@ Budgets that are charged are ``fractions.Fraction`` (inside the engine) or ``Dec
 :data:`RHO_QUANTUM` (in the ledger): sums of charges are exact, so "the sum of the measurements' ρ
 equals the ρ given" is an equality, not a tolerance. Only the conversion between ρ and (ε, δ) uses
 floating point, and it is rounded in the direction that keeps the stated guarantee true:
-``rho_from_epsilon_delta`` rounds ρ down and ``epsilon_from_rho_delta`` rounds ε up.
+``rho_from_epsilon_delta`` rounds ρ down and ``epsilon_from_rho_delta`` rounds ε up. Their search
+runs in double precision; the value they return is then verified in 80-digit decimal arithmetic
+(:func:`cks_bound_holds`) and stepped by 10⁻¹² until that check passes, because at large ε the
+double-precision bound can be below the true one by about 10⁻¹⁴ relative.
 
 The conversion is Canonne, Kamath, Steinke, "The Discrete Gaussian for Differential Privacy"
 (NeurIPS 2020), Corollary 13: ρ-zCDP implies (ε, δ)-DP for
@@ -16,13 +19,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
+from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal, localcontext
 from fractions import Fraction
 
 RHO_QUANTUM = Decimal("1e-12")
 """The ledger stores ρ (and ε) with 12 decimal places."""
 
 _BISECTION_STEPS = 200
+_CHECK_DIGITS = 80
+"""Decimal digits of the high-precision check of the CKS bound."""
+_CHECK_MARGIN = Decimal("1e-40")
+"""Slack the check leaves in log δ, far above the 80-digit rounding error of its few operations."""
 
 
 def _exact(value: Fraction | int | Decimal, name: str) -> Fraction:
@@ -84,6 +91,22 @@ def split_rho(rho: Fraction, weights: Sequence[Fraction | int]) -> tuple[Fractio
     return tuple(parts)
 
 
+def exact_share(value: float) -> Fraction:
+    """A budget share given as a float (a JSON number), as the exact decimal it was written as.
+
+    ``repr`` of a float is the shortest decimal that reads back as the same float, so 0.7 is
+    7/10 and 1e-07 is 1/10⁷: a share is never rounded to 0 or 1, and sums of shares are checked
+    exactly (0.7 + 0.2 + 0.1 is 1, although the float sum is 0.9999999999999999). For shares with at
+    most six decimals this is the same value as ``Fraction(value).limit_denominator(10**6)``,
+    which the mechanisms used before (and which turned 1e-07 into 0).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a share must be a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError("a share must be finite")
+    return Fraction(repr(float(value)))
+
+
 def _log_delta_at(alpha: float, rho: float, epsilon: float) -> float:
     return (
         (alpha - 1.0) * (alpha * rho - epsilon)
@@ -140,6 +163,48 @@ def delta_for(rho: float, epsilon: float) -> float:
     return math.exp(log_delta)
 
 
+def _decimal(value: Decimal | float | Fraction | int, rounding: str) -> Decimal:
+    """``value`` as a Decimal of :data:`_CHECK_DIGITS` digits, rounded in the direction given
+    (floats and Decimals convert exactly; only a Fraction's division rounds)."""
+    if isinstance(value, Fraction):
+        context = Context(prec=_CHECK_DIGITS, rounding=rounding)
+        return context.divide(Decimal(value.numerator), Decimal(value.denominator))
+    return Decimal(value)
+
+
+def cks_bound_holds(
+    rho: Decimal | float | Fraction | int,
+    epsilon: Decimal | float | Fraction | int,
+    delta: Decimal | float | Fraction | int,
+) -> bool:
+    """Whether ρ-zCDP implies (ε, δ)-DP by CKS 2020, Corollary 13, checked in 80-digit decimals.
+
+    The bound δ(α) = exp((α − 1)(αρ − ε)) / (α − 1) · (1 − 1/α)^α holds at every α > 1, so it is
+    enough to find one α at which it is at most δ. α is the double-precision optimiser's (exact
+    as a Decimal); log δ(α) is then evaluated with 80 significant digits (``Decimal.ln`` is
+    correctly rounded) and must be at least 10⁻⁴⁰ below log δ. A Fraction ρ is rounded up and a
+    Fraction ε or δ down, so every rounding makes the check stricter. An imprecise α only makes
+    the check stricter too.
+    """
+    r = _decimal(rho, "ROUND_CEILING")
+    e = _decimal(epsilon, "ROUND_FLOOR")
+    d = _decimal(delta, "ROUND_FLOOR")
+    if not (r.is_finite() and e.is_finite() and d.is_finite()):
+        raise ValueError("rho, epsilon and delta must be finite")
+    if r < 0 or e < 0:
+        raise ValueError("rho and epsilon must be non-negative")
+    if d <= 0:
+        return False
+    if r == 0:
+        return True
+    alpha_float = _optimal_alpha(float(r), float(e))
+    with localcontext() as ctx:
+        ctx.prec = _CHECK_DIGITS
+        alpha = Decimal(alpha_float)
+        log_delta = (alpha - 1) * (alpha * r - e) - (alpha - 1).ln() + alpha * (1 - 1 / alpha).ln()
+        return log_delta + _CHECK_MARGIN <= d.ln()
+
+
 def _check_delta(delta: float) -> None:
     if not (0.0 < delta < 1.0):
         raise ValueError("delta must lie strictly between 0 and 1")
@@ -148,8 +213,9 @@ def _check_delta(delta: float) -> None:
 def rho_from_epsilon_delta(epsilon: Decimal | float, delta: Decimal | float) -> Decimal:
     """The largest ρ (a multiple of RHO_QUANTUM) whose CKS conversion gives (ε, δ)-DP.
 
-    Bisection on ρ (δ is increasing in ρ), then rounded down to RHO_QUANTUM and checked:
-    ``delta_for(result, epsilon) <= delta`` always holds for the returned value.
+    Bisection on ρ (δ is increasing in ρ) in double precision, then rounded down to RHO_QUANTUM
+    and stepped down until :func:`cks_bound_holds` (80-digit check) accepts it for the exact ε
+    and δ given, so the guarantee holds in exact arithmetic, not only in floats.
     """
     eps = float(epsilon)
     dlt = float(delta)
@@ -174,7 +240,9 @@ def rho_from_epsilon_delta(epsilon: Decimal | float, delta: Decimal | float) -> 
     with localcontext() as ctx:
         ctx.prec = 60
         rho = Decimal(low).quantize(RHO_QUANTUM, rounding=ROUND_FLOOR)
-    while rho > 0 and delta_for(float(rho), eps) > dlt:
+    while rho > 0 and not (
+        delta_for(float(rho), eps) <= dlt and cks_bound_holds(rho, epsilon, delta)
+    ):
         rho -= RHO_QUANTUM
     if rho <= 0:
         raise ValueError("(epsilon, delta) is too small to give a positive rho at 1e-12 resolution")
@@ -182,7 +250,10 @@ def rho_from_epsilon_delta(epsilon: Decimal | float, delta: Decimal | float) -> 
 
 
 def epsilon_from_rho_delta(rho: Decimal | float | Fraction, delta: Decimal | float) -> Decimal:
-    """The smallest ε (a multiple of 1e-12, rounded up) such that ρ-zCDP gives (ε, δ)-DP."""
+    """The smallest ε (a multiple of 1e-12, rounded up) such that ρ-zCDP gives (ε, δ)-DP.
+
+    Bisection in double precision, then rounded up and stepped up until :func:`cks_bound_holds`
+    (80-digit check) accepts it for the exact ρ and δ given."""
     r = float(rho)
     dlt = float(delta)
     if not math.isfinite(r) or r < 0:
@@ -208,6 +279,6 @@ def epsilon_from_rho_delta(rho: Decimal | float | Fraction, delta: Decimal | flo
     with localcontext() as ctx:
         ctx.prec = 60
         epsilon = Decimal(high).quantize(RHO_QUANTUM, rounding=ROUND_CEILING)
-    while delta_for(r, float(epsilon)) > dlt:
+    while not (delta_for(r, float(epsilon)) <= dlt and cks_bound_holds(rho, epsilon, delta)):
         epsilon += RHO_QUANTUM
     return epsilon

@@ -45,6 +45,7 @@ from app.jobs.limits import (
 )
 from app.jobs.progress import PHASES, ProgressPoint, engine_point
 from app.jobs.repository import Claim
+from app.jobs.resources import output_rows_limit
 from app.storage import Storage, job_output_key
 from engine.domain import Dataset as EngineDataset
 from engine.encoding import TableSchema
@@ -429,7 +430,8 @@ def _synthesize(
         params,
         rng=rng,
         rows=claim.rows,
-        max_rows=settings.max_output_rows,
+        # Public cap: RHOSYNTH_MAX_OUTPUT_ROWS and the rows that fit the per-job memory limit.
+        max_rows=output_rows_limit(settings, mechanism, data.domain, params),
         progress=progress,
         on_milestone=progress.milestone,
     )

@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -25,6 +26,7 @@ from app.db.base import utcnow
 from app.db.session import after_commit
 from app.jobs import dispatch, repository
 from app.jobs.models import TERMINAL_STATUSES, Job
+from app.jobs.resources import ResourcesExceeded, check_resources
 from app.jobs.schemas import EpsilonDeltaBudgetIn, JobOut, JobRequest, ProgressOut
 from app.storage import Storage, job_output_prefix
 from engine.accounting import rho_from_epsilon_delta
@@ -128,11 +130,17 @@ def submit_job(
         raise LookupError(dataset_id)
     if dataset.deleted_at is not None:
         raise DatasetUnavailable(dataset_id)
+    # The declared schema is public (the owner chose it); no data is read here.
+    domain = TableSchema.from_json(dataset.schema).domain()
     try:
-        # The declared schema is public (the owner chose it); no data is read here.
-        mechanism.check_domain(TableSchema.from_json(dataset.schema).domain(), params)
+        mechanism.check_domain(domain, params)
+        mechanism.check_budget(domain, params, Fraction(budget.rho))
     except DomainRefused as refused:
         raise InvalidJob(f"{request.method!r} cannot run on this dataset: {refused}") from None
+    try:
+        check_resources(settings, mechanism, domain, params, request.rows)
+    except ResourcesExceeded as exceeded:
+        raise InvalidJob(str(exceeded)) from None
 
     now = utcnow()
     job_id = uuid.uuid4()

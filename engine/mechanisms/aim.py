@@ -13,16 +13,20 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.accounting import split_rho
+from engine.accounting import exact_share, split_rho
 from engine.domain import Dataset, Domain
 from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate
 from engine.marginals import MarginalCache, Measurement, measure_marginal
 from engine.mechanisms.base import (
+    DomainRefused,
     Mechanism,
     Milestone,
     ProgressReporter,
+    ResourceEstimate,
     SelectionCharge,
     SynthesisResult,
+    marginal_cells,
+    resource_estimate,
 )
 from engine.mechanisms.compression import compress_after_one_ways
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
@@ -118,6 +122,22 @@ def workload_candidates(domain: Domain, params: AIMParams) -> dict[Clique, float
     return workload_closure(domain, params.degree, params.max_workload_cells)
 
 
+def model_cap_cells(max_model_size_mb: float) -> int:
+    """The model-size cap in cells (8 bytes per cell), as AIM and PPSyn apply it."""
+    return int(max_model_size_mb * MEGABYTE / BYTES_PER_CELL)
+
+
+def check_one_way_model(domain: Domain, max_cells: int, name: str) -> None:
+    """Refuse a cap below the first model, which holds every one-way marginal (Σ sizes cells;
+    compression only shrinks them): that fit would raise after the charge."""
+    one_ways = sum(domain.sizes)
+    if one_ways > max_cells:
+        raise DomainRefused(
+            f"the first model holds every one-way marginal ({one_ways} cells), more than "
+            f"{name} allows ({max_cells} cells); raise {name}"
+        )
+
+
 def _downward_closure(cliques: Sequence[Clique]) -> set[frozenset[str]]:
     closure: set[frozenset[str]] = set()
     for clique in cliques:
@@ -176,6 +196,61 @@ class AIMMechanism(Mechanism):
         Milestone("sample", 0.97),
     )
 
+    def check_domain(self, domain: Domain, params: BaseModel) -> None:
+        """Refuse what would fail after the charge: a model cap below the one-way model, and,
+        with ``one_way_share`` null, rounds so few that the first one-way marginals (d·(1 − s)/T
+        of ρ) would leave nothing for the rounds (T must exceed d·(1 − s))."""
+        if not isinstance(params, AIMParams):
+            raise TypeError("params must be AIMParams")
+        check_one_way_model(domain, model_cap_cells(params.max_model_size_mb), "max_model_size_mb")
+        if params.one_way_share is None:
+            rounds = params.rounds or 16 * len(domain)
+            needed = len(domain) * (1 - exact_share(params.selection_share))
+            if rounds <= needed:
+                raise DomainRefused(
+                    f"with one_way_share null the first one-way marginals take "
+                    f"columns·(1 − selection_share)/rounds of ρ: rounds must be above "
+                    f"{float(needed):g} on these {len(domain)} columns (got {rounds})"
+                )
+
+    def smallest_release_rho(self, domain: Domain, params: BaseModel, rho: Fraction) -> Fraction:
+        """The smallest one-way part, and the smaller of selection and measurement in a round
+        of base cost ρ/T; the last round takes what is left, which is at least the base cost
+        of a round or, if the first round is the last, all that the one-ways left."""
+        if not isinstance(params, AIMParams):
+            raise TypeError("params must be AIMParams")
+        d = len(domain)
+        rounds = params.rounds or 16 * d
+        share = exact_share(params.selection_share)
+        if params.one_way_share is None:
+            one_way_total = d * (1 - share) * rho / rounds
+        else:
+            one_way_total = exact_share(params.one_way_share) * rho
+        if params.one_way_split == "size":
+            weights = [Fraction(size ** (2 / 3)).limit_denominator(10**6) for size in domain.sizes]
+        else:
+            weights = [Fraction(1)] * d
+        one_way = one_way_total * min(weights) / sum(weights)
+        left = rho - one_way_total
+        return min(one_way, min(left, rho / rounds) * min(share, 1 - share))
+
+    def estimate_resources(self, domain: Domain, params: BaseModel, rows: int) -> ResourceEstimate:
+        """The model at its cap in every round; the candidates' true answers and model
+        estimates held at once (each at most the cap); T rounds of ``round_iterations``."""
+        if not isinstance(params, AIMParams):
+            raise TypeError("params must be AIMParams")
+        max_cells = model_cap_cells(params.max_model_size_mb)
+        rounds = params.rounds or 16 * len(domain)
+        tables = marginal_cells(domain, params.degree, cap=max_cells)
+        return resource_estimate(
+            domain,
+            rows,
+            model_cells=max_cells,
+            fit_iterations=(rounds + 1) * params.round_iterations + params.iterations,
+            table_cells=tables,
+            extra_work=rounds * tables,
+        )
+
     def _synthesize(
         self,
         data: Dataset,
@@ -193,14 +268,14 @@ class AIMMechanism(Mechanism):
         rounds = params.rounds or 16 * len(original)
         max_cells = int(params.max_model_size_mb * MEGABYTE / BYTES_PER_CELL)
         # Budget state, in exact fractions.
-        select_share = Fraction(params.selection_share).limit_denominator(10**6)
+        select_share = exact_share(params.selection_share)
         sigma2 = Fraction(rounds) / (2 * (1 - select_share) * rho)
         select_rho = select_share * rho / rounds
         used = Fraction(0)
 
         one_way_total = len(original) / (2 * sigma2)
         if params.one_way_share is not None:
-            one_way_total = Fraction(params.one_way_share).limit_denominator(10**6) * rho
+            one_way_total = exact_share(params.one_way_share) * rho
         if params.one_way_split == "size":
             weights = [
                 Fraction(size ** (2 / 3)).limit_denominator(10**6) for size in original.sizes

@@ -10,6 +10,7 @@ can neither overspend nor silently underspend what the ledger charged.
 from __future__ import annotations
 
 import abc
+import itertools
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +46,124 @@ class DomainRefused(ValueError):
     Decided from public information only (the declared domain and the params), so the message may
     be shown to analysts; the service turns it into a 422 before anything is reserved.
     """
+
+
+MAX_NOISE_SIGMA2 = Fraction(2**96)
+"""The largest σ² a release may need (σ = 2⁴⁸). engine.noise refuses a scale above 2⁵⁰, where
+the noise would no longer fit comfortably in int64; noise this large is useless anyway."""
+
+
+# Peak-memory model of a run (see :class:`ResourceEstimate`). Measured on this project's machine
+# with /usr/bin/time -v on ``rhosynth synthesize`` and on engine.estimation.estimate alone; the
+# figures and commands are in docs/benchmarks.md ("Resource estimates").
+BASE_MEMORY_BYTES = 256 * 2**20
+"""The interpreter with numpy, pandas, pyarrow and the engine (a whole run on adult with one
+output row peaked at 186 MiB, the input table included)."""
+OUTPUT_BYTES_PER_CELL = 48
+"""Synthetic rows × columns: sampling, decompression, decoding and the Parquet write together
+(measured 16 bytes per cell with ``independent``, 34–35 with ``mst`` and ``aim``; the codes alone
+are 8)."""
+MODEL_BYTES_PER_CELL = 160
+"""A graphical model's cells during mirror descent: potentials, beliefs, messages, gradients and
+line-search copies (measured 127–146 bytes per cell on 4–54 million cells)."""
+TABLE_BYTES_PER_CELL = 16
+"""A float64 table held at once, with its true counts or a copy (candidate scoring)."""
+WORK_UNITS_PER_SECOND = 10**8
+"""The rate at which :attr:`ResourceEstimate.work` is converted to seconds. One unit is one cell
+of one mirror-descent iteration (or one cell of a table or of the output). This is optimistic on
+purpose: 22–88 ns per model cell and iteration were measured, 10 ns is assumed, so a job refused
+for time could not finish within the limit even at full speed on a bound it rarely reaches."""
+
+
+@dataclass(frozen=True)
+class ResourceEstimate:
+    """What one run of a method can need, from public information only: the declared domain, the
+    params and the number of output rows (never the data, so refusing on it leaks nothing).
+
+    ``memory_bytes`` bounds the peak memory of the run beyond the input table (whose size, the
+    private row count, is not used): the largest model the params allow, the tables held at once
+    and the output, at the per-cell costs above. ``work`` bounds the number of work units
+    (model cells × mirror-descent iterations, plus table and output cells) when every iteration
+    runs on a model at its cap; convert it with :data:`WORK_UNITS_PER_SECOND`.
+    """
+
+    memory_bytes: int
+    work: int
+
+    def __post_init__(self) -> None:
+        for name in ("memory_bytes", "work"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int")
+
+    @property
+    def seconds(self) -> float:
+        """``work`` at :data:`WORK_UNITS_PER_SECOND` (infinite past a float's range)."""
+        try:
+            return self.work / WORK_UNITS_PER_SECOND
+        except OverflowError:
+            return math.inf
+
+
+def subset_cells(sizes: Sequence[int], max_order: int) -> int:
+    """Σ cells(S) over the attribute subsets S with 1 ≤ |S| ≤ ``max_order`` (exact ints): the
+    total size of every marginal up to that order, e.g. AIM's candidates for a workload of that
+    degree. Elementary symmetric polynomials, O(d·max_order), nothing enumerated."""
+    e = [1] + [0] * max_order
+    for size in sizes:
+        for j in range(max_order, 0, -1):
+            e[j] += int(size) * e[j - 1]
+    return sum(e[1:])
+
+
+_ENUMERATE_SUBSETS = 100_000
+
+
+def marginal_cells(domain: Domain, max_order: int, *, cap: int | None = None) -> int:
+    """Σ cells(S) over the attribute subsets with 1 ≤ |S| ≤ ``max_order`` and at most ``cap``
+    cells: exact when there are at most 100,000 such subsets (enumerated), else the sum over all
+    of them (:func:`subset_cells`, an upper bound that ignores the cap)."""
+    d = len(domain)
+    max_order = min(max_order, d)
+    count = sum(math.comb(d, k) for k in range(1, max_order + 1))
+    if count > _ENUMERATE_SUBSETS:
+        return subset_cells(domain.sizes, max_order)
+    total = 0
+    for k in range(1, max_order + 1):
+        for subset in itertools.combinations(domain.sizes, k):
+            cells = math.prod(subset)
+            if cap is None or cells <= cap:
+                total += cells
+    return total
+
+
+def largest_cells(domain: Domain, order: int) -> int:
+    """The cells of the largest marginal of ``order`` attributes (product of the largest sizes)."""
+    return math.prod(sorted(domain.sizes, reverse=True)[: min(order, len(domain))])
+
+
+def resource_estimate(
+    domain: Domain,
+    rows: int,
+    *,
+    model_cells: int = 0,
+    fit_iterations: int = 0,
+    table_cells: int = 0,
+    extra_work: int = 0,
+) -> ResourceEstimate:
+    """The estimate of a run that fits a model of at most ``model_cells`` cells for
+    ``fit_iterations`` mirror-descent iterations in total, holds at most ``table_cells`` cells of
+    tables at once and writes ``rows`` rows over ``domain``."""
+    output_cells = rows * len(domain)
+    one_ways = sum(domain.sizes)
+    memory = (
+        BASE_MEMORY_BYTES
+        + output_cells * OUTPUT_BYTES_PER_CELL
+        + max(model_cells, one_ways) * MODEL_BYTES_PER_CELL
+        + table_cells * TABLE_BYTES_PER_CELL
+    )
+    work = output_cells + one_ways + fit_iterations * model_cells + table_cells + extra_work
+    return ResourceEstimate(memory_bytes=int(memory), work=int(work))
 
 
 @dataclass(frozen=True)
@@ -313,6 +432,35 @@ class Mechanism(abc.ABC):
         """
         del domain, params  # every domain is accepted unless a method says otherwise
 
+    def smallest_release_rho(self, domain: Domain, params: BaseModel, rho: Fraction) -> Fraction:
+        """A lower bound, over every release a run with budget ``rho`` can make (measurements,
+        noisy scores, selections), of its ρ divided by its squared sensitivity: the release's
+        σ² is at most 1/(2·this). Public information only. Default: ρ/d, one release per column
+        (mechanisms that split ρ further override it)."""
+        del params
+        return rho / max(1, len(domain))
+
+    def check_budget(self, domain: Domain, params: BaseModel, rho: Fraction) -> None:
+        """Raise :class:`DomainRefused` if ``rho`` is so small, for these params on this domain,
+        that some release would need noise with σ² above :data:`MAX_NOISE_SIGMA2` (the sampler
+        would refuse it after the charge). The service calls it at submission with the ρ it
+        would reserve; :meth:`run` calls it again."""
+        smallest = self.smallest_release_rho(domain, params, Fraction(rho))
+        if smallest <= 0 or 1 / (2 * smallest) > MAX_NOISE_SIGMA2:
+            raise DomainRefused(
+                f"ρ = {float(rho):.3g} is too small for these params on this domain: its "
+                "smallest part would need discrete Gaussian noise with σ above 2^48 (raise ρ "
+                "or the smallest share, or lower rounds or candidates)"
+            )
+
+    def estimate_resources(self, domain: Domain, params: BaseModel, rows: int) -> ResourceEstimate:
+        """An upper estimate of the run's peak memory and work for ``rows`` output rows
+        (:class:`ResourceEstimate`; public information only). The service refuses a job whose
+        estimate exceeds the per-job memory or time limit before anything is reserved. Default:
+        the one-way marginals and the output (mechanisms with a model override this)."""
+        del params
+        return resource_estimate(domain, rows)
+
     def params_schema(self) -> dict[str, Any]:
         """JSON schema of ``Params`` (for the API's documentation and the UI)."""
         return self.Params.model_json_schema()
@@ -365,6 +513,7 @@ class Mechanism(abc.ABC):
             raise TypeError("noise_source must be a random.Random (or None for the OS CSPRNG)")
 
         self.check_domain(data.domain, params)
+        self.check_budget(data.domain, params, rho)
         reporter = ProgressReporter(progress, self.milestones, on_milestone)
         result = self._synthesize(
             data,

@@ -34,8 +34,10 @@ from engine.mechanisms.base import (
     Mechanism,
     Milestone,
     ProgressReporter,
+    ResourceEstimate,
     SynthesisResult,
     resolve_rows,
+    resource_estimate,
 )
 from engine.mechanisms.independent import estimate_total
 from engine.sampling import sample_categorical
@@ -87,10 +89,10 @@ class CIPHERParams(BaseModel):
     )
     lam: float = Field(
         default=1e-3,
-        gt=0,
+        ge=1e-9,
         le=10.0,
         description="λ: the ridge (l2) penalty of every linear solve; the paper only asks for a "
-        "small value",
+        "small value (at least 1e-9: below it AᵀA + λI can be singular in floating point)",
     )
     clip_mid: bool = Field(
         default=True,
@@ -716,6 +718,25 @@ class CIPHERMechanism(Mechanism):
                 f"{params.max_reconstructed_cells} (raise max_reconstructed_cells, raise order "
                 "or choose another method)"
             )
+
+    def smallest_release_rho(self, domain: Domain, params: BaseModel, rho: Fraction) -> Fraction:
+        """ρ split equally over the measured ``order``-way marginals."""
+        if not isinstance(params, CIPHERParams):
+            raise TypeError("params must be CIPHERParams")
+        kept = sum(1 for size in domain.sizes if size > 1)
+        queries = math.comb(kept, params.order) if 0 < params.order < kept else 1
+        return rho / queries
+
+    def estimate_resources(self, domain: Domain, params: BaseModel, rows: int) -> ResourceEstimate:
+        """The full joint (a few float64 copies: solve, correction, sampling) and every
+        reconstructed subset table held at once; each reconstructed cell solved once."""
+        if not isinstance(params, CIPHERParams):
+            raise TypeError("params must be CIPHERParams")
+        joint = domain.cells()
+        work = reconstructed_cells(domain.sizes, params.order)
+        return resource_estimate(
+            domain, rows, table_cells=4 * joint + work, extra_work=_CG_MAX_ITER * work
+        )
 
     def _synthesize(
         self,

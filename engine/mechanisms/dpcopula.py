@@ -16,15 +16,18 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.accounting import split_rho
-from engine.domain import Dataset
+from engine.domain import Dataset, Domain
 from engine.marginals import Measurement, measure_marginal
 from engine.mechanisms.base import (
     GaussianCharge,
     Mechanism,
     Milestone,
     ProgressReporter,
+    ResourceEstimate,
     SynthesisResult,
+    largest_cells,
     resolve_rows,
+    resource_estimate,
 )
 from engine.mechanisms.copula import (
     FloatArray,
@@ -535,6 +538,42 @@ class DPCopulaMechanism(Mechanism):
         Milestone("correlate", 0.3),
         Milestone("sample", 0.7),
     )
+
+    def smallest_release_rho(self, domain: Domain, params: BaseModel, rho: Fraction) -> Fraction:
+        """Per release, ρ/Δ²: the partition histogram, the smallest margin part and a pair's
+        correlation release ρ_C/P with Δ = 2(kendall_max_rows − 1) (Kendall) or 2·mle_grid."""
+        if not isinstance(params, DPCopulaParams):
+            raise TypeError("params must be DPCopulaParams")
+        d = len(domain)
+        keys = _fraction(params.partition_share)
+        margins = _fraction(params.margin_share)
+        rest = rho * (1 - keys)
+        weights = [_c23(size) for size in domain.sizes]
+        parts = [rho * keys, rest * margins * min(weights) / sum(weights)]
+        pairs = d * (d - 1) // 2
+        if pairs:
+            if params.correlation == "kendall":
+                sensitivity = 2 * (params.kendall_max_rows - 1)
+            else:
+                sensitivity = 2 * params.mle_grid
+            parts.append(rest * (1 - margins) / (pairs * sensitivity**2))
+        return min(parts)
+
+    def estimate_resources(self, domain: Domain, params: BaseModel, rows: int) -> ResourceEstimate:
+        """Per partition (at most ``max_partitions``): every margin, a correlation matrix and
+        one pair's contingency table; the copula's normal samples as output."""
+        if not isinstance(params, DPCopulaParams):
+            raise TypeError("params must be DPCopulaParams")
+        d = len(domain)
+        partitions = params.max_partitions if params.hybrid else 1
+        tables = partitions * (sum(domain.sizes) + d * d + largest_cells(domain, 2))
+        pairs = d * (d - 1) // 2
+        return resource_estimate(
+            domain,
+            2 * rows,
+            table_cells=tables,
+            extra_work=partitions * pairs * largest_cells(domain, 2),
+        )
 
     def _synthesize(
         self,

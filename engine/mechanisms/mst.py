@@ -12,16 +12,20 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.accounting import split_rho
-from engine.domain import Dataset
+from engine.domain import Dataset, Domain
 from engine.estimation import NoisyMarginal, estimate
 from engine.marginals import Measurement, count_marginal, measure_marginal
 from engine.mechanisms.base import (
     Mechanism,
     Milestone,
     ProgressReporter,
+    ResourceEstimate,
     SelectionCharge,
     SynthesisResult,
+    largest_cells,
+    marginal_cells,
     resolve_rows,
+    resource_estimate,
 )
 from engine.mechanisms.compression import compress_after_one_ways
 from engine.mechanisms.fitting import estimation_progress
@@ -102,6 +106,27 @@ class MSTMechanism(Mechanism):
         Milestone("estimate", 0.35),
         Milestone("sample", 0.9),
     )
+
+    def smallest_release_rho(self, domain: Domain, params: BaseModel, rho: Fraction) -> Fraction:
+        """ρ/(3d) per one-way marginal (ρ with one column); the d − 1 selections and pairs get
+        more each."""
+        return rho if len(domain) < 2 else rho / (3 * len(domain))
+
+    def estimate_resources(self, domain: Domain, params: BaseModel, rows: int) -> ResourceEstimate:
+        """A tree of d − 1 pairs (each at most the largest pair) plus the one-ways as the model;
+        every pair's true counts and 1-way-model estimate held at once for the selection."""
+        if not isinstance(params, MSTParams):
+            raise TypeError("params must be MSTParams")
+        one_ways = sum(domain.sizes)
+        tree = one_ways + max(len(domain) - 1, 0) * largest_cells(domain, 2)
+        return resource_estimate(
+            domain,
+            rows,
+            model_cells=tree,
+            fit_iterations=params.iterations,
+            table_cells=marginal_cells(domain, 2) - one_ways,
+            extra_work=params.selection_iterations * one_ways,
+        )
 
     def _synthesize(
         self,

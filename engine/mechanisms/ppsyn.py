@@ -11,9 +11,9 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engine.accounting import gaussian_rho, split_rho
+from engine.accounting import exact_share, gaussian_rho, split_rho
 from engine.domain import Dataset, Domain
 from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate
 from engine.marginals import (
@@ -27,6 +27,8 @@ from engine.mechanisms.aim import (
     BYTES_PER_CELL,
     MEGABYTE,
     Clique,
+    check_one_way_model,
+    model_cap_cells,
     workload_closure,
 )
 from engine.mechanisms.base import (
@@ -34,8 +36,11 @@ from engine.mechanisms.base import (
     Mechanism,
     Milestone,
     ProgressReporter,
+    ResourceEstimate,
     SelectionCharge,
     SynthesisResult,
+    marginal_cells,
+    resource_estimate,
 )
 from engine.mechanisms.compression import compress_after_one_ways
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
@@ -67,7 +72,7 @@ class PPSynParams(BaseModel):
     )
     eta: float = Field(
         default=0.7,
-        gt=0,
+        ge=0.001,
         lt=1,
         description="η: a partitioned measurement must have expected noise error at most η × "
         "the model error it can correct (the score is contribution − noise/η)",
@@ -127,6 +132,13 @@ class PPSynParams(BaseModel):
         description="'balanced' (controlled rounding, values spread evenly across the attributes "
         "drawn before), 'round' (controlled rounding) or 'sample' (i.i.d. rows)",
     )
+
+    @model_validator(mode="after")
+    def _shares_leave_room(self) -> PPSynParams:
+        # Exact decimals, so a sum that floats round below 1 is not let through.
+        if exact_share(self.one_way_share) + exact_share(self.selection_share) >= 1:
+            raise ValueError("one_way_share + selection_share must be below 1")
+        return self
 
 
 def candidate_partition(
@@ -246,6 +258,44 @@ class PPSynMechanism(Mechanism):
         Milestone("sample", 0.97),
     )
 
+    def check_domain(self, domain: Domain, params: BaseModel) -> None:
+        """Refuse a model cap below the first model (every one-way marginal): that fit would
+        raise after the charge."""
+        if not isinstance(params, PPSynParams):
+            raise TypeError("params must be PPSynParams")
+        check_one_way_model(domain, model_cap_cells(params.max_model_size_mb), "max_model_size_mb")
+
+    def smallest_release_rho(self, domain: Domain, params: BaseModel, rho: Fraction) -> Fraction:
+        """The smallest one-way part; a selection gets at least sρ/T (the per-round selection
+        budget never decreases) and a measurement at least (1 − ows − s)ρ/T (every round but
+        the last takes the current ladder step, the last everything left)."""
+        if not isinstance(params, PPSynParams):
+            raise TypeError("params must be PPSynParams")
+        rounds = params.rounds or 16 * len(domain)
+        one_way_share = exact_share(params.one_way_share)
+        select_share = exact_share(params.selection_share)
+        weights = [_frac(size ** (2 / 3)) for size in domain.sizes]
+        one_way = one_way_share * rho * min(weights) / sum(weights)
+        per_round = min(select_share, 1 - one_way_share - select_share) * rho / rounds
+        return min(one_way, per_round)
+
+    def estimate_resources(self, domain: Domain, params: BaseModel, rows: int) -> ResourceEstimate:
+        """The model at its cap in every round; each candidate's true answer, model estimate and
+        partition (group ids) held at once; T rounds of ``round_iterations``."""
+        if not isinstance(params, PPSynParams):
+            raise TypeError("params must be PPSynParams")
+        max_cells = model_cap_cells(params.max_model_size_mb)
+        rounds = params.rounds or 16 * len(domain)
+        tables = 2 * marginal_cells(domain, params.degree, cap=max_cells)
+        return resource_estimate(
+            domain,
+            rows,
+            model_cells=max_cells,
+            fit_iterations=(rounds + 1) * params.round_iterations + params.iterations,
+            table_cells=tables,
+            extra_work=rounds * tables,
+        )
+
     def _synthesize(
         self,
         data: Dataset,
@@ -262,8 +312,8 @@ class PPSynMechanism(Mechanism):
         original = data.domain
         rounds = params.rounds or 16 * len(original)
         max_cells = int(params.max_model_size_mb * MEGABYTE / BYTES_PER_CELL)
-        one_way_share = _frac(params.one_way_share)
-        select_share = _frac(params.selection_share)
+        one_way_share = exact_share(params.one_way_share)
+        select_share = exact_share(params.selection_share)
         if one_way_share + select_share >= 1:
             raise ValueError("one_way_share + selection_share must be below 1")
         one_way_total = one_way_share * rho

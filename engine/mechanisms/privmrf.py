@@ -12,8 +12,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engine.accounting import sigma2_for_rho, split_rho
-from engine.domain import Dataset
+from engine.accounting import exact_share, sigma2_for_rho, split_rho
+from engine.domain import Dataset, Domain
 from engine.estimation import (
     GraphicalModel,
     ModelSizer,
@@ -28,12 +28,17 @@ from engine.marginals import (
     count_marginal,
     measure_marginal,
 )
+from engine.mechanisms.aim import check_one_way_model
 from engine.mechanisms.base import (
     GaussianCharge,
     Mechanism,
     Milestone,
     ProgressReporter,
+    ResourceEstimate,
     SynthesisResult,
+    largest_cells,
+    marginal_cells,
+    resource_estimate,
 )
 from engine.mechanisms.compression import Compression, compress_after_one_ways
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
@@ -112,10 +117,10 @@ class PrivMRFParams(BaseModel):
     )
     theta: float = Field(
         default=3.0,
-        gt=0,
+        ge=0.001,
         le=1000,
         description="θ-usefulness: a candidate needs ñ/cells ≥ θ × the expected |noise| per cell "
-        "(paper: 6)",
+        "(paper: 6; at least 0.001: θ·σ must not underflow to 0)",
     )
     max_marginal_attributes: int = Field(
         default=6, ge=2, le=10, description="largest number of attributes of a candidate marginal"
@@ -165,7 +170,8 @@ class PrivMRFParams(BaseModel):
     @model_validator(mode="after")
     def _shares_leave_room(self) -> PrivMRFParams:
         first = self.one_way_share if self.compress else self.total_share
-        if self.r_share + self.selection_share + first >= 1:
+        shares = (self.r_share, self.selection_share, first)
+        if sum(exact_share(share) for share in shares) >= 1:  # exact: 0.7 + 0.2 + 0.1 is 1
             raise ValueError(
                 "r_share + selection_share + (one_way_share or total_share) must be below 1"
             )
@@ -269,6 +275,61 @@ class PrivMRFMechanism(Mechanism):
         Milestone("sample", 0.97),
     )
 
+    def check_domain(self, domain: Domain, params: BaseModel) -> None:
+        """Refuse a model cap below the first model (every one-way marginal): that fit would
+        raise after the charge."""
+        if not isinstance(params, PrivMRFParams):
+            raise TypeError("params must be PrivMRFParams")
+        check_one_way_model(domain, params.max_model_cells, "max_model_cells")
+
+    def smallest_release_rho(self, domain: Domain, params: BaseModel, rho: Fraction) -> Fraction:
+        """Per release, ρ/Δ²: R-scores ρ_R/(m·(2g)²), selection scores ρ_S/(t·k·g²), ñ, the
+        one-ways' smallest part, a marginal ρ_M/(d + t) and a re-measurement of unspent budget
+        (at least ρ_M/(d + t)² each)."""
+        if not isinstance(params, PrivMRFParams):
+            raise TypeError("params must be PrivMRFParams")
+        d = len(domain)
+        m = d * (d - 1) // 2
+        t = (params.rounds if params.rounds is not None else math.floor(0.8 * d)) if m else 0
+        grid = params.score_grid
+        rho_r = exact_share(params.r_share) * rho if m else Fraction(0)
+        rho_s = exact_share(params.selection_share) * rho if t else Fraction(0)
+        rho_n = Fraction(0) if params.compress else exact_share(params.total_share) * rho
+        rho_1 = exact_share(params.one_way_share) * rho if params.compress else Fraction(0)
+        rho_m = rho - rho_r - rho_s - rho_n - rho_1
+        parts = [rho_m / (d + t) ** 2]
+        if m:
+            parts.append(rho_r / (m * (R_SCORE_SENSITIVITY * grid) ** 2))
+        if t:
+            parts.append(rho_s / (t * params.candidates * (SELECTION_SENSITIVITY * grid) ** 2))
+        if rho_n:
+            parts.append(rho_n)
+        if rho_1:
+            weights = [_fraction(size ** (2 / 3)) for size in domain.sizes]
+            parts.append(rho_1 * min(weights) / sum(weights))
+        return min(parts)
+
+    def estimate_resources(self, domain: Domain, params: BaseModel, rows: int) -> ResourceEstimate:
+        """The model at ``max_model_cells`` in every fit; the k scored candidates' estimates
+        and true answers (each at most a clique) and every pair's table held at once."""
+        if not isinstance(params, PrivMRFParams):
+            raise TypeError("params must be PrivMRFParams")
+        d = len(domain)
+        rounds = params.rounds if params.rounds is not None else math.floor(0.8 * d)
+        clique = min(params.max_clique_cells, params.max_model_cells)
+        pairs = marginal_cells(domain, 2) - sum(domain.sizes)
+        widest = largest_cells(domain, params.max_marginal_attributes)
+        scored = params.candidates * min(clique, widest)
+        tables = pairs + scored
+        return resource_estimate(
+            domain,
+            rows,
+            model_cells=params.max_model_cells,
+            fit_iterations=(rounds + 1) * params.round_iterations + params.iterations,
+            table_cells=tables,
+            extra_work=rounds * scored,
+        )
+
     def _synthesize(
         self,
         data: Dataset,
@@ -291,10 +352,10 @@ class PrivMRFMechanism(Mechanism):
         t = (params.rounds if params.rounds is not None else math.floor(0.8 * d)) if m else 0
         source = SecureRandom() if noise_source is None else noise_source
 
-        rho_r = _fraction(params.r_share) * rho if m else Fraction(0)
-        rho_s = _fraction(params.selection_share) * rho if t else Fraction(0)
-        rho_n = Fraction(0) if params.compress else _fraction(params.total_share) * rho
-        rho_1 = _fraction(params.one_way_share) * rho if params.compress else Fraction(0)
+        rho_r = exact_share(params.r_share) * rho if m else Fraction(0)
+        rho_s = exact_share(params.selection_share) * rho if t else Fraction(0)
+        rho_n = Fraction(0) if params.compress else exact_share(params.total_share) * rho
+        rho_1 = exact_share(params.one_way_share) * rho if params.compress else Fraction(0)
         rho_m = rho - rho_r - rho_s - rho_n - rho_1
         per_marginal = rho_m / (d + t)
         sigma_m = math.sqrt(float(sigma2_for_rho(MARGINAL_SENSITIVITY, per_marginal)))

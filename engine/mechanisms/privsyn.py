@@ -12,8 +12,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engine.accounting import gaussian_rho, sigma2_for_rho, split_rho
-from engine.domain import Dataset
+from engine.accounting import exact_share, gaussian_rho, sigma2_for_rho, split_rho
+from engine.domain import Dataset, Domain
 from engine.marginals import (
     MARGINAL_SENSITIVITY,
     Measurement,
@@ -25,8 +25,12 @@ from engine.mechanisms.base import (
     Mechanism,
     Milestone,
     ProgressReporter,
+    ResourceEstimate,
     SynthesisResult,
+    largest_cells,
+    marginal_cells,
     resolve_rows,
+    resource_estimate,
 )
 from engine.mechanisms.compression import Compression
 from engine.mechanisms.privsyn_parts import (
@@ -223,7 +227,7 @@ class PrivSynParams(BaseModel):
 
     @model_validator(mode="after")
     def _shares_leave_room(self) -> PrivSynParams:
-        if self.one_way_share + self.indif_share >= 1:
+        if exact_share(self.one_way_share) + exact_share(self.indif_share) >= 1:  # exact decimals
             raise ValueError("one_way_share + indif_share must be below 1")
         return self
 
@@ -332,6 +336,48 @@ class PrivSynMechanism(Mechanism):
         Milestone("sample", 0.2),
     )
 
+    def smallest_release_rho(self, domain: Domain, params: BaseModel, rho: Fraction) -> Fraction:
+        """Per release, ρ/Δ²: the smallest one-way part, an InDif score ρ₂/(m·(4k)²), and a
+        marginal's part of ρ₃ ∝ cells^(2/3) over at most 2m + d + coarse_pairs tables of at
+        most max(largest pair, max_clique_cells, coarse_cells) cells."""
+        if not isinstance(params, PrivSynParams):
+            raise TypeError("params must be PrivSynParams")
+        d = len(domain)
+        m = d * (d - 1) // 2
+        if not m:
+            return rho
+        one_way_share = exact_share(params.one_way_share)
+        indif_share = exact_share(params.indif_share)
+        weights = [_c23(size) for size in domain.sizes]
+        one_way = one_way_share * rho * min(weights) / sum(weights)
+        indif = indif_share * rho / (m * (INDIF_SENSITIVITY * params.indif_grid) ** 2)
+        widest = max(largest_cells(domain, 2), params.max_clique_cells, params.coarse_cells)
+        tables = 2 * m + d + params.coarse_pairs
+        marginal = (1 - one_way_share - indif_share) * rho / (tables * _c23(widest))
+        return min(one_way, indif, marginal)
+
+    def estimate_resources(self, domain: Domain, params: BaseModel, rows: int) -> ResourceEstimate:
+        """No model: every pair's table (InDif scores, measured pairs) and the cliques (fewer
+        than ``max_clique_cells`` each, at most one per three pairs) and coarse pairs held at
+        once; GUM touches every record once per target and iteration."""
+        if not isinstance(params, PrivSynParams):
+            raise TypeError("params must be PrivSynParams")
+        d = len(domain)
+        pairs = d * (d - 1) // 2
+        tables = (
+            marginal_cells(domain, 2)
+            + (pairs // 3) * params.max_clique_cells
+            + params.coarse_pairs * params.coarse_cells
+        )
+        targets = pairs + params.coarse_pairs
+        return resource_estimate(
+            domain,
+            rows,
+            table_cells=tables,
+            extra_work=params.consistency_rounds * tables
+            + params.iterations * (targets * rows + tables),
+        )
+
     def _synthesize(
         self,
         data: Dataset,
@@ -354,9 +400,9 @@ class PrivSynMechanism(Mechanism):
             one_way_rho, indif_rho, _ = split_rho(
                 rho,
                 [
-                    _fraction(params.one_way_share),
-                    _fraction(params.indif_share),
-                    1 - _fraction(params.one_way_share) - _fraction(params.indif_share),
+                    exact_share(params.one_way_share),
+                    exact_share(params.indif_share),
+                    1 - exact_share(params.one_way_share) - exact_share(params.indif_share),
                 ],
             )
         else:

@@ -6,13 +6,15 @@ import math
 from decimal import Decimal
 from fractions import Fraction
 
+import mpmath
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.accounting import (
     RHO_QUANTUM,
+    cks_bound_holds,
     delta_for,
     epsilon_from_rho_delta,
     gaussian_rho,
@@ -204,3 +206,77 @@ def test_split_rho_rejects_bad_weights() -> None:
         split_rho(Fraction(1), [1, 0])
     with pytest.raises(ValueError):
         split_rho(Fraction(1), [1, -2])
+
+
+def _mp_true_delta(rho: Decimal, epsilon: Decimal) -> mpmath.mpf:
+    """inf_α of the CKS bound in 60-digit mpmath: α is the root of the derivative of log δ(α),
+    (2α − 1)ρ − ε + log(1 − 1/α), found by bisection independently of engine.accounting."""
+    with mpmath.workdps(60):
+        r, e = mpmath.mpf(str(rho)), mpmath.mpf(str(epsilon))
+
+        def derivative(a: mpmath.mpf) -> mpmath.mpf:
+            return (2 * a - 1) * r - e + mpmath.log(1 - 1 / a)
+
+        low, high = mpmath.mpf(1), mpmath.mpf(2)
+        while derivative(high) < 0:
+            low, high = high, 2 * high
+        for _ in range(400):
+            mid = (low + high) / 2
+            if derivative(mid) < 0:
+                low = mid
+            else:
+                high = mid
+        a = high
+        return mpmath.exp((a - 1) * (a * r - e)) / (a - 1) * (1 - 1 / a) ** a
+
+
+_LARGE_EPSILON_DELTAS = [
+    Decimal(m) * Decimal(10) ** -k for k in range(1, 40) for m in (1, 2, 5) if m * 10.0**-k < 1
+]
+
+
+@pytest.mark.parametrize("epsilon", [Decimal(100), Decimal(300), Decimal(1000)])
+def test_conversion_meets_the_bound_in_high_precision_at_large_epsilon(epsilon: Decimal) -> None:
+    """At ε ≥ 100 the double-precision bound can be ~1e-14 (relative) below the true one; the
+    returned ρ must satisfy the bound in 60-digit arithmetic for every δ, and the ε returned for
+    that ρ too. (Before the 80-digit check, ε = 300, δ = 2e-12 and ε = 1000, δ = 1e-13 and 1e-17
+    failed here.)"""
+    with mpmath.workdps(60):
+        for delta in _LARGE_EPSILON_DELTAS:
+            rho = rho_from_epsilon_delta(epsilon, delta)
+            assert _mp_true_delta(rho, epsilon) <= mpmath.mpf(str(delta)), (epsilon, delta, rho)
+            # Still tight: one quantum more breaks the bound (or is within its 1e-40 slack).
+            assert not cks_bound_holds(rho + 2 * RHO_QUANTUM, epsilon, delta)
+            recovered = epsilon_from_rho_delta(rho, delta)
+            assert recovered <= epsilon
+            assert _mp_true_delta(rho, recovered) <= mpmath.mpf(str(delta)), (rho, delta)
+
+
+@given(
+    epsilon=st.decimals(min_value=Decimal("0.01"), max_value=Decimal(1000), places=3),
+    delta_exponent=st.integers(min_value=1, max_value=30),
+    mantissa=st.integers(min_value=1, max_value=9),
+)
+@settings(max_examples=150, deadline=None)
+def test_conversion_meets_the_bound_in_high_precision(
+    epsilon: Decimal, delta_exponent: int, mantissa: int
+) -> None:
+    delta = Decimal(mantissa) * Decimal(10) ** -delta_exponent
+    if epsilon <= 0 or delta >= 1:
+        return
+    try:
+        rho = rho_from_epsilon_delta(epsilon, delta)
+    except ValueError:
+        return  # converts to ρ = 0 (refused with 422)
+    assert _mp_true_delta(rho, epsilon) <= mpmath.mpf(str(delta))
+    recovered = epsilon_from_rho_delta(rho, delta)
+    assert _mp_true_delta(rho, recovered) <= mpmath.mpf(str(delta))
+
+
+def test_cks_bound_holds_agrees_with_the_bound() -> None:
+    assert cks_bound_holds(Decimal("0.024355970359"), 1, Decimal("1e-6"))
+    assert not cks_bound_holds(Decimal("0.024355970459"), 1, Decimal("1e-6"))
+    assert cks_bound_holds(0, 1, Decimal("1e-6"))
+    assert not cks_bound_holds(Fraction(1, 10), 1, 0)
+    with pytest.raises(ValueError):
+        cks_bound_holds(-1, 1, Decimal("0.1"))

@@ -184,9 +184,9 @@ def test_params_are_strict() -> None:
         params.eta = 0.5  # type: ignore[misc]
     for name, field in PPSynParams.model_fields.items():
         assert field.description, name
-    bad = mechanism.validate_params({**FAST, "one_way_share": 0.5, "selection_share": 0.5})
-    with pytest.raises(ValueError, match="below 1"):
-        mechanism.run(correlated(100, 0), Fraction(1), bad, rng=np.random.default_rng(0))
+    # Refused when the params are validated (at submission, 422), not after the charge.
+    with pytest.raises(pydantic.ValidationError, match="below 1"):
+        mechanism.validate_params({**FAST, "one_way_share": 0.5, "selection_share": 0.5})
 
 
 @pytest.mark.parametrize("rho", [Fraction(1, 3), Fraction(14973057673, 10**12), Fraction(5)])

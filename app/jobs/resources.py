@@ -1,0 +1,95 @@
+"""Per-job resource limits decided at submission, from public information only.
+
+A job's parameters, the declared domain and the requested rows bound what a run can need
+(:meth:`engine.mechanisms.Mechanism.estimate_resources`); a request whose estimate exceeds the
+per-job memory limit (``RHOSYNTH_JOB_MEMORY_LIMIT_MB``) or whose work cannot fit in the time limit
+(``RHOSYNTH_JOB_TIME_LIMIT_SECONDS``) even at the estimate's optimistic rate is refused with 422
+before anything is reserved. Nothing here reads data, so a refusal reveals nothing about it.
+
+Without ``rows`` the output size is the mechanism's noisy row count, which the submission cannot
+know: it is capped at :func:`output_rows_limit`, the number of rows that fit in the memory limit
+next to the method's model (and at ``RHOSYNTH_MAX_OUTPUT_ROWS``), so the worker never decodes more.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from app.config import Settings
+from engine.domain import Domain
+from engine.mechanisms import Mechanism, ResourceEstimate
+
+_GIB = 2**30
+
+
+class ResourcesExceeded(ValueError):
+    """The job would exceed the per-job memory or time limit (public message, 422)."""
+
+
+def _memory_limit(settings: Settings) -> int | None:
+    if settings.job_memory_limit_mb is None:
+        return None
+    return settings.job_memory_limit_mb * 2**20
+
+
+def _gib(value: int) -> str:
+    try:
+        return f"{value / _GIB:.1f} GiB"
+    except OverflowError:  # a domain whose cells do not fit in a float
+        return "more than 10^300 GiB"
+
+
+def output_rows_limit(
+    settings: Settings, mechanism: Mechanism, domain: Domain, params: BaseModel
+) -> int:
+    """The most output rows a job of ``mechanism`` with ``params`` on ``domain`` may produce:
+    ``RHOSYNTH_MAX_OUTPUT_ROWS``, and no more than fit in the memory limit next to the rest of
+    the run (0 when not even the rest fits). Public information only."""
+    limit = _memory_limit(settings)
+    if limit is None:
+        return settings.max_output_rows
+    without_rows = mechanism.estimate_resources(domain, params, 0).memory_bytes
+    per_row = mechanism.estimate_resources(domain, params, 1).memory_bytes - without_rows
+    if without_rows > limit:
+        return 0
+    if per_row <= 0:
+        return settings.max_output_rows
+    return min(settings.max_output_rows, (limit - without_rows) // per_row)
+
+
+def check_resources(
+    settings: Settings,
+    mechanism: Mechanism,
+    domain: Domain,
+    params: BaseModel,
+    rows: int | None,
+) -> ResourceEstimate:
+    """Raise :class:`ResourcesExceeded` if the job cannot fit the per-job limits; return the
+    estimate for the rows it may produce (``rows``, else :func:`output_rows_limit`)."""
+    limit = _memory_limit(settings)
+    name = mechanism.name
+    cap = output_rows_limit(settings, mechanism, domain, params)
+    bound = rows if rows is not None else cap
+    estimate = mechanism.estimate_resources(domain, params, bound)
+    if limit is not None and estimate.memory_bytes > limit:
+        bare = mechanism.estimate_resources(domain, params, 0).memory_bytes
+        if bare > limit:
+            raise ResourcesExceeded(
+                f"{name!r} with these params would need about {_gib(bare)} of memory on this "
+                f"dataset's declared domain; the limit per job is {_gib(limit)} (lower the "
+                "model-size, round or candidate parameters, or choose another method)"
+            )
+        raise ResourcesExceeded(
+            f"{name!r} with rows = {bound} would need about {_gib(estimate.memory_bytes)} of "
+            f"memory on this dataset's {len(domain)} columns; the limit per job is "
+            f"{_gib(limit)}: at most {cap} rows fit"
+        )
+    seconds = estimate.seconds
+    if seconds > settings.job_time_limit_seconds:
+        raise ResourcesExceeded(
+            f"{name!r} with these params would need about {seconds / 3600:.1f} hours of work "
+            f"on this dataset's declared domain, even at the estimate's optimistic rate; the "
+            f"limit per job is {settings.job_time_limit_seconds / 3600:.1f} hours (lower "
+            "rounds, iterations or the model size)"
+        )
+    return estimate

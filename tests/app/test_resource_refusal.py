@@ -1,0 +1,149 @@
+"""Jobs that cannot fit the per-job limits, or that would fail after the charge for a reason
+decidable from their parameters, are refused at submission (422) and reserve nothing (real HTTP,
+no worker). The four resource examples are the ones from the outside review (issue 11)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import Tenant
+from tests.support.api import budget, create_dataset, submit
+from tests.support.ledger import assert_reconciled
+from tests.support.stack import Stack
+
+UNTOUCHED = {"total_rho": "1", "spent_rho": "0", "reserved_rho": "0", "remaining_rho": "1"}
+
+
+@pytest.fixture
+def adult(tenant: Tenant, adult_csv: bytes, adult_schema: str) -> dict[str, Any]:
+    """The adult sample with the benchmark's declared domain (14 columns)."""
+    return create_dataset(tenant.owner, adult_csv, adult_schema, budget_rho="1")
+
+
+@pytest.fixture
+def people(tenant: Tenant, people_csv: bytes, people_schema: str) -> dict[str, Any]:
+    return create_dataset(tenant.owner, people_csv, people_schema, budget_rho="1")
+
+
+def _assert_nothing_reserved(stack: Stack, tenant: Tenant, dataset_id: str) -> None:
+    assert budget(tenant.analyst, dataset_id) == UNTOUCHED
+    items = tenant.owner.get(f"/v1/datasets/{dataset_id}/ledger").json()["items"]
+    assert [(e["kind"], e["rho"]) for e in items] == [("grant", "1")]
+    assert tenant.analyst.get(f"/v1/datasets/{dataset_id}/jobs").json()["items"] == []
+    assert_reconciled(stack, dataset_id)
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "rows", "expected"),
+    [
+        pytest.param(
+            "aim",
+            {
+                "rounds": 100_000,
+                "round_iterations": 100_000,
+                "iterations": 100_000,
+                "anneal_guard": False,
+            },
+            None,
+            "hours of work on this dataset's declared domain",
+            id="aim-rounds-and-iterations",
+        ),
+        pytest.param(
+            "aim",
+            {"degree": 4, "max_model_size_mb": 4096},
+            None,
+            "GiB of memory on this dataset's declared domain; the limit per job is 3.0 GiB",
+            id="aim-degree-4-model-4096mb",
+        ),
+        pytest.param(
+            "privmrf",
+            {"max_model_cells": 10**8},
+            None,
+            "GiB of memory on this dataset's declared domain; the limit per job is 3.0 GiB",
+            id="privmrf-1e8-model-cells",
+        ),
+        pytest.param(
+            "independent",
+            {},
+            10**7,
+            "with rows = 10000000 would need about 6.5 GiB of memory on this dataset's 14 "
+            "columns; the limit per job is 3.0 GiB: at most",
+            id="ten-million-rows-on-14-columns",
+        ),
+    ],
+)
+def test_review_examples_are_refused_before_reserving(
+    api_stack: Stack,
+    tenant: Tenant,
+    adult: dict[str, Any],
+    method: str,
+    params: dict[str, Any],
+    rows: int | None,
+    expected: str,
+) -> None:
+    extra: dict[str, Any] = {} if rows is None else {"rows": rows}
+    response = submit(
+        tenant.analyst, adult["id"], method=method, rho="0.01", params=params, **extra
+    )
+    assert response.status_code == 422, response.text
+    assert expected in response.json()["detail"]
+    _assert_nothing_reserved(api_stack, tenant, adult["id"])
+
+
+def test_defaults_on_the_same_domain_are_accepted(tenant: Tenant, adult: dict[str, Any]) -> None:
+    for method in ("aim", "privmrf", "independent"):
+        response = submit(tenant.analyst, adult["id"], method=method, rho="0.01")
+        assert response.status_code == 202, (method, response.text)
+    accepted = submit(tenant.analyst, adult["id"], rho="0.01", rows=1_000_000)
+    assert accepted.status_code == 202, accepted.text
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "rho", "expected"),
+    [
+        pytest.param(
+            "privmrf",
+            # 0.06 + 0.57 + 0.37 is 0.9999999999999999 in floats, exactly 1 as decimals.
+            {"r_share": 0.06, "selection_share": 0.57, "one_way_share": 0.37},
+            "0.1",
+            "r_share + selection_share + (one_way_share or total_share) must be below 1",
+            id="privmrf-shares-sum-to-one-exactly",
+        ),
+        pytest.param(
+            "aim",
+            {"one_way_share": None, "rounds": 2},
+            "0.1",
+            "rounds must be above 3.8 on these 4 columns",
+            id="aim-null-one-way-share-too-few-rounds",
+        ),
+        pytest.param(
+            "privmrf",
+            {"max_model_cells": 10},
+            "0.1",
+            "the first model holds every one-way marginal (26 cells)",
+            id="privmrf-model-cap-below-one-ways",
+        ),
+        pytest.param(
+            "privmrf",
+            {"r_share": 1e-300},
+            "0.000000000001",
+            "is too small for these params on this domain",
+            id="privmrf-noise-beyond-int64",
+        ),
+    ],
+)
+def test_params_that_would_fail_after_the_charge_are_refused(
+    api_stack: Stack,
+    tenant: Tenant,
+    people: dict[str, Any],
+    method: str,
+    params: dict[str, Any],
+    rho: str,
+    expected: str,
+) -> None:
+    response = submit(tenant.analyst, people["id"], method=method, rho=rho, params=params)
+    assert response.status_code == 422, response.text
+    assert expected in response.json()["detail"]
+    _assert_nothing_reserved(api_stack, tenant, people["id"])

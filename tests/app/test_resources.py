@@ -1,0 +1,72 @@
+"""app.jobs.resources: the per-job limits applied at submission and to the output size."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.config import Settings
+from app.jobs.resources import ResourcesExceeded, check_resources, output_rows_limit
+from engine.domain import Domain
+from engine.mechanisms import get_mechanism
+from engine.mechanisms.base import BASE_MEMORY_BYTES, OUTPUT_BYTES_PER_CELL
+
+DOMAIN = Domain(tuple(f"c{i}" for i in range(10)), (10,) * 10)
+
+
+def _settings(**values: object) -> Settings:
+    return Settings.model_validate(values)
+
+
+def test_output_is_capped_at_the_rows_that_fit() -> None:
+    independent = get_mechanism("independent")
+    params = independent.validate_params({})
+    settings = _settings(job_memory_limit_mb=512, max_output_rows=10**9)
+    cap = output_rows_limit(settings, independent, DOMAIN, params)
+    free = 512 * 2**20 - independent.estimate_resources(DOMAIN, params, 0).memory_bytes
+    assert cap == free // (10 * OUTPUT_BYTES_PER_CELL)
+    assert 0 < cap < 10**9
+    check_resources(settings, independent, DOMAIN, params, cap)
+    with pytest.raises(ResourcesExceeded, match=f"at most {cap} rows fit"):
+        check_resources(settings, independent, DOMAIN, params, cap + 1)
+    # Without rows the job is accepted: its output is capped instead.
+    assert check_resources(settings, independent, DOMAIN, params, None).memory_bytes <= 512 * 2**20
+
+
+def test_the_service_row_limit_still_applies_and_none_turns_memory_off() -> None:
+    independent = get_mechanism("independent")
+    params = independent.validate_params({})
+    small = _settings(job_memory_limit_mb=3072, max_output_rows=1000)
+    assert output_rows_limit(small, independent, DOMAIN, params) == 1000
+    unlimited = _settings(job_memory_limit_mb=None, max_output_rows=10**9)
+    assert output_rows_limit(unlimited, independent, DOMAIN, params) == 10**9
+    check_resources(unlimited, independent, DOMAIN, params, 10**9)
+
+
+def test_a_model_over_the_limit_is_refused_whatever_the_rows() -> None:
+    privmrf = get_mechanism("privmrf")
+    params = privmrf.validate_params({"max_model_cells": 10**8})
+    settings = _settings(job_memory_limit_mb=3072)
+    assert output_rows_limit(settings, privmrf, DOMAIN, params) == 0
+    with pytest.raises(ResourcesExceeded, match=r"would need about 15\.\d GiB of memory"):
+        check_resources(settings, privmrf, DOMAIN, params, None)
+    assert BASE_MEMORY_BYTES < 3072 * 2**20
+
+
+def test_work_beyond_the_time_limit_is_refused() -> None:
+    aim = get_mechanism("aim")
+    params = aim.validate_params({"rounds": 1000, "round_iterations": 10_000})
+    settings = _settings(job_time_limit_seconds=3600)
+    with pytest.raises(ResourcesExceeded, match="hours of work"):
+        check_resources(settings, aim, DOMAIN, params, 100)
+    fast = aim.validate_params({"rounds": 10, "round_iterations": 10, "iterations": 10})
+    check_resources(settings, aim, DOMAIN, fast, 100)
+
+
+def test_the_limit_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RHOSYNTH_JOB_MEMORY_LIMIT_MB", raising=False)
+    assert Settings().job_memory_limit_mb == 3072
+    monkeypatch.setenv("RHOSYNTH_JOB_MEMORY_LIMIT_MB", "4096")
+    assert Settings().job_memory_limit_mb == 4096
+    monkeypatch.setenv("RHOSYNTH_JOB_MEMORY_LIMIT_MB", "100")
+    with pytest.raises(ValueError, match="greater than or equal to 256"):
+        Settings()
