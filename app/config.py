@@ -73,7 +73,7 @@ class Settings(BaseSettings):
     # min(this, 0.8 × its physical memory / its concurrency). At submission, a job whose public
     # resource estimate (engine Mechanism.estimate_resources) exceeds it is refused, and outputs
     # sized by the noisy row count are capped at the rows that fit.
-    job_memory_limit_mb: int = Field(default=3072, ge=64)
+    job_memory_limit_mb: int = Field(default=3072, ge=256)
     queued_job_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
     requeue_after_seconds: float = Field(default=300.0, gt=0)
     recovery_interval_seconds: float = Field(default=30.0, gt=0)

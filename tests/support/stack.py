@@ -56,10 +56,20 @@ class Stack:
     port: int
     server: subprocess.Popen[bytes] | None = None
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    # Settings that only the worker processes get (a worker on a smaller machine, say).
+    worker_values: dict[str, Any] = field(default_factory=dict)
     _logs: list[Path] = field(default_factory=list)
 
     @classmethod
-    def create(cls, name: str, workdir: Path, *, workers: int = 0, **overrides: Any) -> Stack:
+    def create(
+        cls,
+        name: str,
+        workdir: Path,
+        *,
+        workers: int = 0,
+        worker_overrides: dict[str, Any] | None = None,
+        **overrides: Any,
+    ) -> Stack:
         tag = uuid.uuid4().hex[:8]
         database = f"rhosynth_test_{name}_{tag}"
         database_url = services.create_database(database)
@@ -74,7 +84,14 @@ class Stack:
             "queue": f"rhosynth-test-{name}-{tag}",
             **overrides,
         }
-        stack = cls(name=name, database=database, workdir=workdir, values=values, port=free_port())
+        stack = cls(
+            name=name,
+            database=database,
+            workdir=workdir,
+            values=values,
+            port=free_port(),
+            worker_values=dict(worker_overrides or {}),
+        )
         run_migrations(stack.settings)
         stack.start_server()
         for _ in range(workers):
@@ -91,19 +108,24 @@ class Stack:
 
     @property
     def env(self) -> dict[str, str]:
+        return self._env(self.values)
+
+    def _env(self, values: dict[str, Any]) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RHOSYNTH_")}
-        env.update({f"RHOSYNTH_{k.upper()}": str(v) for k, v in self.values.items()})
+        env.update({f"RHOSYNTH_{k.upper()}": str(v) for k, v in values.items()})
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def _spawn(self, label: str, *args: str) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, label: str, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = self.workdir / f"{label}-{len(self._logs)}.log"
         self._logs.append(log)
         handle = open(log, "wb")  # noqa: SIM115 - owned by the child process
         return subprocess.Popen(
             [sys.executable, "-m", "app.cli", *args],
             cwd=REPO,
-            env=self.env,
+            env=self.env if env is None else env,
             stdout=handle,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: chaos tests kill the whole group
@@ -124,7 +146,12 @@ class Stack:
         raise RuntimeError(f"API did not become healthy:\n{self.logs()}")
 
     def start_worker(self, concurrency: int = 1) -> subprocess.Popen[bytes]:
-        worker = self._spawn("worker", "worker", f"--concurrency={concurrency}")
+        worker = self._spawn(
+            "worker",
+            "worker",
+            f"--concurrency={concurrency}",
+            env=self._env({**self.values, **self.worker_values}),
+        )
         self.workers.append(worker)
         deadline = time.monotonic() + 60
         log = self._logs[-1]
