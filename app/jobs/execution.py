@@ -430,8 +430,15 @@ def _synthesize(
         params,
         rng=rng,
         rows=claim.rows,
-        # Public cap: RHOSYNTH_MAX_OUTPUT_ROWS and the rows that fit the per-job memory limit.
-        max_rows=output_rows_limit(settings, mechanism, data.domain, params),
+        # Public caps. Rows the analyst asked for were checked at submission against the
+        # output and memory limits and are produced as asked; a row count taken from the noisy
+        # estimate is capped at RHOSYNTH_MAX_OUTPUT_ROWS and at the rows that fit the per-job
+        # memory limit.
+        max_rows=(
+            settings.max_output_rows
+            if claim.rows is not None
+            else output_rows_limit(settings, mechanism, data.domain, params)
+        ),
         progress=progress,
         on_milestone=progress.milestone,
     )
