@@ -138,6 +138,16 @@ def check_one_way_model(domain: Domain, max_cells: int, name: str) -> None:
         )
 
 
+ADAPTIVE_MILESTONES = (
+    Milestone("measure_one_way", 0.0),
+    Milestone("adaptive_rounds", 0.02),
+    Milestone("final_fit", 0.88),
+    Milestone("sample", 0.97),
+)
+"""The public progress schedule of AIM and PPSyn: one-way measurements, then the adaptive rounds
+(however many the noise leads to: no milestone inside them), the final fit, sampling."""
+
+
 def _downward_closure(cliques: Sequence[Clique]) -> set[frozenset[str]]:
     closure: set[frozenset[str]] = set()
     for clique in cliques:
@@ -189,12 +199,7 @@ class AIMMechanism(Mechanism):
         "most accurate method here; slower than MST."
     )
     Params = AIMParams
-    milestones = (
-        Milestone("measure_one_way", 0.0),
-        Milestone("adaptive_rounds", 0.02),
-        Milestone("final_fit", 0.88),
-        Milestone("sample", 0.97),
-    )
+    milestones = ADAPTIVE_MILESTONES
 
     def check_domain(self, domain: Domain, params: BaseModel) -> None:
         """Refuse what would fail after the charge: a model cap below the one-way model, and,

@@ -23,6 +23,7 @@ from engine.marginals import (
     measure_marginal,
 )
 from engine.mechanisms.aim import (
+    ADAPTIVE_MILESTONES,
     ANSWER_CACHE_CELLS,
     BYTES_PER_CELL,
     MEGABYTE,
@@ -34,7 +35,6 @@ from engine.mechanisms.aim import (
 from engine.mechanisms.base import (
     GaussianCharge,
     Mechanism,
-    Milestone,
     ProgressReporter,
     ResourceEstimate,
     SelectionCharge,
@@ -251,12 +251,7 @@ class PPSynMechanism(Mechanism):
         "model), fitted with Private-PGM."
     )
     Params = PPSynParams
-    milestones = (
-        Milestone("measure_one_way", 0.0),
-        Milestone("adaptive_rounds", 0.02),
-        Milestone("final_fit", 0.88),
-        Milestone("sample", 0.97),
-    )
+    milestones = ADAPTIVE_MILESTONES
 
     def check_domain(self, domain: Domain, params: BaseModel) -> None:
         """Refuse a model cap below the first model (every one-way marginal): that fit would
