@@ -16,6 +16,7 @@ from engine.estimation.inference import (
     UnderflowError,
     calibrate_factors,
     calibrate_log,
+    canonical_potentials,
     make_plan,
     marginalise,
     multiply_and_sum,
@@ -106,6 +107,87 @@ def test_extreme_potentials_fall_back_to_log_space() -> None:
     # Logits of a: 0, 0 and -5 (per b, c) — computed exactly in log space.
     weights = np.array([1.0, 1.0, np.exp(-5.0)])
     np.testing.assert_allclose(model.project(["a"]), 10.0 * weights / weights.sum(), rtol=1e-12)
+
+
+# Potentials on a chain a–b–c–d–e (root b–c) that cancel across cliques by hundreds of nats, as
+# a long mirror-descent fit leaves them. Before the error bound, the probability-space pass
+# returned NaN for the first (a downward message overflowed) and, silently, the marginals of a
+# different distribution for the second (every cell carrying the mass underflowed on the way up,
+# and a surviving tiny cell passed the 1e-250 guards and took the mass).
+CANCELLING_CHAINS = [
+    {
+        ("a", "b"): [[188.0, 1088.0], [-395.0, 127.0]],
+        ("b", "c"): [[-797.0, 271.0], [-806.0, 278.0]],
+        ("c", "d"): [[414.0, 577.0], [-154.0, -818.0]],
+        ("d", "e"): [[514.0, 1198.0], [-382.0, 263.0]],
+    },
+    {
+        ("a", "b"): [[172.0, -82.0], [142.0, -217.0]],
+        ("b", "c"): [[463.0, 91.0], [28.0, -145.0]],
+        ("c", "d"): [[-209.0, 633.0], [78.0, -562.0]],
+        ("d", "e"): [[-69.0, 771.0], [-351.0, -619.0]],
+    },
+]
+CHAIN_DOMAIN = Domain.from_mapping({"a": 2, "b": 2, "c": 2, "d": 2, "e": 2})
+
+
+@pytest.mark.parametrize("raw", CANCELLING_CHAINS)
+def test_cancelling_potentials_are_calibrated_exactly(raw: dict[tuple[str, ...], list]) -> None:
+    potentials = {clique: np.array(values) for clique, values in raw.items()}
+    model = GraphicalModel.from_potentials(CHAIN_DOMAIN, potentials, 100.0)
+    joint = brute_force_joint(CHAIN_DOMAIN, potentials, 100.0)
+    for clique, belief in model.clique_marginals().items():
+        np.testing.assert_allclose(belief, marginal_of(CHAIN_DOMAIN, joint, clique), atol=1e-9)
+    # The probability-space pass either notices or is right.
+    plan = make_plan(model.tree)
+    theta = [model.potentials[c] for c in model.cliques]
+    try:
+        fast, _ = calibrate_factors(plan, stable_factors(theta), 100.0)
+    except UnderflowError:
+        pass
+    else:
+        for clique, belief in zip(model.cliques, fast, strict=True):
+            np.testing.assert_allclose(belief, marginal_of(CHAIN_DOMAIN, joint, clique), atol=1e-9)
+
+
+@pytest.mark.parametrize("raw", CANCELLING_CHAINS)
+def test_canonical_form_of_cancelling_potentials_is_exact_in_probability_space(
+    raw: dict[tuple[str, ...], list],
+) -> None:
+    potentials = {clique: np.array(values) for clique, values in raw.items()}
+    model = GraphicalModel.from_potentials(CHAIN_DOMAIN, potentials, 100.0)
+    joint = brute_force_joint(CHAIN_DOMAIN, potentials, 100.0)
+    plan = make_plan(model.tree)
+    theta = [model.potentials[c] for c in model.cliques]
+    canonical = canonical_potentials(plan, theta)
+    fast, _ = calibrate_factors(plan, stable_factors(canonical), 100.0)
+    for clique, belief in zip(model.cliques, fast, strict=True):
+        np.testing.assert_allclose(belief, marginal_of(CHAIN_DOMAIN, joint, clique), atol=1e-9)
+
+
+@given(models(), st.sampled_from([1.0, 100.0, 400.0]))
+@settings(max_examples=80, deadline=None)
+def test_canonical_potentials_keep_the_distribution(
+    case: tuple[Domain, dict[tuple[str, ...], np.ndarray], float], spread: float
+) -> None:
+    domain, potentials, total = case
+    potentials = {c: v * spread for c, v in potentials.items()}
+    model = GraphicalModel.from_potentials(domain, potentials, total)
+    plan = make_plan(model.tree)
+    tree = model.tree
+    canonical = canonical_potentials(plan, [model.potentials[c] for c in model.cliques])
+    # The same distribution (up to a constant)...
+    rebuilt = GraphicalModel(tree, canonical, total)
+    pairs = zip(rebuilt.clique_marginals().values(), model.clique_marginals().values(), strict=True)
+    for a, b in pairs:
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9 * total)
+    # ...with each non-root potential a log conditional: ≤ 0, and exp sums to 1 over C ∖ S.
+    for c, theta in enumerate(canonical):
+        if tree.parent[c] == -1:
+            assert theta.max() == 0.0
+            continue
+        assert theta.max() <= 1e-12
+        np.testing.assert_allclose(marginalise(np.exp(theta), plan.up_keep[c]), 1.0, rtol=1e-12)
 
 
 @st.composite
