@@ -15,6 +15,7 @@ from engine.domain import Dataset, Domain
 from engine.evaluation import marginal_tvd
 from engine.mechanisms import SynthesisCancelled, get_mechanism
 from engine.mechanisms.aim import AIMParams, workload_candidates
+from tests.engine.estimation.support import correlated_dataset
 from tests.engine.support import correlated
 
 METHODS = ["mst", "aim"]
@@ -184,8 +185,6 @@ def test_aim_with_long_warm_started_rounds_runs() -> None:
     NaN evaluation, returned a model with NaN and infinite beliefs, and the sampler failed with
     "shape mismatch" after the charge (with 10,000 steps per round, AIM's selection failed on
     NaN scores instead). A 6-column table, a seeded noise source; about 5 s."""
-    from tests.engine.estimation.support import correlated_dataset
-
     rng = np.random.default_rng(28)
     domain = Domain(tuple(f"c{i}" for i in range(6)), tuple(int(x) for x in rng.integers(2, 9, 6)))
     data = correlated_dataset(domain, 1000, 28, concentration=0.3)

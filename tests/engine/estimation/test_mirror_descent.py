@@ -15,8 +15,13 @@ from engine.estimation.inference import calibrate_log, make_plan
 from engine.estimation.junction_tree import Labels, build_junction_tree
 from engine.estimation.mirror_descent import _Engine, _in_id_order, _pool
 from engine.marginals import count_marginal
-from tests.engine.estimation.support import brute_force_joint, correlated_dataset, marginal_of
-from tests.engine.estimation.test_inference import CANCELLING_CHAINS, CHAIN_DOMAIN
+from tests.engine.estimation.support import (
+    CANCELLING_CHAINS,
+    CHAIN_DOMAIN,
+    brute_force_joint,
+    correlated_dataset,
+    marginal_of,
+)
 
 MEASURED = [
     [("a",), ("a", "b"), ("b", "c"), ("c", "d")],
