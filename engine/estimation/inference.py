@@ -7,11 +7,21 @@ potentials θ into calibrated clique marginals scaled to the model's total, as i
 Numerics. The fast path works in probability space: each clique's factor is
 ``ψ = exp(θ − max θ)`` (one ``exp`` per clique per call) and every upward message is rescaled to
 a maximum of 1, so every product of factors is at most 1 and nothing overflows. A cell whose
-product of factors is ≥ 2⁻¹⁰²² is then computed to full relative precision, and a cell below that
-is negligible as long as the quantity it is summed into is not itself tiny. That is checked: if
-any upward message's maximum or the root's mass falls below ``1e-250`` (it only happens when
-potentials of opposite sign and hundreds of nats cancel across cliques), the whole call is redone
-in log space with max-subtracted log-sum-exp, which is exact but several times slower.
+product of factors is ≥ 2⁻¹⁰²² is then computed to full relative precision; a cell below that
+loses its precision (or becomes 0), which is negligible as long as nothing later divides it by a
+tiny number. That is checked with a running bound on the absolute error underflow can cause:
+a product of factors at most 1 is off by at most ``FLUSH_ERROR`` from underflow, plus what its
+children's messages were off by; an upward message sums ``terms`` such cells and is divided by its
+maximum (which multiplies its error bound by ``terms / scale``); a clique's belief is its product
+times the downward message, so the error bound of its beliefs is the error bound of its cells
+times the message's maximum. If that exceeds ``PRECISION_GUARD`` of the total anywhere (or a
+message's maximum or the root's mass is below ``1e-250`` or not finite), the whole call is redone
+in log space with max-subtracted log-sum-exp, which is exact but several times slower. It happens
+only when potentials of opposite sign and hundreds of nats cancel across cliques, so that every
+cell carrying the mass underflowed on the way up; without the bound the pass then returned NaN
+(a message overflowed) or, silently, the marginals of a different distribution (a surviving tiny
+cell took the mass). :func:`canonical_potentials` rewrites such potentials into an equivalent form
+without cancellation, in which the pass is exact again.
 Deviation from private-pgm: mbi passes log-space messages (a log-sum-exp per message); the
 probability-space pass with a guarded fallback computes the same beliefs with far fewer ``exp``.
 """
@@ -30,6 +40,21 @@ FloatArray = npt.NDArray[np.float64]
 
 UNDERFLOW_GUARD = 1e-250
 """Smallest rescaling factor the probability-space pass accepts before falling back to logs."""
+FLUSH_ERROR = 2.0**-1022
+"""Bound on the absolute error underflow causes in a product of factors, each at most 1: every
+product that falls below the smallest normal number 2⁻¹⁰²² is rounded to a multiple of 2⁻¹⁰⁷⁴,
+and far fewer than 2⁵¹ such roundings touch one cell."""
+PRECISION_GUARD = 2.0**-40
+"""Largest bound on the underflow error of a belief, relative to the total, that the
+probability-space pass accepts (about 9e-13)."""
+
+
+def precise(bound: float, message: FloatArray | float, total: float) -> bool:
+    """Whether cells off by at most ``bound`` (absolute), multiplied by ``message`` (a downward
+    message, or the root's ``total / mass``), stay within ``PRECISION_GUARD · total`` of their
+    exact values. False for a non-finite message. One pass over a separator-sized array."""
+    peak = message if isinstance(message, float) else float(message.max(initial=0.0))
+    return bool(bound * peak <= PRECISION_GUARD * total)
 
 
 class Reducer:
@@ -241,6 +266,11 @@ class Plan:
             if targets is not None:
                 wanted += list(targets[c])
             self.lattices.append(TargetLattice(tree.cliques[c], sizes, wanted))
+        # How many cells of a clique one entry of its upward message sums (the root: all).
+        self.terms = [
+            math.prod(tree.shapes[c]) // math.prod(sizes[v] for v in tree.separators[c])
+            for c in range(count)
+        ]
         # Where the downward pass finds each child's separator marginal in its parent's targets.
         self.sep_slot = [
             -1 if tree.parent[c] == -1 else self.lattices[tree.parent[c]].index[tree.separators[c]]
@@ -283,6 +313,10 @@ def calibrate_factors(plan: Plan, factors: Sequence[FloatArray], total: float) -
     products: list[FloatArray] = list(factors)
     upward: list[FloatArray] = [factors[0]] * count
     unscaled: list[FloatArray] = [factors[0]] * count
+    # error[c]: bound on the absolute underflow error of clique c's product cells; off[c]: the
+    # same for the entries of its (rescaled) upward message.
+    error = [FLUSH_ERROR] * count
+    off = [0.0] * count
     for c in reversed(tree.preorder):
         children = tree.children[c]
         if children:
@@ -290,6 +324,7 @@ def calibrate_factors(plan: Plan, factors: Sequence[FloatArray], total: float) -
             for k in children[1:]:
                 product *= upward[k].reshape(plan.in_parent[k])
             products[c] = product
+            error[c] += sum(off[k] for k in children)
         if tree.parent[c] == -1:
             continue
         summed = marginalise(products[c], plan.up_keep[c])
@@ -300,11 +335,14 @@ def calibrate_factors(plan: Plan, factors: Sequence[FloatArray], total: float) -
         # unscaled sums, so the product itself needs no rescaling.
         unscaled[c] = summed
         upward[c] = summed / scale if scale != 1.0 else summed
+        off[c] = plan.terms[c] * error[c] / scale
 
     root = tree.preorder[0]
     mass = float(marginalise(products[root], (False,) * products[root].ndim))
     if not (mass >= UNDERFLOW_GUARD and math.isfinite(mass)):
         raise UnderflowError("the root's mass underflowed")
+    if not precise(plan.terms[root] * error[root], total / mass, total):
+        raise UnderflowError("the root's mass is not known precisely")
     beliefs: list[FloatArray] = [factors[0]] * count
     marginals: list[list[FloatArray]] = [[] for _ in range(count)]
     if products[root] is factors[root]:
@@ -318,6 +356,8 @@ def calibrate_factors(plan: Plan, factors: Sequence[FloatArray], total: float) -
         # b_c = prod_c · μ_p(S) / Σ_{c∖S} prod_c: the slices of b_c sum to the parent's marginal.
         up = unscaled[c]
         down = np.divide(marginal, up, out=np.zeros_like(marginal), where=up > 0)
+        if not precise(plan.terms[c] * error[c], down, total):
+            raise UnderflowError("a downward message amplified the underflow error")
         if products[c] is factors[c]:
             beliefs[c] = products[c] * down.reshape(plan.in_child[c])
         else:
@@ -361,6 +401,34 @@ def calibrate_log(plan: Plan, potentials: Sequence[FloatArray], total: float) ->
     return beliefs, [plan.lattices[c].extract(beliefs[c]) for c in range(count)]
 
 
+def canonical_potentials(plan: Plan, potentials: Sequence[FloatArray]) -> list[FloatArray]:
+    """Potentials of the same distribution without cancellation across cliques.
+
+    Potentials on a junction tree are redundant: any function of a separator can move from a
+    clique to its neighbour without changing the distribution, and a long mirror-descent fit
+    drifts along those directions (observed on adult-sample: a clique's potentials at +343 to
+    +660 nats, cancelled by other cliques, where its canonical form spans −57 to 0). This is the
+    log-space upward pass of :func:`calibrate_log`: every non-root clique's log-sum-exp over its
+    non-separator attributes is moved to its parent, so each non-root potential becomes the log
+    of the model's conditional P(C ∖ S | S) (at most 0, and for every value of S at least one
+    cell is at least −log of the number of cells summed), and the root's is its log marginal up
+    to a constant, shifted to maximum 0. Then no product of probability-space factors needs
+    cancellation, and :func:`calibrate_factors` is exact on them. One ``exp`` and one ``log`` per
+    cell.
+    """
+    tree = plan.tree
+    theta = [np.array(values, dtype=np.float64, copy=True) for values in potentials]
+    for c in reversed(tree.preorder):
+        p = tree.parent[c]
+        if p == -1:
+            theta[c] -= theta[c].max()
+            continue
+        message = _logsumexp(theta[c], plan.up_keep[c])
+        theta[c] -= message.reshape(plan.in_child[c])
+        theta[p] += message.reshape(plan.in_parent[c])
+    return theta
+
+
 def calibrate(
     plan: Plan,
     potentials: Sequence[FloatArray],
@@ -369,7 +437,8 @@ def calibrate(
 ) -> Calibrated:
     """Calibrated clique marginals scaled to ``total`` for log-space ``potentials``, and the
     plan's target marginals. ``factors`` may pass precomputed probability-space factors
-    (``exp(θ − c)`` for any constants c) of ``potentials``."""
+    (``exp(θ − c)`` with c ≥ max θ for each clique, so that each is at most 1) of
+    ``potentials``."""
     if factors is None:
         factors = stable_factors(potentials)
     try:

@@ -41,13 +41,17 @@ import numpy.typing as npt
 
 from engine.domain import Domain
 from engine.estimation.inference import (
+    FLUSH_ERROR,
+    PRECISION_GUARD,
     UNDERFLOW_GUARD,
     FloatArray,
     Reducer,
     TargetLattice,
     calibrate,
+    canonical_potentials,
     make_plan,
     marginalise,
+    precise,
     stable_factors,
 )
 from engine.estimation.junction_tree import JunctionTree, Labels, build_junction_tree
@@ -167,6 +171,12 @@ class _Clique:
         self.cells = math.prod(tree.shapes[c])
         self.is_root = tree.parent[c] == -1
         self.separator = tree.separators[c]
+        # Cells one entry of the upward message sums (the root: all of them), and cells of the
+        # parent that one entry of the downward message sums.
+        separator_cells = math.prod(sizes[v] for v in self.separator)
+        self.terms = self.cells // separator_cells
+        parent = tree.parent[c]
+        self.fan_in = 0 if parent == -1 else math.prod(tree.shapes[parent]) // separator_cells
         self.up = Reducer(tree.shapes[c], tuple(v in set(self.separator) for v in clique))
         self.total = Reducer(tree.shapes[c], (False,) * len(clique))
         self.belief_shape = _shape_in(sizes, self.separator, clique)
@@ -241,7 +251,7 @@ class _Evaluation:
     """One model evaluation: measured marginals and gradient (flat, keys concatenated), loss,
     and what rebuilds the beliefs."""
 
-    __slots__ = ("downs", "exact", "gradients", "loss", "marginals", "products", "slot")
+    __slots__ = ("downs", "gradients", "loss", "marginals", "products", "slot", "theta")
 
     def __init__(
         self,
@@ -251,15 +261,15 @@ class _Evaluation:
         loss: float,
         gradients: FloatArray,
         slot: int,
-        exact: bool = False,
     ) -> None:
-        self.exact = exact
         self.slot = slot
         self.products = products
         self.downs = downs
         self.marginals = marginals
         self.loss = loss
         self.gradients = gradients
+        # The exact path's potentials (canonical form), which θ⁰ is reset to if it is accepted.
+        self.theta: list[FloatArray] | None = None
 
 
 class _Buffers:
@@ -298,8 +308,12 @@ class _Engine:
     clique), the downward pass produces the message from the parent, and every measured marginal
     is read from the product's marginal on T ∪ S times that message, so clique beliefs are never
     formed inside the loop. Underflow is guarded exactly as in
-    :func:`engine.estimation.inference.calibrate_factors`; when the guard trips, the evaluation is
-    redone from the exact θ (falling back to log space if needed).
+    :func:`engine.estimation.inference.calibrate_factors` (a bound on the error it can cause,
+    with the multipliers' maxima folded in); when the guard trips, the evaluation is redone from
+    the exact θ rewritten without cancellation across cliques
+    (:func:`engine.estimation.inference.canonical_potentials`), falling back to log space if
+    needed, and if that evaluation is accepted θ⁰ becomes the rewritten θ, so the fast path
+    works again from the next step on.
     """
 
     def __init__(
@@ -332,6 +346,11 @@ class _Engine:
             _Buffers(tree.shapes, self.target.size),
             _Buffers(tree.shapes, self.target.size),
         )
+        # Which keys each clique's multipliers are built from (for the bound on their product).
+        self.starts = np.asarray(self.bounds[:-1], dtype=np.intp)
+        self.incidence = np.zeros((len(tree.cliques), len(keys)))
+        for c, plan in enumerate(self.cliques):
+            self.incidence[c, plan.keys] = 1.0
 
     def views(self, flat: FloatArray) -> list[FloatArray]:
         """Per-key views (in the key's shape) of a flat key vector."""
@@ -370,12 +389,26 @@ class _Engine:
         buffer set ``slot`` (which must not hold an evaluation still in use)."""
         updates = self.views(flat_updates)
         try:
-            return self._evaluate_fast(updates, slot)
+            evaluation = self._evaluate_fast(updates, slot, flat_updates)
         except _Underflow:
             return self._evaluate_exact(updates, slot)
+        if not math.isfinite(evaluation.loss):  # not expected past the guards; costs nothing
+            return self._evaluate_exact(updates, slot)
+        return evaluation
 
-    def _evaluate_fast(self, updates: Sequence[FloatArray], slot: int) -> _Evaluation:
-        state = _Pass(self, updates, self.buffers[slot])
+    def _evaluate_fast(
+        self, updates: Sequence[FloatArray], slot: int, flat_updates: FloatArray | None = None
+    ) -> _Evaluation:
+        # log of a bound on each clique's product of multipliers: the sum of the positive parts
+        # of its keys' largest updates (a folded key adds to its superset's array).
+        if self.keys:
+            if flat_updates is None:
+                flat_updates = np.concatenate([u.ravel() for u in updates])
+            peaks = np.maximum(np.maximum.reduceat(flat_updates, self.starts), 0.0)
+            growth = (self.incidence @ peaks).tolist()
+        else:
+            growth = [0.0] * len(self.cliques)
+        state = _Pass(self, updates, self.buffers[slot], growth)
         for c in reversed(self.tree.preorder):
             state.up(c)
         for c in self.tree.preorder:
@@ -384,9 +417,13 @@ class _Engine:
         return self._score(state.products, state.downs, marginals, slot)
 
     def _evaluate_exact(self, updates: Sequence[FloatArray], slot: int) -> _Evaluation:
+        """The evaluation from the full potentials, rewritten without cancellation across
+        cliques (:func:`canonical_potentials`, in log space), which makes the probability-space
+        pass exact again; :func:`calibrate` falls back to log space if it still is not."""
         theta = self.potentials(
             np.concatenate([u.ravel() for u in updates]) if updates else np.zeros(0)
         )
+        theta = canonical_potentials(self.exact_plan, theta)
         beliefs, extracted = calibrate(self.exact_plan, theta, self.total)
         marginals = []
         for key in self.keys:
@@ -394,7 +431,7 @@ class _Engine:
             marginals.append(extracted[key.clique][lattice.index[key.attributes]])
         downs: list[FloatArray | float] = [1.0] * len(beliefs)
         evaluation = self._score(list(beliefs), downs, marginals, slot)
-        evaluation.exact = True
+        evaluation.theta = theta
         return evaluation
 
     def _score(
@@ -434,25 +471,68 @@ class _Engine:
 
 
 class _Underflow(ArithmeticError):
-    pass
+    """The fast pass could not guarantee its precision; the evaluation is redone exactly."""
+
+
+_MAX_GROWTH = 700.0
+"""Largest bound on the log of a clique's product of multipliers the fast pass accepts (e^700
+is near the largest float: such updates would overflow, or fail the guard anyway)."""
+_ROUNDING = 1.0 + 1e-9
+"""Slack for rounding in the scalar bound on a downward message's largest entry."""
 
 
 class _Pass:
     """The arrays of one evaluation; ``up(c)`` and ``down(c)`` do clique c's share of the
-    upward (children first) and downward (parent first) passes."""
+    upward (children first) and downward (parent first) passes.
 
-    __slots__ = ("buffers", "downs", "engine", "products", "read", "unscaled", "updates", "upward")
+    Underflow is bounded as in :func:`engine.estimation.inference.calibrate_factors`, with the
+    multipliers folded in: a clique's cells are ψ⁰ (≤ 1) times multipliers (≤ e^growth) times
+    children's messages (≤ 1), so their error bound is e^growth times (``FLUSH_ERROR`` plus the
+    children's message error bounds). Each downward message must keep that error within
+    ``PRECISION_GUARD`` of the total. Its largest entry is only computed when a scalar bound does
+    not already settle it: an entry sums ``fan_in`` of the parent's cells, each at most
+    e^growth times the parent's message, and is divided by the child's scale.
+    """
 
-    def __init__(self, engine: _Engine, updates: Sequence[FloatArray], buffers: _Buffers) -> None:
+    __slots__ = (
+        "buffers",
+        "downs",
+        "engine",
+        "error",
+        "growth",
+        "largest",
+        "off",
+        "products",
+        "read",
+        "scales",
+        "unscaled",
+        "updates",
+        "upward",
+    )
+
+    def __init__(
+        self,
+        engine: _Engine,
+        updates: Sequence[FloatArray],
+        buffers: _Buffers,
+        growth: list[float],
+    ) -> None:
         count = len(engine.tree.cliques)
         self.engine = engine
         self.buffers = buffers
         self.updates = updates
+        self.growth = growth
         self.products: list[FloatArray] = list(engine.psi0)
         self.upward: list[FloatArray] = [engine.psi0[0]] * count
         self.unscaled: list[FloatArray] = [engine.psi0[0]] * count
         self.downs: list[FloatArray | float] = [0.0] * count
         self.read: dict[tuple[int, tuple[int, ...]], FloatArray] = {}
+        # Bounds: underflow error of a clique's product cells and of its rescaled upward
+        # message's entries; the upward rescaling factor; the largest downward message entry.
+        self.error = [FLUSH_ERROR] * count
+        self.off = [0.0] * count
+        self.scales = [1.0] * count
+        self.largest = [0.0] * count
 
     def up(self, c: int) -> None:
         """Clique c's product (ψ⁰ times its multipliers and children's messages), and its
@@ -465,6 +545,15 @@ class _Pass:
             # make a message non-finite, which the guard below turns into an exact evaluation.
             for i, values in zip(plan.top, engine.folded(c, self.updates), strict=True):
                 multipliers[i] = np.exp(values)
+        growth = self.growth[c]
+        if growth > _MAX_GROWTH:
+            raise _Underflow
+        error = FLUSH_ERROR
+        for k in engine.tree.children[c]:
+            error += self.off[k]
+        if growth > 0.0:
+            error *= math.exp(growth)
+        self.error[c] = error
         product: FloatArray | None = None
         for shape, members in plan.groups:
             operand: FloatArray | None = None
@@ -485,7 +574,11 @@ class _Pass:
             mass = float(plan.total(self.products[c]))
             if not (mass >= UNDERFLOW_GUARD and math.isfinite(mass)):
                 raise _Underflow
-            self.downs[c] = engine.total / mass
+            normaliser = engine.total / mass
+            if not precise(plan.terms * error, normaliser, engine.total):
+                raise _Underflow
+            self.downs[c] = normaliser
+            self.largest[c] = normaliser
             return
         summed = plan.up(self.products[c])
         scale = float(summed.max())
@@ -493,6 +586,8 @@ class _Pass:
             raise _Underflow
         self.unscaled[c] = summed
         self.upward[c] = summed / scale if scale != 1.0 else summed
+        self.off[c] = plan.terms * error / scale
+        self.scales[c] = scale
 
     def down(self, c: int) -> None:
         """Clique c's wanted marginals and the downward messages to its children."""
@@ -518,10 +613,29 @@ class _Pass:
             ]
         for target, (slot, reducer) in plan.reads.items():
             self.read[(c, target)] = reducer(scaled[slot])
+        if not plan.child_seps:
+            return
+        growth = self.growth[c]
+        reach = self.largest[c] * _ROUNDING
+        if growth > 0.0:
+            reach *= math.exp(growth)
+        limit = PRECISION_GUARD * engine.total
         for k, separator in plan.child_seps:
             marginal = self.read[(c, separator)]
             up = self.unscaled[k]
-            self.downs[k] = np.divide(marginal, up, out=np.zeros_like(marginal), where=up > 0)
+            message = np.divide(marginal, up, out=np.zeros_like(marginal), where=up > 0)
+            child = engine.cliques[k]
+            bound = child.terms * self.error[k]
+            largest = child.fan_in * reach / self.scales[k]
+            # A message that could multiply the underflow error of child k's cells beyond the
+            # guard (or is not finite) sends the evaluation to the exact path; its largest
+            # entry is only looked at when the scalar bound does not settle that.
+            if not bound * largest <= limit:
+                largest = float(message.max(initial=0.0))
+                if not bound * largest <= limit:  # also for a non-finite message
+                    raise _Underflow
+            self.downs[k] = message
+            self.largest[k] = largest
 
 
 def _dot(a: FloatArray, b: FloatArray) -> float:
@@ -664,6 +778,10 @@ def _descend(
     trial_updates = np.empty_like(accumulated)
     change = np.empty_like(accumulated)
     current = engine.evaluate(accumulated, 0)
+    if current.theta is not None:
+        # The start's potentials cancel across cliques (a long fit drifted, or its warm start
+        # did): go on from the same distribution in canonical form.
+        engine.reset(current.theta)
     # The cold-start step: 1/(total · largest weight) keeps the first update bounded. A grouped
     # term's curvature is its weight times its largest group (QᵀQ has the group sizes on its
     # diagonal blocks), so that product stands in for its weight.
@@ -711,7 +829,12 @@ def _descend(
         if grow:
             step *= GROWTH
         since_resync += 1
-        if since_resync >= RESYNC_EVERY or current.exact:
+        if current.theta is not None:
+            # The exact path's potentials: θ⁰ + the accumulated updates, without cancellation.
+            engine.reset(current.theta)
+            accumulated[:] = 0.0
+            since_resync = 0
+        elif since_resync >= RESYNC_EVERY:
             # Fold the accumulated updates into θ⁰ so the factors are exact again.
             engine.reset(engine.potentials(accumulated))
             accumulated[:] = 0.0

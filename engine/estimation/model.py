@@ -102,9 +102,18 @@ class GraphicalModel:
             theta.append(_read_only(array if not array.flags.writeable else array.copy()))
         if beliefs is None:
             beliefs = calibrate(make_plan(tree), theta, total)[0]
+        calibrated = [np.asarray(b, dtype=np.float64) for b in beliefs]
+        if len(calibrated) != len(theta) or any(
+            b.shape != t.shape for b, t in zip(calibrated, theta, strict=False)
+        ):
+            raise ValueError("one belief per clique, in the potential's shape, is required")
+        # A model with non-finite beliefs would fail later (scores, projections, sampling) or
+        # silently release garbage; refuse it here (one pass over the model's cells).
+        if not all(np.all(np.isfinite(b)) for b in calibrated):
+            raise ValueError("beliefs must be finite")
         self._tree = tree
         self._theta = theta
-        self._beliefs = [_read_only(np.asarray(b, dtype=np.float64)) for b in beliefs]
+        self._beliefs = [_read_only(b) for b in calibrated]
         self.domain = tree.domain
         self.cliques = tuple(tree.clique_names(i) for i in range(len(tree.cliques)))
         self.total = total

@@ -15,6 +15,7 @@ from engine.domain import Dataset, Domain
 from engine.evaluation import marginal_tvd
 from engine.mechanisms import SynthesisCancelled, get_mechanism
 from engine.mechanisms.aim import AIMParams, workload_candidates
+from tests.engine.estimation.support import correlated_dataset
 from tests.engine.support import correlated
 
 METHODS = ["mst", "aim"]
@@ -176,3 +177,24 @@ def test_noise_source_makes_runs_reproducible() -> None:
         for _ in range(2)
     ]
     assert np.array_equal(runs[0].codes, runs[1].codes)
+
+
+def test_aim_with_long_warm_started_rounds_runs() -> None:
+    """Regression (issue 11): many rounds of 3000 warm-started steps drove the model's
+    potentials to hundreds of nats that cancel across cliques; the final fit then started from a
+    NaN evaluation, returned a model with NaN and infinite beliefs, and the sampler failed with
+    "shape mismatch" after the charge (with 10,000 steps per round, AIM's selection failed on
+    NaN scores instead). A 6-column table, a seeded noise source; about 5 s."""
+    rng = np.random.default_rng(28)
+    domain = Domain(tuple(f"c{i}" for i in range(6)), tuple(int(x) for x in rng.integers(2, 9, 6)))
+    data = correlated_dataset(domain, 1000, 28, concentration=0.3)
+    mechanism = get_mechanism("aim")
+    params = mechanism.validate_params(
+        {"round_iterations": 3000, "rounds": 1000, "anneal_guard": False, "iterations": 100}
+    )
+    result = mechanism.run(
+        data, Fraction(1, 2), params, rng=np.random.default_rng(1), noise_source=random.Random(28)
+    )
+    assert spent(result) == Fraction(1, 2)
+    assert result.codes.shape == (round(result.estimated_total), 6)
+    assert all((result.codes[:, j] < size).all() for j, size in enumerate(domain.sizes))

@@ -52,3 +52,25 @@ def correlated_dataset(domain: Domain, rows: int, seed: int, concentration: floa
         codes[:, j] = np.minimum(draws, size - 1)
         previous, previous_size = codes[:, j], size
     return Dataset(domain, codes)
+
+
+# Potentials on a chain a–b–c–d–e (root b–c) that cancel across cliques by hundreds of nats, as
+# a long mirror-descent fit leaves them. Before the error bound, the probability-space pass
+# returned NaN for the first (a downward message overflowed) and, silently, the marginals of a
+# different distribution for the second (every cell carrying the mass underflowed on the way up,
+# and a surviving tiny cell passed the 1e-250 guards and took the mass).
+CANCELLING_CHAINS = [
+    {
+        ("a", "b"): [[188.0, 1088.0], [-395.0, 127.0]],
+        ("b", "c"): [[-797.0, 271.0], [-806.0, 278.0]],
+        ("c", "d"): [[414.0, 577.0], [-154.0, -818.0]],
+        ("d", "e"): [[514.0, 1198.0], [-382.0, 263.0]],
+    },
+    {
+        ("a", "b"): [[172.0, -82.0], [142.0, -217.0]],
+        ("b", "c"): [[463.0, 91.0], [28.0, -145.0]],
+        ("c", "d"): [[-209.0, 633.0], [78.0, -562.0]],
+        ("d", "e"): [[-69.0, 771.0], [-351.0, -619.0]],
+    },
+]
+CHAIN_DOMAIN = Domain.from_mapping({"a": 2, "b": 2, "c": 2, "d": 2, "e": 2})

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine.domain import Dataset, Domain
-from engine.estimation import NoisyMarginal, estimate, estimate_total
+from engine.estimation import GraphicalModel, NoisyMarginal, estimate, estimate_total
 from engine.estimation.junction_tree import build_junction_tree
 from engine.marginals import Measurement, count_marginal
 from tests.engine.estimation.support import brute_force_joint, correlated_dataset, marginal_of
@@ -311,3 +311,21 @@ def test_model_is_picklable_and_read_only() -> None:
         assert not values.flags.writeable
     with pytest.raises(TypeError):
         model.potentials[("a",)] = np.zeros(2)  # type: ignore[index]
+
+
+def test_model_refuses_non_finite_beliefs() -> None:
+    """A model whose beliefs are not finite is refused when it is built, instead of failing
+    later in scoring, projection or sampling (issue 11: a NaN model reached AIM's selection and
+    the sampler)."""
+    domain = Domain.from_mapping({"a": 2, "b": 3})
+    model = estimate(domain, [NoisyMarginal(("a", "b"), np.arange(6.0).reshape(2, 3), 1.0)])
+    theta = [model.potentials[c] for c in model.cliques]
+    beliefs = [b.copy() for b in model.clique_marginals().values()]
+    GraphicalModel(model.tree, theta, model.total, beliefs=beliefs)
+    for bad in (np.nan, np.inf):
+        broken = [b.copy() for b in beliefs]
+        broken[0][0, 0] = bad
+        with pytest.raises(ValueError, match="finite"):
+            GraphicalModel(model.tree, theta, model.total, beliefs=broken)
+    with pytest.raises(ValueError, match="shape"):
+        GraphicalModel(model.tree, theta, model.total, beliefs=[b.ravel() for b in beliefs])

@@ -16,12 +16,18 @@ from engine.estimation.inference import (
     UnderflowError,
     calibrate_factors,
     calibrate_log,
+    canonical_potentials,
     make_plan,
     marginalise,
     multiply_and_sum,
     stable_factors,
 )
-from tests.engine.estimation.support import brute_force_joint, marginal_of
+from tests.engine.estimation.support import (
+    CANCELLING_CHAINS,
+    CHAIN_DOMAIN,
+    brute_force_joint,
+    marginal_of,
+)
 
 STRUCTURES = {
     "chain": [("a", "b"), ("b", "c"), ("c", "d")],
@@ -106,6 +112,65 @@ def test_extreme_potentials_fall_back_to_log_space() -> None:
     # Logits of a: 0, 0 and -5 (per b, c) — computed exactly in log space.
     weights = np.array([1.0, 1.0, np.exp(-5.0)])
     np.testing.assert_allclose(model.project(["a"]), 10.0 * weights / weights.sum(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("raw", CANCELLING_CHAINS)
+def test_cancelling_potentials_are_calibrated_exactly(raw: dict[tuple[str, ...], list]) -> None:
+    potentials = {clique: np.array(values) for clique, values in raw.items()}
+    model = GraphicalModel.from_potentials(CHAIN_DOMAIN, potentials, 100.0)
+    joint = brute_force_joint(CHAIN_DOMAIN, potentials, 100.0)
+    for clique, belief in model.clique_marginals().items():
+        np.testing.assert_allclose(belief, marginal_of(CHAIN_DOMAIN, joint, clique), atol=1e-9)
+    # The probability-space pass either notices or is right.
+    plan = make_plan(model.tree)
+    theta = [model.potentials[c] for c in model.cliques]
+    try:
+        fast, _ = calibrate_factors(plan, stable_factors(theta), 100.0)
+    except UnderflowError:
+        pass
+    else:
+        for clique, belief in zip(model.cliques, fast, strict=True):
+            np.testing.assert_allclose(belief, marginal_of(CHAIN_DOMAIN, joint, clique), atol=1e-9)
+
+
+@pytest.mark.parametrize("raw", CANCELLING_CHAINS)
+def test_canonical_form_of_cancelling_potentials_is_exact_in_probability_space(
+    raw: dict[tuple[str, ...], list],
+) -> None:
+    potentials = {clique: np.array(values) for clique, values in raw.items()}
+    model = GraphicalModel.from_potentials(CHAIN_DOMAIN, potentials, 100.0)
+    joint = brute_force_joint(CHAIN_DOMAIN, potentials, 100.0)
+    plan = make_plan(model.tree)
+    theta = [model.potentials[c] for c in model.cliques]
+    canonical = canonical_potentials(plan, theta)
+    fast, _ = calibrate_factors(plan, stable_factors(canonical), 100.0)
+    for clique, belief in zip(model.cliques, fast, strict=True):
+        np.testing.assert_allclose(belief, marginal_of(CHAIN_DOMAIN, joint, clique), atol=1e-9)
+
+
+@given(models(), st.sampled_from([1.0, 100.0, 400.0]))
+@settings(max_examples=80, deadline=None)
+def test_canonical_potentials_keep_the_distribution(
+    case: tuple[Domain, dict[tuple[str, ...], np.ndarray], float], spread: float
+) -> None:
+    domain, potentials, total = case
+    potentials = {c: v * spread for c, v in potentials.items()}
+    model = GraphicalModel.from_potentials(domain, potentials, total)
+    plan = make_plan(model.tree)
+    tree = model.tree
+    canonical = canonical_potentials(plan, [model.potentials[c] for c in model.cliques])
+    # The same distribution (up to a constant)...
+    rebuilt = GraphicalModel(tree, canonical, total)
+    pairs = zip(rebuilt.clique_marginals().values(), model.clique_marginals().values(), strict=True)
+    for a, b in pairs:
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9 * total)
+    # ...with each non-root potential a log conditional: ≤ 0, and exp sums to 1 over C ∖ S.
+    for c, theta in enumerate(canonical):
+        if tree.parent[c] == -1:
+            assert theta.max() == 0.0
+            continue
+        assert theta.max() <= 1e-12
+        np.testing.assert_allclose(marginalise(np.exp(theta), plan.up_keep[c]), 1.0, rtol=1e-12)
 
 
 @st.composite
