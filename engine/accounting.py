@@ -18,7 +18,7 @@ The conversion is Canonne, Kamath, Steinke, "The Discrete Gaussian for Different
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal, localcontext
 from fractions import Fraction
 
@@ -214,8 +214,11 @@ def rho_from_epsilon_delta(epsilon: Decimal | float, delta: Decimal | float) -> 
     """The largest ρ (a multiple of RHO_QUANTUM) whose CKS conversion gives (ε, δ)-DP.
 
     Bisection on ρ (δ is increasing in ρ) in double precision, then rounded down to RHO_QUANTUM
-    and stepped down until :func:`cks_bound_holds` (80-digit check) accepts it for the exact ε
-    and δ given, so the guarantee holds in exact arithmetic, not only in floats.
+    and moved down (:func:`_verified_step`) until :func:`cks_bound_holds` (80-digit check)
+    accepts it for the exact ε and δ given, so the guarantee holds in exact arithmetic, not only
+    in floats. Near δ → 1 the check uses an imprecise α and is not exactly monotone in ρ; the
+    result then holds but can be slightly below the largest value that does (ε = 1,
+    δ = 0.999999: 14.815464732248 against about 14.8154957 found by a finer search).
     """
     eps = float(epsilon)
     dlt = float(delta)
@@ -240,13 +243,60 @@ def rho_from_epsilon_delta(epsilon: Decimal | float, delta: Decimal | float) -> 
     with localcontext() as ctx:
         ctx.prec = 60
         rho = Decimal(low).quantize(RHO_QUANTUM, rounding=ROUND_FLOOR)
-    while rho > 0 and not (
-        delta_for(float(rho), eps) <= dlt and cks_bound_holds(rho, epsilon, delta)
-    ):
-        rho -= RHO_QUANTUM
+
+    def holds(candidate: Decimal) -> bool:
+        return delta_for(float(candidate), eps) <= dlt and cks_bound_holds(
+            candidate, epsilon, delta
+        )
+
+    rho = _verified_step(rho, holds, -1)
     if rho <= 0:
         raise ValueError("(epsilon, delta) is too small to give a positive rho at 1e-12 resolution")
     return rho
+
+
+_LINEAR_STEPS = 8
+
+
+def _verified_step(start: Decimal, holds: Callable[[Decimal], bool], direction: int) -> Decimal:
+    """The value nearest ``start`` on the RHO_QUANTUM grid, going in ``direction`` (−1: down,
+    +1: up), at which ``holds`` is true; ``holds`` is only ever trusted where it was evaluated.
+
+    Usually the float result already holds or holds a step or two away. Near δ → 1 the float
+    optimiser's α is too imprecise for the 80-digit check and the first value that holds can be
+    millions of steps away (ε = 1, δ = 0.999999: about 2.5·10⁷), so after a few single steps
+    this gallops (doubling the distance) to a value that holds and bisects back on the grid:
+    O(log distance) checks instead of one per step. Going down stops at 0 (returned as is:
+    the caller refuses it).
+    """
+    step = RHO_QUANTUM * direction
+    value = start
+    for _ in range(_LINEAR_STEPS):
+        if value <= 0 or holds(value):
+            return value
+        value += step
+    failing = value - step
+    distance = 2 * RHO_QUANTUM
+    while True:
+        candidate = failing + distance * direction
+        if candidate <= 0:
+            candidate = Decimal(0)
+            break
+        if holds(candidate):
+            break
+        failing, distance = candidate, distance * 2
+    if candidate == 0:
+        return candidate
+    # Invariant: ``holds(candidate)`` and not ``holds(failing)``; they are on the grid.
+    while abs(candidate - failing) > RHO_QUANTUM:
+        middle = ((candidate + failing) / 2).quantize(RHO_QUANTUM, rounding=ROUND_FLOOR)
+        if middle in (candidate, failing):  # not reached: they are two or more quanta apart
+            middle = failing + step
+        if holds(middle):
+            candidate = middle
+        else:
+            failing = middle
+    return candidate
 
 
 def epsilon_from_rho_delta(rho: Decimal | float | Fraction, delta: Decimal | float) -> Decimal:
@@ -279,6 +329,8 @@ def epsilon_from_rho_delta(rho: Decimal | float | Fraction, delta: Decimal | flo
     with localcontext() as ctx:
         ctx.prec = 60
         epsilon = Decimal(high).quantize(RHO_QUANTUM, rounding=ROUND_CEILING)
-    while not (delta_for(r, float(epsilon)) <= dlt and cks_bound_holds(rho, epsilon, delta)):
-        epsilon += RHO_QUANTUM
-    return epsilon
+
+    def holds(candidate: Decimal) -> bool:
+        return delta_for(r, float(candidate)) <= dlt and cks_bound_holds(rho, candidate, delta)
+
+    return _verified_step(epsilon, holds, +1)

@@ -280,3 +280,34 @@ def test_cks_bound_holds_agrees_with_the_bound() -> None:
     assert not cks_bound_holds(Fraction(1, 10), 1, 0)
     with pytest.raises(ValueError):
         cks_bound_holds(-1, 1, Decimal("0.1"))
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "delta"),
+    [("1", "0.99999"), ("1", "0.999999"), ("0.5", "0.9999999999"), ("300", "2e-12")],
+)
+def test_conversion_needs_few_high_precision_checks_near_delta_one(
+    epsilon: str, delta: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Near δ → 1 the float optimum is millions of 1e-12 steps above what the 80-digit check
+    accepts (review of issue 11: ε = 1, δ = 0.99999 did not return within 20 s, one check per
+    step, holding an API thread). The search gallops and bisects instead, and the result holds."""
+    import engine.accounting as accounting
+
+    calls = 0
+    real = accounting.cks_bound_holds
+
+    def counted(*args: object) -> bool:
+        nonlocal calls
+        calls += 1
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(accounting, "cks_bound_holds", counted)
+    e, d = Decimal(epsilon), Decimal(delta)
+    rho = rho_from_epsilon_delta(e, d)
+    assert real(rho, e, d)
+    assert calls <= 200, calls
+    calls = 0
+    eps = epsilon_from_rho_delta(rho, d)
+    assert real(rho, eps, d)
+    assert calls <= 200, calls
