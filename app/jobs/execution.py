@@ -16,9 +16,11 @@ next (app/jobs/repository.py, ``claim_next``), which may be another job than the
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
+import traceback
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -336,6 +338,7 @@ def _run_attempt(
         except Exception as error:
             storage.delete(output_key)
             # Logged in full for the operator; the job record gets no data-derived text.
+            reason: str
             if caused_by_memory_error(error):
                 limit_mb = enforced_memory_limit_mb() or settings.job_memory_limit_mb
                 logger.warning(
@@ -359,8 +362,16 @@ def _run_attempt(
             else:
                 logger.exception("job %s attempt %d failed", job_id, claim.attempt)
                 reason = GENERIC_FAILURE
-            _finish(factory, claim, "failed", reason)
-            return AttemptOutcome(job_id, "failed")
+            # The traceback may outlive this block (a log handler can keep the record): drop
+            # the locals of the engine's finished frames, which hold its arrays.
+            traceback.clear_frames(error.__traceback__)
+        # Only a failure gets here. Outside the except block the exception, its traceback and
+        # the engine's frames (with their arrays) are released; collect them before writing the
+        # outcome: after a memory failure the write itself could otherwise fail, the lease
+        # thread stop, and the recovery loop re-run the job with fresh noise for its one charge.
+        gc.collect()
+        _finish_failed(factory, claim, reason)
+        return AttemptOutcome(job_id, "failed")
 
 
 def _ring_for_capped_jobs(factory: sessionmaker[Session], settings: Settings) -> None:
@@ -374,6 +385,19 @@ def _ring_for_capped_jobs(factory: sessionmaker[Session], settings: Settings) ->
         return
     if waiting is not None:
         dispatch.enqueue_job(settings, waiting)
+
+
+def _finish_failed(factory: sessionmaker[Session], claim: Claim, reason: str) -> None:
+    """End the attempt ``failed`` with ``reason``, trying twice: a write that fails once (out of
+    memory after a memory failure, a dropped connection) is retried after a collection."""
+    try:
+        _finish(factory, claim, "failed", reason)
+    except Exception:
+        logger.warning(
+            "job %s: recording the failure failed; retrying", claim.job_id, exc_info=True
+        )
+        gc.collect()
+        _finish(factory, claim, "failed", reason)
 
 
 def _finish(factory: sessionmaker[Session], claim: Claim, status: str, error: str | None) -> None:
