@@ -150,6 +150,8 @@ def worker(concurrency: int | None, pool: str) -> None:
     # Before pyarrow is imported: Arrow's default allocator (mimalloc) reserves 1 GiB of address
     # space, which the job memory limit (RLIMIT_AS, workers/limits.py) would count.
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    processes = concurrency or settings.worker_concurrency
+    _check_memory_limit(settings, processes)
     from workers.tasks import celery_app
 
     celery_app.worker_main(
@@ -157,7 +159,7 @@ def worker(concurrency: int | None, pool: str) -> None:
             "worker",
             f"--loglevel={settings.log_level}",
             f"--queues={settings.queue}",
-            f"--concurrency={concurrency or settings.worker_concurrency}",
+            f"--concurrency={processes}",
             f"--pool={pool}",
             "--without-gossip",
             "--without-mingle",
@@ -165,6 +167,25 @@ def worker(concurrency: int | None, pool: str) -> None:
             f"--hostname=rhosynth-{os.getpid()}@%h",
         ]
     )
+
+
+def _check_memory_limit(settings: Settings, processes: int) -> None:
+    """Refuse to start a worker that could not give each job the memory the API promised it.
+
+    The API accepts a job when its public estimate fits ``RHOSYNTH_JOB_MEMORY_LIMIT_MB``; a
+    worker whose machine cannot give that much to each of its job processes would fail such a
+    job after its charge, for a reason its parameters decided.
+    """
+    from app.jobs.limits import effective_memory_limit_mb
+
+    fits = effective_memory_limit_mb(settings.job_memory_limit_mb, processes)
+    if fits < settings.job_memory_limit_mb:
+        raise click.ClickException(
+            f"RHOSYNTH_JOB_MEMORY_LIMIT_MB is {settings.job_memory_limit_mb} MB, but "
+            f"{processes} job process(es) on this machine can have at most {fits} MB each "
+            "(80 % of its memory): lower the setting for the API and every worker, or run "
+            "fewer job processes here"
+        )
 
 
 @main.command()

@@ -69,8 +69,9 @@ class Settings(BaseSettings):
     # limit is a wall-clock deadline set at each claim; Celery's soft and hard limits sit
     # JOB_SOFT_GRACE_SECONDS and JOB_HARD_GRACE_SECONDS above it as a backstop.
     job_time_limit_seconds: int = Field(default=3600, ge=10)
-    # The address space a job may add to its pool process (RLIMIT_AS). Each worker enforces
-    # min(this, 0.8 × its physical memory / its concurrency). At submission, a job whose public
+    # The address space a job may add to its pool process (RLIMIT_AS). `rhosynth worker` refuses
+    # to start where its job processes cannot each have this within 0.8 × the machine's physical
+    # memory (app/cli.py). At submission, a job whose public
     # resource estimate (engine Mechanism.estimate_resources) exceeds it is refused, and outputs
     # sized by the noisy row count are capped at the rows that fit.
     job_memory_limit_mb: int = Field(default=3072, ge=256)
