@@ -215,6 +215,19 @@ def run() -> None:
     settings.resolved_storage_dir.mkdir(parents=True, exist_ok=True)
     settings.secret_key_bytes()  # create the embedded key before two processes race for it
     run_migrations(settings)
+    # API and worker share this machine: on a small one, both use the job memory limit that fits
+    # (a worker refuses a limit its job processes cannot have).
+    from app.jobs.limits import effective_memory_limit_mb
+
+    fits = effective_memory_limit_mb(settings.job_memory_limit_mb, settings.worker_concurrency)
+    if fits < settings.job_memory_limit_mb:
+        click.echo(
+            f"note: job memory limit {fits} MB (what fits this machine) instead of "
+            f"{settings.job_memory_limit_mb} MB",
+            err=True,
+        )
+        settings = settings.model_copy(update={"job_memory_limit_mb": fits})
+        os.environ["RHOSYNTH_JOB_MEMORY_LIMIT_MB"] = str(fits)
     worker_process = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"])
     click.echo(
         f"rhosynth: API on http://{settings.host}:{settings.port} (docs at /docs), "
