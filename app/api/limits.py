@@ -126,12 +126,15 @@ class FiniteJSONRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
             body = await self.body()
-            self._json = json.loads(
-                body,
-                parse_float=_finite_float,
-                parse_int=_bounded_int,
-                parse_constant=_no_constants,
-            )
+            try:
+                self._json = json.loads(
+                    body,
+                    parse_float=_finite_float,
+                    parse_int=_bounded_int,
+                    parse_constant=_no_constants,
+                )
+            except RecursionError:  # FastAPI would answer 400 "error parsing the body"
+                raise json.JSONDecodeError("JSON nested too deeply", "", 0) from None
         return self._json
 
 
