@@ -7,8 +7,10 @@ per-job memory limit (``RHOSYNTH_JOB_MEMORY_LIMIT_MB``), or whose work bound exc
 estimate's optimistic rate, is refused with 422 before anything is reserved. Nothing here reads
 data, so a refusal reveals nothing about it.
 
-The memory estimate is a bound the worker also enforces (its address-space limit), so a job it
-accepts fits. The work bound is not a prediction of the run time: it assumes the model at its cap
+The memory limit is the one the worker enforces (its address-space limit). The estimate bounds
+the model, tables and output from per-cell costs measured here; it leaves out the input table,
+whose length is private, so a job it accepts can still fail on the worker's limit when the table
+itself is large (docs/operations.md, "leave room for it"). The work bound is not a prediction of the run time: it assumes the model at its cap
 in every iteration of every round, which real runs rarely approach, so the time check only
 refuses parameters far beyond anything that can finish (the review's `aim` with 100,000 rounds
 and iterations); the worker's wall-time limit stops the rest.
