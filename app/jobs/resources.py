@@ -10,10 +10,11 @@ data, so a refusal reveals nothing about it.
 The memory limit is the one the worker enforces (its address-space limit). The estimate bounds
 the model, tables and output from per-cell costs measured here; it leaves out the input table,
 whose length is private, so a job it accepts can still fail on the worker's limit when the table
-itself is large (docs/operations.md, "leave room for it"). The work bound is not a prediction of the run time: it assumes the model at its cap
-in every iteration of every round, which real runs rarely approach, so the time check only
-refuses parameters far beyond anything that can finish (the review's `aim` with 100,000 rounds
-and iterations); the worker's wall-time limit stops the rest.
+itself is large (docs/operations.md, "leave room for it"). The work bound is not a prediction
+of the run time: it assumes the model at its cap in every iteration of every round, which real
+runs rarely approach, so the time check only refuses parameters far beyond anything that can
+finish (the review's `aim` with 100,000 rounds and iterations); the worker's wall-time limit
+stops the rest.
 
 Without ``rows`` the output size is the mechanism's noisy row count, which the submission cannot
 know: it is capped at :func:`output_rows_limit`, the number of rows that fit in the memory limit
