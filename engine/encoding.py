@@ -205,7 +205,7 @@ class TableSchema:
         codes = np.empty((len(frame), len(self.columns)), dtype=np.int64)
         invalid: dict[str, int] = {}
         for j, column in enumerate(self.columns):
-            col_codes = _encode_column(column, frame[column.name])
+            col_codes = encode_values(column, frame[column.name])
             bad = int(np.count_nonzero(col_codes < 0))
             if bad:
                 invalid[column.name] = bad
@@ -388,10 +388,11 @@ def _as_float(values: pd.Series) -> np.ndarray:
     return np.asarray(numbers, dtype=np.float64)
 
 
-def _encode_column(column: Column, values: pd.Series) -> np.ndarray:
+def encode_values(column: Column, values: pd.Series) -> np.ndarray:
+    """The codes of one column's values (``-1`` for a value outside the declared domain)."""
     if isinstance(values.dtype, pd.CategoricalDtype):
         # A dictionary-encoded input (Parquet): encode each distinct value once, then gather.
-        distinct = _encode_column(column, pd.Series(values.cat.categories))
+        distinct = encode_values(column, pd.Series(values.cat.categories))
         positions = values.cat.codes.to_numpy(dtype=np.int64)
         gathered = distinct[np.maximum(positions, 0)] if len(distinct) else positions
         return np.where(positions >= 0, gathered, -1).astype(np.int64)

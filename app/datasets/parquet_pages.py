@@ -19,7 +19,7 @@ holds for pages at once and the largest batch of rows that fits the decode budge
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -35,6 +35,8 @@ FIRST_HEADER_WINDOW = 16 * 1024
 # A file with more pages than this is refused (each header costs a few microseconds to check).
 MAX_PAGES = 2_000_000
 PAGE_SLACK_BYTES = 4096
+# Text columns whose dictionaries are at most this long are read as Arrow dictionaries.
+MAX_DICTIONARY_READ_ENTRIES = 16_384
 CELL_OVERHEAD_BYTES = 16
 
 _DATA_PAGE = 0
@@ -63,6 +65,7 @@ class ChunkCost:
     """The verified page sizes of one column chunk."""
 
     dictionary_bytes: int
+    dictionary_entries: int
     largest_page_bytes: int
     largest_compressed_bytes: int
     bytes_per_value: float
@@ -74,6 +77,14 @@ class RowGroupPlan:
     rows: int
     pages_bytes: int
     batch_rows: int
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """Per row group, what the reader holds and its batch size; which columns stay dictionaries."""
+
+    row_groups: list[RowGroupPlan]
+    dictionary_columns: frozenset[int]
 
 
 def read_page_header(handle: BinaryIO, position: int, available: int) -> tuple[PageHeader, int]:
@@ -186,7 +197,7 @@ def chunk_cost(
     if start < 0 or length < 0:
         raise ParquetRefused("the Parquet file could not be read (bad column chunk offsets)")
     per_value_cap = max_cell_bytes + CELL_OVERHEAD_BYTES
-    dictionary = largest = largest_compressed = 0
+    dictionary = entries = largest = largest_compressed = 0
     density = 0.0
     position, end = start, start + length
     while position < end:
@@ -203,6 +214,7 @@ def chunk_cost(
             raise ParquetRefused(f"the Parquet file holds cells longer than {max_cell_bytes} bytes")
         if header.page_type == _DICTIONARY_PAGE:
             dictionary += header.uncompressed
+            entries += header.values
         elif header.page_type in (_DATA_PAGE, _DATA_PAGE_V2):
             largest = max(largest, header.uncompressed)
             largest_compressed = max(largest_compressed, header.compressed)
@@ -210,7 +222,7 @@ def chunk_cost(
         position += header_length + header.compressed
     if position != end:
         raise ParquetRefused("the Parquet file could not be read (pages overrun a column chunk)")
-    return ChunkCost(dictionary, largest, largest_compressed, density)
+    return ChunkCost(dictionary, entries, largest, largest_compressed, density)
 
 
 def plan_parquet_read(
@@ -218,27 +230,37 @@ def plan_parquet_read(
     metadata: Any,
     columns: Sequence[int],
     *,
+    text_columns: Collection[int],
     max_cell_bytes: int,
     stream_buffer_bytes: int,
     pages_budget: int,
     batch_budget: int,
     cell_work_bytes: int,
     max_batch_rows: int,
-) -> list[RowGroupPlan]:
-    """Check every page of the given columns and size each row group's batches.
+    max_dictionary_entries: int,
+) -> ReadPlan:
+    """Check every page of the given columns, choose how text is read, size each batch.
+
+    A text column is read as an Arrow dictionary (one copy of each distinct value, however many
+    rows use it) when none of its chunks' dictionaries holds more than
+    :data:`MAX_DICTIONARY_READ_ENTRIES` entries; otherwise its values are decoded into plain
+    strings, batch by batch (pyarrow's dictionary reader keeps a hash table of the dictionary that
+    costs far more than the page itself: 294 MiB for the 27 MB dictionary of 2,500,000 values).
 
     ``pages_budget`` bounds what the reader holds for pages of one row group at once: per
-    column its read buffer, its dictionary, and its largest page compressed and uncompressed.
-    ``batch_budget`` bounds a batch: rows × Σ (the column's largest bytes per value in a page +
-    ``cell_work_bytes`` for converting and encoding the cell).
+    column its read buffer, its decoded dictionary (:func:`dictionary_cost`), and its largest page
+    compressed and uncompressed. ``batch_budget`` bounds a batch: rows × Σ (the column's largest
+    bytes per value once decoded + ``cell_work_bytes`` for converting and encoding the cell). A
+    column's dictionaries together hold at most ``max_dictionary_entries`` entries (the caller
+    encodes each entry of a dictionary it reads as such once).
     """
     pages_seen = [0]
-    plans = []
+    entries = dict.fromkeys(columns, 0)
+    costs: list[list[ChunkCost]] = []
     with open(path, "rb") as handle:
         for index in range(metadata.num_row_groups):
             group = metadata.row_group(index)
-            held = 0
-            row_bytes = 0.0
+            group_costs = []
             for position in columns:
                 chunk = group.column(position)
                 start = chunk.data_page_offset
@@ -252,19 +274,59 @@ def plan_parquet_read(
                     max_cell_bytes=max_cell_bytes,
                     pages_seen=pages_seen,
                 )
-                held += (
-                    stream_buffer_bytes
-                    + cost.dictionary_bytes
-                    + cost.largest_page_bytes
-                    + cost.largest_compressed_bytes
-                )
-                row_bytes += cost.bytes_per_value + cell_work_bytes
-            if held > pages_budget:
-                raise ParquetRefused(
-                    f"a Parquet row group needs {held // (1024 * 1024)} MiB of pages at once; the "
-                    f"limit is {pages_budget // (1024 * 1024)} MiB: write the file with smaller "
-                    "pages or fewer columns, or upload CSV"
-                )
-            batch_rows = int(max(1, min(max_batch_rows, batch_budget // max(1.0, row_bytes))))
-            plans.append(RowGroupPlan(index, group.num_rows, held, batch_rows))
-    return plans
+                entries[position] += cost.dictionary_entries
+                if entries[position] > max_dictionary_entries:
+                    raise ParquetRefused(
+                        f"column {chunk.path_in_schema!r}: its Parquet dictionaries hold more "
+                        f"than {max_dictionary_entries} entries, more than the file has rows; "
+                        "write the file without unused dictionary entries, or upload CSV"
+                    )
+                group_costs.append(cost)
+            costs.append(group_costs)
+    dictionary_columns = frozenset(
+        position
+        for j, position in enumerate(columns)
+        if position in text_columns
+        and all(group[j].dictionary_entries <= MAX_DICTIONARY_READ_ENTRIES for group in costs)
+    )
+    plans = []
+    for index, group_costs in enumerate(costs):
+        held = 0
+        row_bytes = 0.0
+        for position, cost in zip(columns, group_costs, strict=True):
+            as_dictionary = position in dictionary_columns
+            held += (
+                stream_buffer_bytes
+                + dictionary_cost(cost, as_dictionary=as_dictionary)
+                + cost.largest_page_bytes
+                + cost.largest_compressed_bytes
+            )
+            per_value = cost.bytes_per_value
+            if cost.dictionary_entries and not as_dictionary:
+                # Each row becomes a copy of its value, at most the whole dictionary page long.
+                longest = min(max_cell_bytes, cost.dictionary_bytes)
+                per_value = max(per_value, longest + CELL_OVERHEAD_BYTES)
+            row_bytes += per_value + cell_work_bytes
+        if held > pages_budget:
+            raise ParquetRefused(
+                f"a Parquet row group needs {held // (1024 * 1024)} MiB of pages at once; the "
+                f"limit is {pages_budget // (1024 * 1024)} MiB: write the file with smaller "
+                "row groups, smaller pages or fewer columns, or upload CSV"
+            )
+        batch_rows = int(max(1, min(max_batch_rows, batch_budget // max(1.0, row_bytes))))
+        rows = metadata.row_group(index).num_rows
+        plans.append(RowGroupPlan(index, rows, held, batch_rows))
+    return ReadPlan(plans, dictionary_columns)
+
+
+def dictionary_cost(cost: ChunkCost, *, as_dictionary: bool) -> int:
+    """The bytes pyarrow holds while it decodes a chunk's dictionary (an upper bound).
+
+    Fitted here on pyarrow 26 to dictionaries of 100,000 to 2,500,000 values of 7 to 200 bytes
+    (peak of the Arrow memory pool while reading one column): read as a dictionary it held up to
+    5.4 × the page's bytes + 83 bytes per entry, decoded to plain strings up to 2.8 × the bytes
+    + 17 bytes per entry; the constants below round both up.
+    """
+    if as_dictionary:
+        return 6 * cost.dictionary_bytes + 128 * cost.dictionary_entries
+    return 3 * cost.dictionary_bytes + 48 * cost.dictionary_entries

@@ -233,8 +233,12 @@ def _charge_first_claim(session: Session, claim: Claim, now: datetime) -> None:
 def claim_and_charge(
     factory: sessionmaker[Session], settings: Settings, job_id: uuid.UUID
 ) -> Claim | None:
-    """Start an attempt of this job and, on the first one, turn the reservation into spend.
-    Commits."""
+    """Start an attempt of this very job and, on the first one, turn the reservation into spend.
+    Commits.
+
+    Not the worker's path (:func:`claim_next_and_charge` is: a message starts the fairest job,
+    not its own); tests use this to drive one named job through the state machine of a claim.
+    """
     with transaction(factory) as session:
         now = utcnow()
         claim = repository.claim(

@@ -249,6 +249,7 @@ def claim_next(
     """Claim the queued job that is fairest to start next: the oldest queued job of the first
     tenant in ``tenants_in_fair_order`` that is below ``tenant_max_running``. None: nothing is
     claimable (no queued job, or every tenant with one is at its cap)."""
+    holding_tenant_lock = False
     for tenant_id, running in tenants_in_fair_order(session):
         if tenant_max_running is not None:
             if running >= tenant_max_running:
@@ -256,10 +257,19 @@ def claim_next(
             # FOR NO KEY UPDATE on the tenant: two workers claiming for one tenant at once must
             # not both see it below its cap, so the count is taken again under the lock. (NO KEY:
             # inserting a job, which locks its tenant FOR KEY SHARE through the foreign key, is
-            # not held up.)
-            session.execute(
-                select(Tenant.id).where(Tenant.id == tenant_id).with_for_update(key_share=True)
-            )
+            # not held up.) Only the first tenant lock of a transaction waits; once one is held,
+            # a tenant another claimer has locked is passed over (SKIP LOCKED), since two claimers
+            # that each hold one tenant and wait for the other's, having computed the fair order
+            # at different moments, would deadlock. The claimer holding it has taken that
+            # tenant's count under the lock and claims its job if it is below its cap.
+            locked = session.execute(
+                select(Tenant.id)
+                .where(Tenant.id == tenant_id)
+                .with_for_update(key_share=True, skip_locked=holding_tenant_lock)
+            ).first()
+            if locked is None:
+                continue
+            holding_tenant_lock = True
             if running_count(session, tenant_id) >= tenant_max_running:
                 continue
         # FOR UPDATE SKIP LOCKED: two workers choosing at once take different jobs instead of

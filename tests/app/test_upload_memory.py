@@ -13,7 +13,12 @@ import pytest
 
 from tests.conftest import Tenant
 from tests.support.api import upload
-from tests.support.bombs import dictionary_bomb, long_cell_bomb, many_tiny_rows_csv
+from tests.support.bombs import (
+    dictionary_bomb,
+    distinct_dictionary_bomb,
+    long_cell_bomb,
+    many_tiny_rows_csv,
+)
 from tests.support.memory import peak_rss
 from tests.support.stack import Stack
 
@@ -24,6 +29,7 @@ DOCUMENTED_PEAK_MIB = 512
 BOMBS: dict[str, tuple[Callable[[], tuple[bytes, str]], tuple[int, ...]]] = {
     "parquet dictionary of long values": (dictionary_bomb, (201, 422)),
     "parquet plain cells over the limit": (long_cell_bomb, (422,)),
+    "parquet dictionary of millions of distinct values": (distinct_dictionary_bomb, (422,)),
     "csv of one-character cells": (many_tiny_rows_csv, (201,)),
 }
 

@@ -45,6 +45,26 @@ def dictionary_bomb(
     return data, _categorical_schema(names, [value])
 
 
+def distinct_dictionary_bomb(rows: int = 2_300_000) -> tuple[bytes, str]:
+    """One text column of ``rows`` distinct 7-character values, all in one dictionary page.
+
+    6.4 MB on disk (the review's file had 4,000,000 values in 11.5 MB; at 2,500,000 the page
+    budget refuses the file before decoding). Every value lies outside the declared categories,
+    so the upload is refused, but only after the whole file is read. Read as an Arrow dictionary
+    and converted to Python objects once per batch, 2,500,000 values cost 142 s of CPU and
+    1.3 GiB.
+    """
+    dictionary = pa.array([f"{i:07d}" for i in range(rows)])
+    column = pa.DictionaryArray.from_arrays(pa.array(range(rows), type=pa.int32()), dictionary)
+    data = _parquet(
+        pa.table({"a": column}),
+        row_group_size=rows,
+        store_schema=False,
+        dictionary_pagesize_limit=60 * 1024 * 1024,
+    )
+    return data, _categorical_schema(["a"], ["x"])
+
+
 def long_cell_bomb(rows: int = 24, cell_bytes: int = 48 * 1024 * 1024) -> tuple[bytes, str]:
     """Plain-encoded cells far over the cell limit, a few KB each once compressed.
 
