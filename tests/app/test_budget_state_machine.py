@@ -24,7 +24,6 @@ from sqlalchemy import update
 
 from app.auth.service import Principal, authenticate
 from app.budget import service as budget_service
-from app.datasets.models import Dataset
 from app.db.base import utcnow
 from app.db.session import get_session_factory
 from app.jobs import repository as job_repository
@@ -32,7 +31,7 @@ from app.jobs import service as job_service
 from app.jobs.execution import claim_and_charge
 from app.jobs.models import Job
 from app.jobs.schemas import JobRequest
-from tests.support.ledger import assert_reconciled
+from tests.support.ledger import add_tableless_dataset, assert_reconciled
 from tests.support.stack import Stack
 
 RHO = st.decimals(min_value=Decimal("0.001"), max_value=Decimal("0.6"), places=3)
@@ -63,21 +62,7 @@ class BudgetMachine(RuleBasedStateMachine):
             principal = authenticate(session, self.settings.secret_key_bytes(), key)
             assert principal is not None
             self.principal: Principal = principal
-            self.dataset_id = uuid.uuid4()
-            session.add(
-                Dataset(
-                    id=self.dataset_id,
-                    tenant_id=principal.tenant_id,
-                    name="sm",
-                    schema={"a": 2},
-                    n_rows=1,
-                    n_columns=1,
-                    storage_key=None,
-                    created_by=principal.key_id,
-                )
-            )
-            session.flush()
-            budget_service.open_account(session, self.dataset_id, Decimal(1), principal.actor)
+            self.dataset_id = add_tableless_dataset(session, principal, Decimal(1))
         self.total = Decimal(1)
         self.model: dict[uuid.UUID, ModelJob] = {}
 

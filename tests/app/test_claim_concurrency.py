@@ -25,7 +25,6 @@ from app.budget import service as budget_service
 from app.budget.models import LedgerEntry
 from app.cli import run_migrations
 from app.config import Settings
-from app.datasets.models import Dataset
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
 from app.jobs import repository as job_repository
@@ -34,6 +33,7 @@ from app.jobs.execution import claim_next_and_charge
 from app.jobs.models import Job
 from app.jobs.schemas import JobRequest
 from tests.support import services
+from tests.support.ledger import add_tableless_dataset
 
 pytestmark = pytest.mark.usefixtures("_services")
 
@@ -75,21 +75,7 @@ def _queue_jobs(settings: Settings) -> dict[uuid.UUID, uuid.UUID]:
         with transaction(factory) as session:
             principal = authenticate(session, settings.secret_key_bytes(), key.key)
             assert principal is not None
-            dataset_id = uuid.uuid4()
-            session.add(
-                Dataset(
-                    id=dataset_id,
-                    tenant_id=principal.tenant_id,
-                    name="claims",
-                    schema={"a": 2},
-                    n_rows=1,
-                    n_columns=1,
-                    storage_key=None,
-                    created_by=principal.key_id,
-                )
-            )
-            session.flush()
-            budget_service.open_account(session, dataset_id, Decimal(1), principal.actor)
+            dataset_id = add_tableless_dataset(session, principal, Decimal(1))
         for _ in range(JOBS_PER_TENANT):
             with transaction(factory) as session:
                 request = JobRequest(method="independent", budget={"rho": RHO})

@@ -5,8 +5,33 @@ from __future__ import annotations
 import uuid
 from decimal import Decimal
 
+from sqlalchemy.orm import Session
+
+from app.auth.service import Principal
 from app.budget import service as budget_service
+from app.datasets.models import Dataset
 from tests.support.stack import Stack
+
+
+def add_tableless_dataset(session: Session, principal: Principal, total_rho: Decimal) -> uuid.UUID:
+    """A dataset row with an open budget account and no stored table (for ledger tests that
+    never run a job's engine)."""
+    dataset_id = uuid.uuid4()
+    session.add(
+        Dataset(
+            id=dataset_id,
+            tenant_id=principal.tenant_id,
+            name="ledger-test",
+            schema={"a": 2},
+            n_rows=1,
+            n_columns=1,
+            storage_key=None,
+            created_by=principal.key_id,
+        )
+    )
+    session.flush()
+    budget_service.open_account(session, dataset_id, total_rho, principal.actor)
+    return dataset_id
 
 
 def assert_reconciled(stack: Stack, dataset_id: str | uuid.UUID) -> budget_service.Reconciliation:
