@@ -1,0 +1,20 @@
+"""Drafting a schema from a raw table (issue 12, section 3): types, nullability, formats.
+
+:func:`draft_schema` reads a CSV or Parquet file once, in bounded memory, and proposes a
+``{"columns": [...]}`` schema. It runs on the owner's side (``rhosynth schema draft``, or the
+service's draft endpoint for an owner, which stores nothing). A draft accepted as is never
+publishes a raw value: category lists and value-derived bin edges are proposed as DP discovery
+clauses, bounds are rounded outward to public "round" numbers, and identifier-like and free-text
+columns are proposed as ``ignore``. ``show_values=True`` proposes the data's own categories and
+bounds for the owner to edit instead, with a warning, since whatever is declared is visible to
+every analyst.
+"""
+
+from engine.schema_draft.inference import (
+    DEFAULT_MISSING_VALUES,
+    ColumnDraft,
+    SchemaDraft,
+    draft_schema,
+)
+
+__all__ = ["DEFAULT_MISSING_VALUES", "ColumnDraft", "SchemaDraft", "draft_schema"]

@@ -1,0 +1,419 @@
+"""Infer a draft schema from a raw CSV or Parquet table, in one bounded-memory pass.
+
+Every column is read as it would be uploaded (CSV: all text; Parquet: its own types) and
+narrowed to the first kind every non-missing value fits: boolean words, numbers (integral or
+not), dates or timestamps in one of :data:`DATE_FORMATS`, else text. Text with few distinct
+values becomes a categorical column, other text (identifiers, free text) ``ignore``.
+
+What a draft accepted as is makes public (docs/api.md, "Schema drafts"): the column names, each
+column's kind and whether missing values were seen in it, the number of decimals of numbers, the
+date format, and bounds rounded outward to one significant digit of the column's range (numbers)
+or to whole years (dates); nothing else. Category lists and value-derived bin edges are proposed
+as DP discovery clauses (``{"discover": true, ...}``, ``{"quantiles": k}``) that the service
+charges at upload. With ``show_values`` the data's own categories and exact bounds are proposed
+instead, for the owner to edit, and the draft says that they would be visible to every analyst.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+DEFAULT_MISSING_VALUES = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None")
+TRUE_WORDS = ("true", "yes", "y", "t")
+FALSE_WORDS = ("false", "no", "n", "f")
+# Tried in this order; the first that parses every non-missing value of a column wins.
+DATE_FORMATS = (
+    "%Y-%m-%d",
+    "%Y/%m/%d",
+    "%m/%d/%Y",
+    "%d.%m.%Y",
+    "%b-%Y",
+    "%b %Y",
+    "%B %Y",
+    "%Y-%m",
+    "%Y-%m-%dT%H:%M:%SZ",
+    "%Y-%m-%dT%H:%M:%S",
+    "%Y-%m-%d %H:%M:%S",
+    "%Y-%m-%dT%H:%M",
+    "%Y-%m-%d %H:%M",
+)
+# Calendar units from fine to coarse; a date column gets the finest that its format resolves
+# and that gives at most MAX_DATE_BINS bins between its bounds.
+UNITS = ("hour", "day", "week", "month", "year")
+UNIT_DAYS = {"hour": 1 / 24, "day": 1, "week": 7, "month": 31, "year": 366}
+MAX_DATE_BINS = 64
+MAX_CATEGORIES = 200  # text with more distinct values than this is proposed as ignore
+DISTINCT_CAP = 1_000  # distinct values tracked per column (memory bound)
+QUANTILE_BINS = 16
+SMALL_INTEGER_RANGE = 100  # integral columns whose rounded range is this narrow: one bin per value
+MAX_DECIMALS = 6
+CSV_BLOCK_BYTES = 4 * 1024 * 1024
+PARQUET_BATCH_ROWS = 65_536
+
+
+class DraftError(ValueError):
+    """The file cannot be drafted; the message never contains a value from the file."""
+
+
+@dataclass(frozen=True)
+class ColumnDraft:
+    """One column's proposal and the reason for it (the reason names no value from the data)."""
+
+    entry: dict[str, Any]
+    reason: str
+
+
+@dataclass(frozen=True)
+class SchemaDraft:
+    """A proposed schema in the ``{"columns": [...]}`` form, with one reason per column."""
+
+    columns: tuple[ColumnDraft, ...]
+    missing_values: tuple[str, ...]
+    rows: int
+    show_values: bool
+
+    def __post_init__(self) -> None:
+        if not self.columns:
+            raise ValueError("a draft has at least one column")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "columns": [column.entry for column in self.columns],
+            "missing_values": list(self.missing_values),
+        }
+
+    @property
+    def discovers(self) -> bool:
+        """Whether the schema asks the service to learn part of the domain with DP."""
+        return any(_has_discovery(column.entry) for column in self.columns)
+
+
+def _has_discovery(entry: dict[str, Any]) -> bool:
+    return isinstance(entry.get("bins"), dict) or isinstance(entry.get("categories"), dict)
+
+
+@dataclass
+class _Stats:
+    """What one pass keeps about a column: counts, which kinds still fit, ranges, distincts."""
+
+    name: str
+    arrow_type: pa.DataType | None = None
+    values: int = 0
+    missing: int = 0
+    boolean: bool = True
+    numeric: bool = True
+    integral: bool = True
+    decimals: int | None = 0
+    low: float = math.inf
+    high: float = -math.inf
+    formats: list[str] = field(default_factory=lambda: list(DATE_FORMATS))
+    first: dict[str, pd.Timestamp] = field(default_factory=dict)
+    last: dict[str, pd.Timestamp] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    overflow: bool = False
+
+    def add_text(self, text: pd.Series, missing_values: frozenset[str]) -> None:
+        is_missing = text.isin(missing_values)
+        self.missing += int(is_missing.sum())
+        present = text[~is_missing]
+        if present.empty:
+            return
+        self.values += len(present)
+        self._count(present)
+        if self.boolean:
+            words = present.str.strip().str.lower()
+            self.boolean = bool(words.isin(TRUE_WORDS + FALSE_WORDS).all())
+        if self.numeric:
+            numbers = pd.to_numeric(present, errors="coerce")
+            finite = np.isfinite(numbers.to_numpy(dtype=np.float64, na_value=np.nan))
+            if finite.all():
+                self._numbers(numbers.to_numpy(dtype=np.float64))
+                self._decimals(present)
+            else:
+                self.numeric = False
+        if not self.numeric and self.formats:
+            self._dates(present)
+
+    def add_typed(self, array: pa.Array) -> None:
+        """A Parquet column with its own type (text goes through :meth:`add_text`)."""
+        self.arrow_type = array.type
+        self.missing += array.null_count
+        present = array.drop_null()
+        if len(present) == 0:
+            return
+        self.values += len(present)
+        kind = array.type
+        if pa.types.is_boolean(kind):
+            self.numeric = False
+            self.formats = []
+            self._count(pd.Series(present.to_pylist()).astype(str))
+        elif pa.types.is_integer(kind) or pa.types.is_floating(kind):
+            self.boolean = False
+            self.formats = []
+            numbers = present.to_numpy(zero_copy_only=False).astype(np.float64)
+            numbers = numbers[~np.isnan(numbers)]
+            self.missing += len(present) - len(numbers)
+            self.values -= len(present) - len(numbers)
+            self._numbers(numbers)
+            if pa.types.is_floating(kind):
+                self.decimals = None  # binary floats: no decimal places to read
+        elif pa.types.is_date(kind) or pa.types.is_timestamp(kind):
+            self.boolean = self.numeric = False
+            fmt = "%Y-%m-%d" if pa.types.is_date(kind) else "%Y-%m-%dT%H:%M:%S"
+            self.formats = [fmt]
+            stamps = pd.Series(pd.to_datetime(present.to_pandas()))
+            self._range(fmt, stamps)
+        else:
+            raise DraftError(f"column {self.name!r}: Parquet type {kind} is not supported")
+
+    def _count(self, present: pd.Series) -> None:
+        if self.overflow:
+            return
+        for value, count in present.value_counts(sort=False).items():
+            self.counts[str(value)] = self.counts.get(str(value), 0) + int(count)
+        if len(self.counts) > DISTINCT_CAP:
+            self.overflow = True
+            self.counts = {}
+
+    def _numbers(self, numbers: np.ndarray) -> None:
+        if numbers.size == 0:
+            return
+        self.low = min(self.low, float(numbers.min()))
+        self.high = max(self.high, float(numbers.max()))
+        if self.integral:
+            self.integral = bool(np.all(numbers == np.floor(numbers)))
+
+    def _decimals(self, present: pd.Series) -> None:
+        if self.decimals is None:
+            return
+        if present.str.contains("[eE]", regex=True).any():
+            self.decimals = None
+            return
+        fraction = present.str.strip().str.partition(".")[2].str.rstrip("0")
+        self.decimals = max(self.decimals, int(fraction.str.len().max() or 0))
+
+    def _dates(self, present: pd.Series) -> None:
+        text = present.str.strip()
+        for fmt in list(self.formats):
+            parsed = pd.to_datetime(text, format=fmt, errors="coerce")
+            if parsed.isna().any():
+                self.formats.remove(fmt)
+            else:
+                self._range(fmt, parsed)
+
+    def _range(self, fmt: str, stamps: pd.Series) -> None:
+        low, high = stamps.min(), stamps.max()
+        self.first[fmt] = min(self.first.get(fmt, low), low)
+        self.last[fmt] = max(self.last.get(fmt, high), high)
+
+
+def draft_schema(
+    path: Path,
+    *,
+    missing_values: tuple[str, ...] = DEFAULT_MISSING_VALUES,
+    show_values: bool = False,
+) -> SchemaDraft:
+    """Read ``path`` (CSV or Parquet, decided by its content) once and propose a schema.
+
+    Raises :class:`DraftError` for files that cannot be read; its message names no value.
+    """
+    with open(path, "rb") as handle:
+        is_parquet = handle.read(4) == b"PAR1"
+    missing = frozenset(missing_values)
+    stats, rows = (_parquet_stats if is_parquet else _csv_stats)(path, missing)
+    columns = tuple(_propose(column, rows, show_values) for column in stats)
+    return SchemaDraft(columns, tuple(missing_values), rows, show_values)
+
+
+def _csv_header(path: Path) -> list[str]:
+    with open(path, "rb") as handle:
+        line = handle.readline(1024 * 1024 + 1)
+    try:
+        text = line.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise DraftError("the file is neither Parquet nor UTF-8 CSV text") from None
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows or not rows[0] or rows[0] == [""]:
+        raise DraftError("the CSV header row is empty")
+    if len(set(rows[0])) != len(rows[0]):
+        raise DraftError("the CSV header names a column twice")
+    return rows[0]
+
+
+def _csv_stats(path: Path, missing: frozenset[str]) -> tuple[list[_Stats], int]:
+    names = _csv_header(path)
+    stats = [_Stats(name) for name in names]
+    rows = 0
+    try:
+        reader = pacsv.open_csv(
+            path,
+            read_options=pacsv.ReadOptions(
+                column_names=names, skip_rows=1, block_size=CSV_BLOCK_BYTES
+            ),
+            parse_options=pacsv.ParseOptions(newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(
+                column_types={name: pa.string() for name in names},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+        for batch in reader:
+            rows += batch.num_rows
+            for column, values in zip(stats, batch.columns, strict=True):
+                column.add_text(pd.Series(values.to_pandas(), dtype=object), missing)
+    except pa.ArrowInvalid:
+        # pyarrow's messages can quote a row: never forwarded.
+        raise DraftError("the CSV could not be parsed (rows of different lengths?)") from None
+    return stats, rows
+
+
+def _parquet_stats(path: Path, missing: frozenset[str]) -> tuple[list[_Stats], int]:
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError):
+        raise DraftError("the file is neither a readable Parquet file nor CSV") from None
+    stats = [_Stats(name) for name in parquet.schema_arrow.names]
+    rows = 0
+    for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+        rows += batch.num_rows
+        for column, values in zip(stats, batch.columns, strict=True):
+            if pa.types.is_dictionary(values.type):
+                values = values.dictionary_decode()
+            if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+                column.missing += values.null_count
+                column.add_text(pd.Series(values.drop_null().to_pandas(), dtype=object), missing)
+            else:
+                column.add_typed(values)
+    return stats, rows
+
+
+def _propose(stats: _Stats, rows: int, show_values: bool) -> ColumnDraft:
+    entry: dict[str, Any] = {"name": stats.name}
+    if stats.values == 0:
+        entry["type"] = "ignore"
+        return ColumnDraft(entry, "no values")
+    nullable = stats.missing > 0
+    if stats.boolean:
+        entry["type"] = "boolean"
+        reason = "every value is a yes/no word"
+    elif stats.numeric:
+        reason = _numeric(entry, stats, show_values)
+    elif stats.formats:
+        reason = _temporal(entry, stats, show_values)
+    elif not stats.overflow and len(stats.counts) <= MAX_CATEGORIES:
+        reason = _categorical(entry, stats, show_values)
+    else:
+        entry["type"] = "ignore"
+        reason = (
+            f"text with more than {MAX_CATEGORIES} distinct values (an identifier or free text)"
+        )
+        return ColumnDraft(entry, reason)
+    if nullable:
+        entry["nullable"] = True
+        reason += "; has missing values"
+    return ColumnDraft(entry, reason)
+
+
+def _numeric(entry: dict[str, Any], stats: _Stats, show_values: bool) -> str:
+    entry["type"] = "numeric"
+    low, high = (stats.low, stats.high) if show_values else round_bounds(stats.low, stats.high)
+    if stats.integral:
+        low, high = math.floor(low), math.ceil(high)
+        entry["integer"] = True
+    entry["min"], entry["max"] = _plain(low), _plain(high)
+    entry["clip"] = True
+    if not stats.integral and stats.decimals is not None:
+        entry["decimals"] = min(stats.decimals, MAX_DECIMALS)
+    if stats.integral and 0 < high - low <= SMALL_INTEGER_RANGE:
+        entry["bins"] = int(high - low)
+        return "integers in a narrow range: one bin per value (no budget needed)"
+    if high <= low:
+        entry["max"] = _plain(low + 1)
+        entry["bins"] = 1
+        return "a single value"
+    entry["bins"] = {"quantiles": QUANTILE_BINS}
+    return f"numbers: {QUANTILE_BINS} bins at DP quantiles (charged at upload)"
+
+
+def _temporal(entry: dict[str, Any], stats: _Stats, show_values: bool) -> str:
+    fmt = stats.formats[0]
+    timed = "%H" in fmt
+    entry["type"] = "datetime" if timed else "date"
+    entry["format"] = fmt
+    first, last = stats.first[fmt], stats.last[fmt]
+    if not show_values:
+        first = pd.Timestamp(year=first.year, month=1, day=1)
+        last = pd.Timestamp(year=last.year + 1, month=1, day=1) - pd.Timedelta(
+            seconds=1 if timed else 86400
+        )
+    if timed:
+        entry["min"] = first.strftime("%Y-%m-%dT%H:%M:%S")
+        entry["max"] = last.strftime("%Y-%m-%dT%H:%M:%S")
+    else:
+        entry["min"] = first.date().isoformat()
+        entry["max"] = last.date().isoformat()
+    days = max((last - first).total_seconds() / 86400, 1.0)
+    finest = 0 if timed else (1 if "%d" in fmt else 3)
+    unit = next((u for u in UNITS[finest:] if days / UNIT_DAYS[u] <= MAX_DATE_BINS), UNITS[-1])
+    entry["unit"] = unit
+    return f"{entry['type']}s in format {fmt}, one bin per {unit} (no budget needed)"
+
+
+def _categorical(entry: dict[str, Any], stats: _Stats, show_values: bool) -> str:
+    entry["type"] = "categorical"
+    if show_values:
+        ordered = sorted(stats.counts, key=lambda value: (-stats.counts[value], value))
+        entry["categories"] = ordered
+        return "text with few distinct values, listed (visible to every analyst)"
+    entry["categories"] = {"discover": True, "max": MAX_CATEGORIES}
+    entry["other"] = "other"
+    return "text with few distinct values: categories learned with DP at upload"
+
+
+def round_bounds(low: float, high: float) -> tuple[float, float]:
+    """``[low, high]`` widened to multiples of one significant digit of its width.
+
+    A width of 18,497 rounds to multiples of 10,000 (326 … 18,823 → 0 … 20,000); 4.81 to
+    multiples of 1 (0.2 … 5.01 → 0 … 6). A column of one value gets the unit interval around it.
+    """
+    if not (math.isfinite(low) and math.isfinite(high)) or high < low:
+        raise ValueError("bounds must be finite with low <= high")
+    width = high - low
+    if width == 0:
+        step = 10.0 ** math.floor(math.log10(abs(low))) if low else 1.0
+    else:
+        step = 10.0 ** math.floor(math.log10(width))
+    rounded_low = math.floor(low / step) * step
+    rounded_high = math.ceil(high / step) * step
+    if rounded_high == rounded_low:
+        rounded_high += step
+    return _tidy(rounded_low), _tidy(rounded_high)
+
+
+def _tidy(value: float) -> float:
+    return float(f"{value:.12g}")
+
+
+def _plain(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else float(value)
+
+
+__all__ = [
+    "DEFAULT_MISSING_VALUES",
+    "ColumnDraft",
+    "DraftError",
+    "SchemaDraft",
+    "draft_schema",
+    "round_bounds",
+]

@@ -1,0 +1,192 @@
+"""Schema drafts from raw tables: kinds, nullability, formats, and no raw value in a default draft."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from engine.schema_draft.cli import schema
+from engine.schema_draft.inference import DraftError, draft_schema, round_bounds
+
+ROWS = 400
+
+
+def _raw_frame() -> pd.DataFrame:
+    rng = random.Random(5)
+    months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+    rows = []
+    for i in range(ROWS):
+        rows.append(
+            {
+                "id": f"ID-{rng.randrange(10**9):09d}",
+                "note": " ".join(rng.choice("abcdefgh") * rng.randint(2, 6) for _ in range(6)),
+                "member": rng.choice(["yes", "no", "Yes", ""]),
+                "grams": str(rng.randint(327, 18_823)),
+                "ratio": "" if i % 9 == 0 else f"{rng.uniform(0.213, 5.017):.3f}",
+                "floor": str(rng.randint(1, 12)),
+                "city": rng.choice(["Lisbon", "Oslo", "Quito", "Hanoi", "NA"]),
+                "opened": f"{rng.choice(months)}-{rng.randint(2014, 2018)}",
+                "seen": f"2019-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T0{rng.randint(0, 9)}:00:00Z",
+                "empty": "",
+            }
+        )
+    rows[1].update(grams="327", ratio="0.213")  # the extremes, so the bounds are known
+    rows[2].update(grams="18823", ratio="5.017")
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture
+def raw_csv(tmp_path: Path) -> Path:
+    path = tmp_path / "raw.csv"
+    _raw_frame().to_csv(path, index=False)
+    return path
+
+
+def _entries(path: Path, **options: bool) -> dict[str, dict[str, object]]:
+    draft = draft_schema(path, **options)  # type: ignore[arg-type]
+    return {column.entry["name"]: column.entry for column in draft.columns}
+
+
+def test_kinds_nullability_and_formats(raw_csv: Path) -> None:
+    entries = _entries(raw_csv)
+    assert entries["id"] == {"name": "id", "type": "ignore"}
+    assert entries["note"] == {"name": "note", "type": "ignore"}
+    assert entries["empty"] == {"name": "empty", "type": "ignore"}
+    assert entries["member"] == {"name": "member", "type": "boolean", "nullable": True}
+    assert entries["grams"] == {
+        "name": "grams",
+        "type": "numeric",
+        "integer": True,
+        "min": 0,
+        "max": 20_000,
+        "clip": True,
+        "bins": {"quantiles": 16},
+    }
+    assert entries["ratio"] == {
+        "name": "ratio",
+        "type": "numeric",
+        "min": 0,
+        "max": 6,
+        "clip": True,
+        "decimals": 3,
+        "bins": {"quantiles": 16},
+        "nullable": True,
+    }
+    assert entries["floor"] == {
+        "name": "floor",
+        "type": "numeric",
+        "integer": True,
+        "min": 0,
+        "max": 20,
+        "clip": True,
+        "bins": 20,
+    }
+    # "NA" is a missing spelling by default: the column is nullable, not a category "NA".
+    assert entries["city"] == {
+        "name": "city",
+        "type": "categorical",
+        "categories": {"discover": True, "max": 200},
+        "other": "other",
+        "nullable": True,
+    }
+    assert entries["opened"] == {
+        "name": "opened",
+        "type": "date",
+        "format": "%b-%Y",
+        "min": "2014-01-01",
+        "max": "2018-12-31",
+        "unit": "month",
+    }
+    assert entries["seen"] == {
+        "name": "seen",
+        "type": "datetime",
+        "format": "%Y-%m-%dT%H:%M:%SZ",
+        "min": "2019-01-01T00:00:00",
+        "max": "2019-12-31T23:59:59",
+        "unit": "week",
+    }
+
+
+def test_a_default_draft_contains_no_value_from_the_data(raw_csv: Path) -> None:
+    frame = _raw_frame()
+    draft = draft_schema(raw_csv)
+    text = json.dumps(draft.to_json()) + " ".join(column.reason for column in draft.columns)
+    for name in ("id", "note", "city", "opened", "seen"):
+        for value in set(frame[name]) - {"", "NA"}:
+            assert value not in text, name
+    for name in ("grams", "ratio"):
+        numbers = pd.to_numeric(frame[name], errors="coerce").dropna()
+        for value in (numbers.min(), numbers.max()):
+            assert f"{value:g}" not in text, name
+    assert draft.discovers
+
+
+def test_show_values_proposes_the_data_own_domain(raw_csv: Path) -> None:
+    frame = _raw_frame()
+    entries = _entries(raw_csv, show_values=True)
+    assert sorted(entries["city"]["categories"]) == ["Hanoi", "Lisbon", "Oslo", "Quito"]  # type: ignore[arg-type]
+    grams = pd.to_numeric(frame["grams"])
+    assert (entries["grams"]["min"], entries["grams"]["max"]) == (grams.min(), grams.max())
+
+
+def test_parquet_with_types_and_nulls_drafts_like_csv(raw_csv: Path, tmp_path: Path) -> None:
+    frame = _raw_frame()
+    typed = pd.DataFrame(
+        {
+            "grams": pd.array(pd.to_numeric(frame["grams"]), dtype="Int64"),
+            "ratio": pd.to_numeric(frame["ratio"].replace("", None)),
+            "member": frame["member"].str.lower().map({"yes": True, "no": False}).astype("boolean"),
+            "city": frame["city"].replace("NA", None),
+            "seen": pd.to_datetime(frame["seen"]).dt.tz_localize(None),
+        }
+    )
+    path = tmp_path / "raw.parquet"
+    pq.write_table(pa.Table.from_pandas(typed, preserve_index=False), path)
+    entries = _entries(path)
+    csv_entries = _entries(raw_csv)
+    for name in ("grams", "member", "city"):
+        assert entries[name] == csv_entries[name], name
+    assert entries["ratio"]["type"] == "numeric" and entries["ratio"]["nullable"] is True
+    assert "decimals" not in entries["ratio"]  # binary floats have no decimal places to read
+    assert entries["seen"]["type"] == "datetime" and entries["seen"]["unit"] == "week"
+
+
+def test_cli_prints_json_and_reasons(raw_csv: Path) -> None:
+    result = CliRunner().invoke(schema, ["draft", str(raw_csv)])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    assert [c["name"] for c in printed["columns"]][:3] == ["id", "note", "member"]
+    assert "" in printed["missing_values"] and "NA" in printed["missing_values"]
+    assert "an identifier or free text" in result.stderr
+    assert "charged to the dataset's budget" in result.stderr
+
+
+def test_unreadable_csv_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    path = tmp_path / "ragged.csv"
+    path.write_text("a,b\nsecret-1,2\nsecret-3\n")
+    with pytest.raises(DraftError) as refused:
+        draft_schema(path)
+    assert "secret" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "expected"),
+    [
+        (326, 18_823, (0, 20_000)),
+        (0.2, 5.01, (0, 6)),
+        (43, 79, (40, 80)),
+        (-12.5, 7.25, (-20, 10)),
+        (1963, 2015, (1960, 2020)),
+        (2013, 2013, (2000, 3000)),
+        (0, 0, (0, 1)),
+    ],
+)
+def test_round_bounds(low: float, high: float, expected: tuple[float, float]) -> None:
+    assert round_bounds(low, high) == expected
