@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     max_rows: int = Field(default=100_000_000, ge=1)
     max_cell_bytes: int = Field(default=1024, ge=16)
     max_schema_bytes: int = Field(default=1024 * 1024, ge=1024)
+    # Schema drafts read the whole file in the API process (CPU, off the event loop): a smaller
+    # cap than uploads. The local `rhosynth schema draft` has none.
+    max_draft_bytes: int = Field(default=256 * 1024**2, ge=1024)
     max_json_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_domain_size: int = Field(default=100_000, ge=2)
     # Codes of all columns together: every numeric bin is a stored edge and every category a

@@ -20,6 +20,7 @@ from app.auth.endpoints import router as auth_router
 from app.config import Settings, get_settings
 from app.datasets.endpoints import router as datasets_router
 from app.db.session import get_health_engine
+from app.drafts.endpoints import router as drafts_router
 from app.jobs.endpoints import router as jobs_router
 
 logger = logging.getLogger(__name__)
@@ -32,6 +33,10 @@ Owners upload a table with a declared schema and a total privacy budget ρ; anal
 releases, which are charged to the dataset's append-only ledger. A request that would exceed the
 remaining budget is refused. Authenticate with `Authorization: Bearer <key>`.
 """
+
+
+# Routes whose bodies are files (RHOSYNTH_MAX_UPLOAD_BYTES); every other body is JSON.
+UPLOAD_PATHS = ("/v1/datasets", "/v1/schema-drafts")
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -54,11 +59,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.include_router(datasets_router)
+    app.include_router(drafts_router)
     app.include_router(jobs_router)
     app.include_router(auth_router)
 
     def body_limit(scope: Scope) -> int:
-        if scope.get("method") == "POST" and scope.get("path", "").rstrip("/") == "/v1/datasets":
+        if scope.get("method") == "POST" and scope.get("path", "").rstrip("/") in UPLOAD_PATHS:
             return settings.max_upload_bytes
         return settings.max_json_body_bytes
 

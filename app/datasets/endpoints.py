@@ -113,7 +113,7 @@ async def create_dataset(
             )
             spooled = await run_in_threadpool(storage.temp_path, ".upload")
             try:
-                await run_in_threadpool(_copy, upload, spooled)
+                await run_in_threadpool(copy_upload, upload, spooled)
                 return await run_in_threadpool(
                     _store_upload,
                     db,
@@ -171,7 +171,8 @@ def _store_upload(
     return service.dataset_out(dataset, state, principal)
 
 
-def _copy(upload: UploadFile, target: Any) -> None:
+def copy_upload(upload: UploadFile, target: Any) -> None:
+    """Spool a parsed multipart file to ``target`` (blocking: call it in a thread)."""
     upload.file.seek(0)
     with open(target, "wb") as handle:
         shutil.copyfileobj(upload.file, handle, length=1024 * 1024)

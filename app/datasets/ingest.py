@@ -312,7 +312,7 @@ def _csv_error(error: pa.ArrowInvalid, limits: IngestLimits) -> UploadRejected:
 def _parquet_batches(
     source: Path, schema: TableSchema, limits: IngestLimits
 ) -> Iterator[pa.RecordBatch]:
-    _check_parquet_footer(source)
+    check_parquet_footer(source)
     options: dict[str, Any] = {
         "pre_buffer": False,
         "buffer_size": PARQUET_STREAM_BUFFER_BYTES,
@@ -380,7 +380,7 @@ def _parquet_batches(
     _raise_cells(oversized, limits.max_cell_bytes)
 
 
-def _check_parquet_footer(source: Path) -> None:
+def check_parquet_footer(source: Path) -> None:
     """Refuse a footer over its cap before pyarrow parses it (it is read and parsed whole)."""
     with open(source, "rb") as handle:
         handle.seek(0, 2)

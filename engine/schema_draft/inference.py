@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ UNIT_DAYS = {"hour": 1 / 24, "day": 1, "week": 7, "month": 31, "year": 366}
 MAX_DATE_BINS = 64
 MAX_CATEGORIES = 200  # text with more distinct values than this is proposed as ignore
 DISTINCT_CAP = 1_000  # distinct values tracked per column (memory bound)
+MAX_CATEGORY_CHARS = 200  # text longer than this is never a category (and is not kept)
 QUANTILE_BINS = 16
 SMALL_INTEGER_RANGE = 100  # integral columns whose rounded range is this narrow: one bin per value
 MAX_DECIMALS = 6
@@ -122,6 +124,8 @@ class _Stats:
     last: dict[str, pd.Timestamp] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     overflow: bool = False
+    digits: bool = True  # every value so far contains a digit
+    unsupported: str | None = None
 
     def add_text(self, text: pd.Series, missing_values: frozenset[str]) -> None:
         is_missing = text.isin(missing_values)
@@ -131,6 +135,8 @@ class _Stats:
             return
         self.values += len(present)
         self._count(present)
+        if self.digits:
+            self.digits = bool(present.str.contains("[0-9]", regex=True).all())
         if self.boolean:
             words = present.str.strip().str.lower()
             self.boolean = bool(words.isin(TRUE_WORDS + FALSE_WORDS).all())
@@ -175,10 +181,14 @@ class _Stats:
             stamps = pd.Series(pd.to_datetime(present.to_pandas()))
             self._range(fmt, stamps)
         else:
-            raise DraftError(f"column {self.name!r}: Parquet type {kind} is not supported")
+            self.unsupported = str(kind)
 
     def _count(self, present: pd.Series) -> None:
         if self.overflow:
+            return
+        if int(present.astype(str).str.len().max()) > MAX_CATEGORY_CHARS:
+            self.overflow = True  # free text: never a category, so never kept
+            self.counts = {}
             return
         for value, count in present.value_counts(sort=False).items():
             self.counts[str(value)] = self.counts.get(str(value), 0) + int(count)
@@ -223,15 +233,22 @@ def draft_schema(
     *,
     missing_values: tuple[str, ...] = DEFAULT_MISSING_VALUES,
     show_values: bool = False,
+    parquet_batches: Sequence[tuple[int, int]] | None = None,
 ) -> SchemaDraft:
     """Read ``path`` (CSV or Parquet, decided by its content) once and propose a schema.
 
-    Raises :class:`DraftError` for files that cannot be read; its message names no value.
+    ``parquet_batches`` (row group, batch rows) bounds how a Parquet file is read; the service
+    computes it from the file's checked page headers (app/datasets/ingest.py), the local command
+    reads 65,536 rows at a time. Raises :class:`DraftError` for files that cannot be read; its
+    message names no value.
     """
     with open(path, "rb") as handle:
         is_parquet = handle.read(4) == b"PAR1"
     missing = frozenset(missing_values)
-    stats, rows = (_parquet_stats if is_parquet else _csv_stats)(path, missing)
+    if is_parquet:
+        stats, rows = _parquet_stats(path, missing, parquet_batches)
+    else:
+        stats, rows = _csv_stats(path, missing)
     columns = tuple(_propose(column, rows, show_values) for column in stats)
     return SchemaDraft(columns, tuple(missing_values), rows, show_values)
 
@@ -278,28 +295,39 @@ def _csv_stats(path: Path, missing: frozenset[str]) -> tuple[list[_Stats], int]:
     return stats, rows
 
 
-def _parquet_stats(path: Path, missing: frozenset[str]) -> tuple[list[_Stats], int]:
+def _parquet_stats(
+    path: Path, missing: frozenset[str], plan: Sequence[tuple[int, int]] | None
+) -> tuple[list[_Stats], int]:
     try:
         parquet = pq.ParquetFile(path)
+        groups = plan or [(i, PARQUET_BATCH_ROWS) for i in range(parquet.num_row_groups)]
+        stats = [_Stats(name) for name in parquet.schema_arrow.names]
+        rows = 0
+        for group, batch_rows in groups:
+            for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=[group]):
+                rows += batch.num_rows
+                _add_batch(stats, batch, missing)
     except (pa.ArrowException, OSError):
-        raise DraftError("the file is neither a readable Parquet file nor CSV") from None
-    stats = [_Stats(name) for name in parquet.schema_arrow.names]
-    rows = 0
-    for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
-        rows += batch.num_rows
-        for column, values in zip(stats, batch.columns, strict=True):
-            if pa.types.is_dictionary(values.type):
-                values = values.dictionary_decode()
-            if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
-                column.missing += values.null_count
-                column.add_text(pd.Series(values.drop_null().to_pandas(), dtype=object), missing)
-            else:
-                column.add_typed(values)
+        raise DraftError("the Parquet file could not be read") from None
     return stats, rows
+
+
+def _add_batch(stats: list[_Stats], batch: pa.RecordBatch, missing: frozenset[str]) -> None:
+    for column, values in zip(stats, batch.columns, strict=True):
+        if pa.types.is_dictionary(values.type):
+            values = values.dictionary_decode()
+        if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+            column.missing += values.null_count
+            column.add_text(pd.Series(values.drop_null().to_pandas(), dtype=object), missing)
+        else:
+            column.add_typed(values)
 
 
 def _propose(stats: _Stats, rows: int, show_values: bool) -> ColumnDraft:
     entry: dict[str, Any] = {"name": stats.name}
+    if stats.unsupported is not None:
+        entry["type"] = "ignore"
+        return ColumnDraft(entry, f"Parquet type {stats.unsupported} is not supported")
     if stats.values == 0:
         entry["type"] = "ignore"
         return ColumnDraft(entry, "no values")
@@ -311,6 +339,9 @@ def _propose(stats: _Stats, rows: int, show_values: bool) -> ColumnDraft:
         reason = _numeric(entry, stats, show_values)
     elif stats.formats:
         reason = _temporal(entry, stats, show_values)
+    elif stats.digits and _all_distinct(stats):
+        entry["type"] = "ignore"
+        return ColumnDraft(entry, "every value distinct and with digits (an identifier)")
     elif not stats.overflow and len(stats.counts) <= MAX_CATEGORIES:
         reason = _categorical(entry, stats, show_values)
     else:
@@ -323,6 +354,10 @@ def _propose(stats: _Stats, rows: int, show_values: bool) -> ColumnDraft:
         entry["nullable"] = True
         reason += "; has missing values"
     return ColumnDraft(entry, reason)
+
+
+def _all_distinct(stats: _Stats) -> bool:
+    return not stats.overflow and stats.values > 1 and max(stats.counts.values()) == 1
 
 
 def _numeric(entry: dict[str, Any], stats: _Stats, show_values: bool) -> str:

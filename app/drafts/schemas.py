@@ -1,0 +1,29 @@
+"""Wire types for schema drafts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class DraftColumnReason(BaseModel):
+    name: str
+    reason: str = Field(description="why the column got this proposal (names no value)")
+
+
+class SchemaDraftOut(BaseModel):
+    schema_: dict[str, Any] = Field(
+        alias="schema",
+        serialization_alias="schema",
+        description='the proposed {"columns": [...]} schema, ready to upload as is',
+    )
+    reasons: list[DraftColumnReason]
+    rows: int = Field(description="rows read (the draft is for the owner who sent the file)")
+    discovers: bool = Field(
+        description="whether the schema asks for DP discovery, charged at upload"
+    )
+    show_values: bool
+    warning: str | None = None
+
+    model_config = {"populate_by_name": True}

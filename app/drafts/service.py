@@ -1,0 +1,115 @@
+"""Schema drafts for owners: read an uploaded file, propose a schema, store nothing.
+
+The file is read once by :func:`engine.schema_draft.draft_schema`. Parquet is first checked like an
+upload (footer size, every page header, the page and batch budgets of
+app/datasets/parquet_pages.py, here with every text column decoded to plain strings, as the draft
+reads it), so a file that would blow up the API process is refused before decoding.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from app.config import Settings
+from app.datasets.ingest import (
+    PARQUET_BATCH_BUDGET,
+    PARQUET_CELL_WORK_BYTES,
+    PARQUET_DICTIONARY_FLOOR,
+    PARQUET_MAGIC,
+    PARQUET_MAX_BATCH_ROWS,
+    PARQUET_PAGES_BUDGET,
+    PARQUET_STREAM_BUFFER_BYTES,
+    UploadRejected,
+    check_parquet_footer,
+)
+from app.datasets.parquet_pages import ParquetRefused, plan_parquet_read
+from app.drafts.schemas import DraftColumnReason, SchemaDraftOut
+from engine.schema_draft import DEFAULT_MISSING_VALUES, draft_schema
+from engine.schema_draft.inference import DraftError
+
+SHOW_VALUES_WARNING = (
+    "the categories and bounds in this draft are the data's own values: every analyst of the "
+    "dataset sees whatever its schema declares"
+)
+MAX_MISSING_SPELLINGS = 100
+
+
+def parse_missing_values(raw: str | None) -> tuple[str, ...]:
+    """The ``missing_values`` form field: a JSON list of strings, or the default set."""
+    if raw is None:
+        return DEFAULT_MISSING_VALUES
+    try:
+        values = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise UploadRejected(422, "missing_values must be a JSON list of strings") from None
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise UploadRejected(422, "missing_values must be a JSON list of strings")
+    if len(values) > MAX_MISSING_SPELLINGS or any(len(v) > 64 for v in values):
+        raise UploadRejected(
+            422, f"missing_values: at most {MAX_MISSING_SPELLINGS} spellings of 64 characters"
+        )
+    return tuple(values)
+
+
+def draft_for_upload(
+    path: Path, settings: Settings, *, missing_values: tuple[str, ...], show_values: bool
+) -> SchemaDraftOut:
+    """Draft a schema for the file at ``path`` (CPU work: call it off the event loop)."""
+    if path.stat().st_size > settings.max_draft_bytes:
+        raise UploadRejected(
+            413,
+            f"drafts read at most {settings.max_draft_bytes} bytes; draft a sample, or run "
+            "`rhosynth schema draft` locally",
+        )
+    with open(path, "rb") as handle:
+        is_parquet = handle.read(4) == PARQUET_MAGIC
+    plan = _parquet_plan(path, settings) if is_parquet else None
+    try:
+        draft = draft_schema(
+            path, missing_values=missing_values, show_values=show_values, parquet_batches=plan
+        )
+    except DraftError as error:
+        raise UploadRejected(422, str(error)) from None
+    if len(draft.columns) > settings.max_columns:
+        raise UploadRejected(422, f"the file has more than {settings.max_columns} columns")
+    return SchemaDraftOut(
+        schema_=draft.to_json(),
+        reasons=[DraftColumnReason(name=c.entry["name"], reason=c.reason) for c in draft.columns],
+        rows=draft.rows,
+        discovers=draft.discovers,
+        show_values=show_values,
+        warning=SHOW_VALUES_WARNING if show_values else None,
+    )
+
+
+def _parquet_plan(path: Path, settings: Settings) -> list[tuple[int, int]]:
+    check_parquet_footer(path)
+    try:
+        metadata = pq.ParquetFile(path).metadata
+    except (pa.ArrowException, OSError):
+        raise UploadRejected(415, "the file is neither a readable Parquet file nor CSV") from None
+    if metadata.num_columns > settings.max_columns:
+        raise UploadRejected(422, f"the file has more than {settings.max_columns} columns")
+    if metadata.num_rows > settings.max_rows:
+        raise UploadRejected(422, f"the table has more than {settings.max_rows} rows")
+    try:
+        plan = plan_parquet_read(
+            path,
+            metadata,
+            list(range(metadata.num_columns)),
+            text_columns=[],  # the draft decodes every column to plain values
+            max_cell_bytes=settings.max_cell_bytes,
+            stream_buffer_bytes=PARQUET_STREAM_BUFFER_BYTES,
+            pages_budget=PARQUET_PAGES_BUDGET,
+            batch_budget=PARQUET_BATCH_BUDGET,
+            cell_work_bytes=PARQUET_CELL_WORK_BYTES,
+            max_batch_rows=PARQUET_MAX_BATCH_ROWS,
+            max_dictionary_entries=max(metadata.num_rows, PARQUET_DICTIONARY_FLOOR),
+        )
+    except ParquetRefused as refused:
+        raise UploadRejected(422, refused.message) from None
+    return [(group.index, group.batch_rows) for group in plan.row_groups]

@@ -1,0 +1,98 @@
+"""POST /v1/schema-drafts: an owner gets the draft the local command would print; nothing is
+stored, no budget is spent, and Parquet is checked like an upload before it is decoded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.config import Settings
+from app.datasets.ingest import UploadRejected
+from app.drafts.service import draft_for_upload
+from engine.schema_draft import DEFAULT_MISSING_VALUES, draft_schema
+from tests.conftest import Tenant
+from tests.support.bombs import distinct_dictionary_bomb
+from tests.support.stack import Stack
+
+RAW = (
+    "id,city,grams,opened,member\n"
+    "A-1001,Lisbon,327,Mar-2018,yes\n"
+    "A-1002,Oslo,?,Apr-2018,no\n"
+    "A-1003,,18823,Mar-2019,\n"
+    "A-1004,Quito,1200,Jan-2017,yes\n"
+)
+
+
+def _post(client: object, data: bytes, **fields: str) -> object:
+    return client.post(  # type: ignore[attr-defined]
+        "/v1/schema-drafts", files={"file": ("raw.csv", data, "text/csv")}, data=fields
+    )
+
+
+def _stored_files(stack: Stack) -> list[Path]:
+    root = Path(stack.values["storage_dir"])
+    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+def test_owner_gets_the_local_draft_and_nothing_is_stored(
+    api_stack: Stack, tenant: Tenant, tmp_path: Path
+) -> None:
+    before_files = _stored_files(api_stack)
+    before_datasets = tenant.owner.get("/v1/datasets").json()["items"]
+    missing = json.dumps([*DEFAULT_MISSING_VALUES, "?"])
+    response = _post(tenant.owner, RAW.encode(), missing_values=missing)
+    assert response.status_code == 200, response.text  # type: ignore[attr-defined]
+    body = response.json()  # type: ignore[attr-defined]
+    local = tmp_path / "raw.csv"
+    local.write_text(RAW)
+    expected = draft_schema(local, missing_values=(*DEFAULT_MISSING_VALUES, "?"))
+    assert body["schema"] == expected.to_json()
+    entries = {c["name"]: c for c in body["schema"]["columns"]}
+    assert entries["id"]["type"] == "ignore"
+    assert entries["grams"]["nullable"] is True  # "?" was declared a missing spelling
+    assert entries["opened"]["type"] == "date" and entries["opened"]["format"] == "%b-%Y"
+    assert body["rows"] == 4 and body["discovers"] is True and body["warning"] is None
+    for value in ("A-1001", "Lisbon", "Oslo", "Quito", "18823", "327"):
+        assert value not in response.text  # type: ignore[attr-defined]
+    assert _stored_files(api_stack) == before_files
+    assert tenant.owner.get("/v1/datasets").json()["items"] == before_datasets
+
+
+def test_show_values_lists_them_with_a_warning(tenant: Tenant) -> None:
+    response = _post(tenant.owner, RAW.encode(), show_values="true")
+    assert response.status_code == 200, response.text  # type: ignore[attr-defined]
+    body = response.json()  # type: ignore[attr-defined]
+    city = next(c for c in body["schema"]["columns"] if c["name"] == "city")
+    assert sorted(city["categories"]) == ["Lisbon", "Oslo", "Quito"]
+    assert "every analyst" in body["warning"]
+
+
+def test_analysts_and_bad_forms_are_refused(tenant: Tenant) -> None:
+    assert _post(tenant.analyst, RAW.encode()).status_code == 403  # type: ignore[attr-defined]
+    bad = _post(tenant.owner, RAW.encode(), missing_values='{"a": 1}')
+    assert bad.status_code == 422  # type: ignore[attr-defined]
+    bad = _post(tenant.owner, RAW.encode(), show_values="maybe")
+    assert bad.status_code == 422  # type: ignore[attr-defined]
+    ragged = _post(tenant.owner, b"a,b\nsecret-value,1\nsecret-other\n")
+    assert ragged.status_code == 422  # type: ignore[attr-defined]
+    assert "secret" not in ragged.text  # type: ignore[attr-defined]
+
+
+def test_parquet_is_checked_like_an_upload_before_decoding(tenant: Tenant) -> None:
+    data, _ = distinct_dictionary_bomb(2_500_000)
+    response = tenant.owner.post(
+        "/v1/schema-drafts", files={"file": ("bomb.parquet", data, "application/octet-stream")}
+    )
+    assert response.status_code == 422, response.text
+    assert "MiB of pages at once" in response.json()["detail"]
+
+
+def test_files_over_the_draft_cap_are_413(tmp_path: Path) -> None:
+    path = tmp_path / "raw.csv"
+    path.write_text(RAW * 400)
+    settings = Settings(home=tmp_path, max_draft_bytes=1024)
+    with pytest.raises(UploadRejected) as refused:
+        draft_for_upload(path, settings, missing_values=DEFAULT_MISSING_VALUES, show_values=False)
+    assert refused.value.status_code == 413
