@@ -51,6 +51,7 @@ DEFAULT_GRID = 1 << 10
 """Cells of the public grid by default: edges land on 1/1024ths of the public range."""
 MAX_GRID = 1 << 16
 MAX_BINS = 1 << 12
+_MAX_EXACT_INTEGER = float(1 << 53)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,8 @@ def dp_quantile_edges(
     if isinstance(grid, bool) or not isinstance(grid, int) or not 1 <= grid <= MAX_GRID:
         raise ValueError(f"grid must be an integer from 1 to {MAX_GRID}")
     boundaries = grid_edges(lo, hi, grid, integer=integer)
+    if not np.all(np.diff(boundaries) > 0):
+        raise ValueError("the bounds are too close together for this grid in double precision")
     cells = boundaries.size - 1
     levels = max(1, math.ceil(math.log2(cells)) + 1) if cells > 1 else 1
     parameters = {"lower": lo, "upper": hi, "bins": bins, "grid": grid, "integer": integer}
@@ -159,8 +162,12 @@ def _check_bounds(lower: float, upper: float, *, integer: bool) -> tuple[float, 
     lo, hi = float(lower), float(upper)
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
         raise ValueError("the bounds must be finite numbers with lower < upper")
+    if not math.isfinite(hi - lo):
+        raise ValueError("the bounds are too far apart for double precision")
     if integer and not (lo.is_integer() and hi.is_integer()):
         raise ValueError("integer columns need integer bounds")
+    if integer and max(abs(lo), abs(hi)) > _MAX_EXACT_INTEGER:
+        raise ValueError("integer bounds must lie within ±2^53 (exact in double precision)")
     return lo, hi
 
 

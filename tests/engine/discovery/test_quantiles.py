@@ -191,13 +191,16 @@ def test_runs_with_the_secure_source() -> None:
         ({"rho": 0.5}, TypeError),
         ({"grid": 0}, ValueError),
         ({"integer": True, "lower": 0.5}, ValueError),
+        ({"lower": -1e308, "upper": 1e308}, ValueError),
+        ({"lower": 1.0, "upper": 1.0 + 1e-13}, ValueError),
+        ({"integer": True, "lower": 0, "upper": 2.0**60}, ValueError),
     ],
 )
 def test_refusals(kwargs: dict[str, object], error: type[Exception]) -> None:
     arguments: dict[str, object] = {"lower": 0, "upper": 10, "bins": 3, "rho": Fraction(1)}
     arguments.update(kwargs)
     with pytest.raises(error):
-        dp_quantile_edges(np.array([1.0, 2.0]), **arguments)  # type: ignore[arg-type]
+        dp_quantile_edges(np.array([1.0]), **arguments)  # type: ignore[arg-type]
 
 
 def test_values_outside_the_bounds_are_counted_not_shown() -> None:
