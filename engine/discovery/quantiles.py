@@ -136,7 +136,7 @@ def dp_quantile_edges(
     if not np.all(np.diff(boundaries) > 0):
         raise ValueError("the bounds are too close together for this grid in double precision")
     cells = boundaries.size - 1
-    levels = max(1, math.ceil(math.log2(cells)) + 1) if cells > 1 else 1
+    levels = (cells - 1).bit_length() + 1  # ⌈log₂ cells⌉ + 1, in integers
     parameters = {"lower": lo, "upper": hi, "bins": bins, "grid": grid, "integer": integer}
     if bins == 1:
         cost = DiscoveryCost(MECHANISM, Fraction(0), parameters={**parameters, "levels": 0})
