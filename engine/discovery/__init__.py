@@ -14,7 +14,12 @@ from engine.discovery.categories import (
     discover_open_set,
 )
 from engine.discovery.cost import DiscoveryCost
-from engine.discovery.quantiles import QuantileBins, dp_quantile_edges
+from engine.discovery.quantiles import (
+    QuantileBins,
+    QuantileGrid,
+    dp_quantile_edges,
+    dp_quantile_edges_from_counts,
+)
 from engine.discovery.tails import discrete_gaussian_tail_bound, smallest_tail_threshold
 
 __all__ = [
@@ -22,9 +27,11 @@ __all__ = [
     "DiscoveredCategories",
     "DiscoveryCost",
     "QuantileBins",
+    "QuantileGrid",
     "discover_from_candidates",
     "discover_open_set",
     "discrete_gaussian_tail_bound",
     "dp_quantile_edges",
+    "dp_quantile_edges_from_counts",
     "smallest_tail_threshold",
 ]

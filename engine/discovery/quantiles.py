@@ -101,6 +101,38 @@ def grid_edges(lower: float, upper: float, cells: int, *, integer: bool = False)
     return np.append(inner, float(upper))
 
 
+@dataclass(frozen=True)
+class QuantileGrid:
+    """The public grid a quantile discovery measures on: ``cells`` cells between the bounds
+    (integer-width cells for ``integer`` columns, see :func:`grid_edges`). Everything here is a
+    function of public inputs; :meth:`count` is the one step that reads data (not released)."""
+
+    lower: float
+    upper: float
+    cells: int = DEFAULT_GRID
+    integer: bool = False
+
+    def __post_init__(self) -> None:
+        lo, hi = _check_bounds(self.lower, self.upper, integer=self.integer)
+        if isinstance(self.cells, bool) or not isinstance(self.cells, int):
+            raise ValueError(f"grid must be an integer from 1 to {MAX_GRID}")
+        if not 1 <= self.cells <= MAX_GRID:
+            raise ValueError(f"grid must be an integer from 1 to {MAX_GRID}")
+        object.__setattr__(self, "lower", lo)
+        object.__setattr__(self, "upper", hi)
+        if not np.all(np.diff(self.boundaries) > 0):
+            raise ValueError("the bounds are too close together for this grid in double precision")
+
+    @property
+    def boundaries(self) -> FloatArray:
+        return grid_edges(self.lower, self.upper, self.cells, integer=self.integer)
+
+    def count(self, values: npt.ArrayLike) -> IntArray:
+        """Rows per cell of ``values`` (non-missing, inside the bounds); add these up over
+        batches to count a column that is read in pieces."""
+        return _cell_counts(values, self.boundaries)
+
+
 def dp_quantile_edges(
     values: npt.ArrayLike,
     *,
@@ -120,31 +152,61 @@ def dp_quantile_edges(
     ``upper``, as in ``engine.encoding``. ``integer``: the bounds must be integers and every edge
     is an integer. ``source=None`` draws the noise from the OS CSPRNG.
 
-    Privacy: see the module docstring: L = ⌈log₂ cells⌉ + 1 histograms of L2 sensitivity 1, each
-    with discrete Gaussian noise σ² = L/(2ρ); ρ-zCDP in total, δ = 0. ``bins = 1`` needs no data:
-    it returns [lower, upper] at cost 0 without reading ``values``.
+    Privacy: see the module docstring and :func:`dp_quantile_edges_from_counts`.
     """
+    cells = QuantileGrid(lower, upper, grid, integer)
+    _check_quantile_budget(rho, bins)
+    counts = cells.count(values) if bins > 1 else np.zeros(0, dtype=np.int64)
+    return dp_quantile_edges_from_counts(counts, grid=cells, bins=bins, rho=rho, source=source)
+
+
+def _check_quantile_budget(rho: Fraction | int | Decimal, bins: int) -> Fraction:
     budget = exact_budget(rho, "rho")
     if budget <= 0:
         raise ValueError("rho must be positive")
-    lo, hi = _check_bounds(lower, upper, integer=integer)
     if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= MAX_BINS:
         raise ValueError(f"bins must be an integer from 1 to {MAX_BINS}")
-    if isinstance(grid, bool) or not isinstance(grid, int) or not 1 <= grid <= MAX_GRID:
-        raise ValueError(f"grid must be an integer from 1 to {MAX_GRID}")
-    boundaries = grid_edges(lo, hi, grid, integer=integer)
-    if not np.all(np.diff(boundaries) > 0):
-        raise ValueError("the bounds are too close together for this grid in double precision")
+    return budget
+
+
+def dp_quantile_edges_from_counts(
+    leaf_counts: npt.ArrayLike,
+    *,
+    grid: QuantileGrid,
+    bins: int,
+    rho: Fraction | int | Decimal,
+    source: random.Random | None = None,
+) -> QuantileBins:
+    """:func:`dp_quantile_edges` from the column's exact rows per cell of ``grid``
+    (:meth:`QuantileGrid.count`, summed over batches); exactly ρ-zCDP.
+
+    Privacy: L = ⌈log₂ cells⌉ + 1 histograms (the dyadic tree over the cells) of L2 sensitivity 1
+    under add/remove-one-row (one row is in exactly one node per level), each with discrete
+    Gaussian noise σ² = L/(2ρ): ρ-zCDP in total, δ = 0. ``bins = 1`` needs no data: it returns
+    [lower, upper] at cost 0 without reading ``leaf_counts``.
+    """
+    budget = _check_quantile_budget(rho, bins)
+    lo, hi = grid.lower, grid.upper
+    boundaries = grid.boundaries
     cells = boundaries.size - 1
     levels = (cells - 1).bit_length() + 1  # ⌈log₂ cells⌉ + 1, in integers
-    parameters = {"lower": lo, "upper": hi, "bins": bins, "grid": grid, "integer": integer}
+    parameters = {
+        "lower": lo,
+        "upper": hi,
+        "bins": bins,
+        "grid": grid.cells,
+        "integer": grid.integer,
+    }
     if bins == 1:
         cost = DiscoveryCost(MECHANISM, Fraction(0), parameters={**parameters, "levels": 0})
         return QuantileBins((lo, hi), 1, cost)
-
-    leaf_counts = _cell_counts(values, boundaries)
+    counts = np.asarray(leaf_counts)
+    if counts.shape != (cells,) or not np.issubdtype(counts.dtype, np.integer):
+        raise ValueError(f"leaf_counts must be {cells} integer counts, one per grid cell")
+    if counts.size and int(counts.min()) < 0:
+        raise ValueError("leaf_counts must be non-negative")
     sigma2 = sigma2_for_rho(1, budget / levels)
-    tree = _tree_levels(leaf_counts)
+    tree = _tree_levels(counts.astype(np.int64))
     if len(tree) != levels:
         raise AssertionError("the tree has an unexpected number of levels")
     noisy = [level + discrete_gaussian_noise(sigma2, level.size, source) for level in tree]

@@ -16,7 +16,7 @@ import numpy.typing as npt
 import pytest
 
 import engine.discovery.quantiles as quantiles
-from engine.discovery import dp_quantile_edges
+from engine.discovery import QuantileGrid, dp_quantile_edges, dp_quantile_edges_from_counts
 from engine.discovery.quantiles import _consistent_leaves, _tree_levels, grid_edges
 
 IntArray = npt.NDArray[np.int64]
@@ -212,3 +212,21 @@ def test_values_outside_the_bounds_are_counted_not_shown() -> None:
         dp_quantile_edges(np.array([1.0, np.nan]), lower=0, upper=10, bins=3, rho=Fraction(1))
     with pytest.raises(ValueError, match="one-dimensional"):
         dp_quantile_edges(np.ones((2, 2)), lower=0, upper=10, bins=3, rho=Fraction(1))
+
+
+def test_counts_summed_over_batches_give_the_same_release() -> None:
+    """Streaming: counting a column batch by batch and releasing from the summed counts is the
+    same mechanism as releasing from all the values (same noise draws, same edges)."""
+    values = np.random.default_rng(3).gamma(2.0, 10.0, size=5_000).clip(0, 200)
+    grid = QuantileGrid(0.0, 200.0, 256)
+    summed = sum(grid.count(part) for part in np.array_split(values, 7))
+    assert summed.tolist() == grid.count(values).tolist()
+    one_shot = dp_quantile_edges(
+        values, lower=0.0, upper=200.0, bins=8, rho=Fraction(1), grid=256, source=random.Random(9)
+    )
+    streamed = dp_quantile_edges_from_counts(
+        summed, grid=grid, bins=8, rho=Fraction(1), source=random.Random(9)
+    )
+    assert streamed == one_shot
+    with pytest.raises(ValueError, match="one per grid cell"):
+        dp_quantile_edges_from_counts(summed[:-1], grid=grid, bins=8, rho=Fraction(1))
