@@ -1,0 +1,247 @@
+"""One upload's discovery: which columns are learned, with what budget, and the release.
+
+An upload whose schema asks for discovery (``"bins": {"quantiles": k}`` on a numeric, date or
+datetime column; ``"categories": {"discover": true, ...}`` on a categorical one) reads the file
+once to count, then releases every requested part of the domain with the mechanisms of this
+package, then encodes the file with the completed schema. The counts are exact and never leave
+this module; only the DP releases do.
+
+Budget (docs/discovery.md, "Budget at upload"): a request with its own ``rho`` spends that; the
+requests without one share ``discovery_rho`` equally (by default :data:`DEFAULT_DISCOVERY_SHARE`
+of the upload's ``budget_rho``); open-set category requests share the upload's ``budget_delta``
+equally unless they give their own ``delta``. Every share is an exact Fraction, so the ledger's
+entry is exactly the sum of what the mechanisms were given.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from engine.discovery.categories import (
+    DiscoveredCategories,
+    discover_from_candidates,
+    discover_open_set,
+)
+from engine.discovery.cost import DiscoveryCost
+from engine.discovery.quantiles import QuantileBins, QuantileGrid, dp_quantile_edges_from_counts
+
+DEFAULT_DISCOVERY_SHARE = Fraction(1, 10)
+"""Of the upload's budget_rho, what discovery requests without their own ρ share by default."""
+MAX_DISTINCT_COUNTED = 1_000_000
+"""Distinct values counted for one open-set column; a column with more is refused (by count)."""
+
+
+class DiscoveryRefused(ValueError):
+    """The requested discovery cannot run; the message names columns, never values."""
+
+
+@dataclass(frozen=True)
+class QuantileRequest:
+    """DP quantile bins for a numeric (or date, as numbers) column inside public bounds."""
+
+    column: str
+    grid: QuantileGrid
+    bins: int
+    rho: Fraction | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.bins, bool) or not isinstance(self.bins, int) or self.bins < 2:
+            raise ValueError(f"column {self.column!r}: quantile bins must be an integer ≥ 2")
+        if self.rho is not None and self.rho <= 0:
+            raise ValueError(f"column {self.column!r}: a discovery's rho must be positive")
+
+
+@dataclass(frozen=True)
+class CategoryRequest:
+    """DP categories: from a public candidate list (pure ρ), or an open set ((ρ, δ))."""
+
+    column: str
+    max_categories: int
+    candidates: tuple[str, ...] | None = None
+    rho: Fraction | None = None
+    delta: Fraction | None = None
+
+    def __post_init__(self) -> None:
+        if self.rho is not None and self.rho <= 0:
+            raise ValueError(f"column {self.column!r}: a discovery's rho must be positive")
+        if self.candidates is not None and self.delta is not None:
+            raise ValueError(f"column {self.column!r}: a candidate list needs no delta")
+        if self.delta is not None and not 0 < self.delta < 1:
+            raise ValueError(f"column {self.column!r}: delta must lie in (0, 1)")
+
+    @property
+    def open_set(self) -> bool:
+        return self.candidates is None
+
+
+Request = QuantileRequest | CategoryRequest
+
+
+@dataclass(frozen=True)
+class Allocation:
+    request: Request
+    rho: Fraction
+    delta: Fraction
+
+
+def allocate(
+    requests: Sequence[Request],
+    *,
+    budget_rho: Fraction,
+    budget_delta: Fraction = Fraction(0),
+    discovery_rho: Fraction | None = None,
+) -> tuple[Allocation, ...]:
+    """Each request's (ρ, δ), from public inputs only; refuses what the budget cannot pay."""
+    pooled = [r for r in requests if r.rho is None]
+    pool = budget_rho * DEFAULT_DISCOVERY_SHARE if discovery_rho is None else discovery_rho
+    if pooled and pool <= 0:
+        raise DiscoveryRefused("discovery_rho must be positive when a discovery has no rho")
+    share = pool / len(pooled) if pooled else Fraction(0)
+    open_sets = [r for r in requests if isinstance(r, CategoryRequest) and r.open_set]
+    unset_delta = [r for r in open_sets if r.delta is None]
+    fixed_delta = sum((r.delta for r in open_sets if r.delta is not None), Fraction(0))
+    if open_sets and budget_delta <= 0:
+        names = ", ".join(repr(r.column) for r in open_sets[:20])
+        raise DiscoveryRefused(
+            f"discovering categories without a candidate list ({names}) is (ρ, δ)-DP: give the "
+            "upload a budget_delta > 0, or list candidates, or declare the categories"
+        )
+    delta_share = (budget_delta - fixed_delta) / len(unset_delta) if unset_delta else Fraction(0)
+    if unset_delta and delta_share <= 0:
+        raise DiscoveryRefused("the discoveries' own deltas use up budget_delta")
+    allocations = []
+    for request in requests:
+        rho = request.rho if request.rho is not None else share
+        delta = Fraction(0)
+        if isinstance(request, CategoryRequest) and request.open_set:
+            delta = request.delta if request.delta is not None else delta_share
+        allocations.append(Allocation(request, rho, delta))
+    total_rho = sum((a.rho for a in allocations), Fraction(0))
+    total_delta = sum((a.delta for a in allocations), Fraction(0))
+    if total_rho > budget_rho or total_delta > budget_delta:
+        raise DiscoveryRefused(
+            "the discoveries need more than the upload's budget: raise budget_rho (or "
+            "budget_delta), or lower the discoveries' rho"
+        )
+    return tuple(allocations)
+
+
+@dataclass
+class Counts:
+    """Exact statistics of the requested columns, accumulated batch by batch (never released)."""
+
+    requests: Sequence[Request]
+    cells: dict[str, npt.NDArray[np.int64]] = field(default_factory=dict)
+    values: dict[str, Counter[str]] = field(default_factory=dict)
+    grids: dict[str, QuantileGrid] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for request in self.requests:
+            if isinstance(request, QuantileRequest):
+                self.grids[request.column] = request.grid
+                cells = request.grid.boundaries.size - 1  # integer grids can have fewer
+                self.cells[request.column] = np.zeros(cells, dtype=np.int64)
+            else:
+                self.values[request.column] = Counter()
+
+    def add_numbers(self, column: str, numbers: npt.ArrayLike) -> None:
+        """Non-missing values of a quantile column, inside its bounds (clipped by the caller)."""
+        self.cells[column] += self.grids[column].count(numbers)
+
+    def add_text(self, column: str, text: pd.Series) -> None:
+        """Non-missing values of a category column, as text."""
+        counter = self.values[column]
+        counter.update({str(k): int(v) for k, v in text.value_counts(sort=False).items()})
+        if len(counter) > MAX_DISTINCT_COUNTED:
+            raise DiscoveryRefused(
+                f"column {column!r} has more than {MAX_DISTINCT_COUNTED} distinct values: declare "
+                "it ignore, or give a candidate list"
+            )
+
+
+@dataclass(frozen=True)
+class Discovered:
+    """The release: per column, DP bin edges or DP categories, and what they cost in all."""
+
+    edges: Mapping[str, QuantileBins]
+    categories: Mapping[str, DiscoveredCategories]
+    allocations: tuple[Allocation, ...]
+
+    @property
+    def rho(self) -> Fraction:
+        return sum((a.rho for a in self.allocations), Fraction(0))
+
+    @property
+    def delta(self) -> Fraction:
+        return sum((a.delta for a in self.allocations), Fraction(0))
+
+    def costs(self) -> dict[str, DiscoveryCost]:
+        out = {name: result.cost for name, result in self.edges.items()}
+        out.update({name: result.cost for name, result in self.categories.items()})
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """The ledger entry's detail: every column's mechanism and cost (public parameters)."""
+        return {
+            "rho": str(self.rho),
+            "delta": str(self.delta),
+            "columns": {name: cost.describe() for name, cost in self.costs().items()},
+        }
+
+
+def release(
+    allocations: Sequence[Allocation], counts: Counts, source: random.Random | None = None
+) -> Discovered:
+    """Run every allocated mechanism on the exact counts; the only step that releases anything.
+
+    Each mechanism is charged exactly its allocation, so the sum of the costs equals the sum of
+    the allocations (checked): what the ledger records is what was measured.
+    """
+    edges: dict[str, QuantileBins] = {}
+    categories: dict[str, DiscoveredCategories] = {}
+    charged = []
+    for allocation in allocations:
+        request = allocation.request
+        if isinstance(request, QuantileRequest):
+            bins = dp_quantile_edges_from_counts(
+                counts.cells[request.column],
+                grid=request.grid,
+                bins=request.bins,
+                rho=allocation.rho,
+                source=source,
+            )
+            edges[request.column] = bins
+            charged.append((bins.cost.rho, Fraction(0)))
+        elif request.candidates is not None:
+            found = discover_from_candidates(
+                counts.values[request.column],
+                candidates=request.candidates,
+                max_categories=request.max_categories,
+                rho=allocation.rho,
+                source=source,
+            )
+            categories[request.column] = found
+            charged.append((found.cost.rho, found.cost.delta))
+        else:
+            found = discover_open_set(
+                counts.values[request.column],
+                max_categories=request.max_categories,
+                rho=allocation.rho,
+                delta=allocation.delta,
+                source=source,
+            )
+            categories[request.column] = found
+            charged.append((found.cost.rho, found.cost.delta))
+    result = Discovered(edges, categories, tuple(allocations))
+    if (sum(c[0] for c in charged), sum(c[1] for c in charged)) != (result.rho, result.delta):
+        raise AssertionError("the mechanisms' costs differ from the allocations")
+    return result
