@@ -1,4 +1,4 @@
-"""Shared wire types: exact ρ amounts travel as decimal strings."""
+"""Shared wire types: exact ρ and δ amounts travel as decimal strings."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema
 
-from app.db.types import RHO_SCALE
+from app.db.types import DELTA_SCALE, RHO_SCALE
 
 
 def format_decimal(value: Decimal) -> str:
@@ -38,11 +38,11 @@ def parse_decimal(value: Any) -> Any:
     return value
 
 
-def _max_scale(value: Decimal) -> Decimal:
+def _max_scale(value: Decimal, scale: int = RHO_SCALE, symbol: str = "ρ") -> Decimal:
     # parse_decimal bounded the exponent, so normalize() cannot over- or underflow here.
     exponent = value.normalize().as_tuple().exponent
-    if isinstance(exponent, int) and -exponent > RHO_SCALE:
-        raise ValueError(f"ρ amounts have at most {RHO_SCALE} decimal places")
+    if isinstance(exponent, int) and -exponent > scale:
+        raise ValueError(f"{symbol} amounts have at most {scale} decimal places")
     return value
 
 
@@ -61,11 +61,14 @@ def decimal_json_schema(
     minimum: float | Decimal = 0,
     maximum: float | None = None,
     below: float | None = None,
+    zero_allowed: bool = False,
 ) -> WithJsonSchema:
-    """The documented form of a decimal input: a JSON number (bounded) or its decimal text."""
+    """The documented form of a decimal input: a JSON number (bounded) or its decimal text.
+
+    ``minimum`` 0 means positive (exclusive) unless ``zero_allowed``."""
     number: dict[str, Any] = (
         {"type": "number", "exclusiveMinimum": 0}
-        if minimum == 0
+        if minimum == 0 and not zero_allowed
         else {"type": "number", "minimum": float(minimum)}
     )
     if maximum is not None:
@@ -89,9 +92,24 @@ RhoIn = Annotated[
 
 DecimalIn = Annotated[Decimal, BeforeValidator(parse_decimal)]
 
+# δ of approximate zCDP (spent by discovery at upload): 0 ≤ δ < 1, at most 18 decimal places.
+DeltaOut = RhoOut
+DeltaIn = Annotated[
+    Decimal,
+    BeforeValidator(parse_decimal),
+    Field(ge=0, lt=1),
+    decimal_json_schema(
+        "a decimal δ, 0 ≤ δ < 1, with at most 18 decimal places", below=1, zero_allowed=True
+    ),
+]
+
 
 def check_rho_scale(value: Decimal) -> Decimal:
     return _max_scale(value)
+
+
+def check_delta_scale(value: Decimal) -> Decimal:
+    return _max_scale(value, DELTA_SCALE, "δ")
 
 
 def check_significant_digits(value: Decimal, limit: int) -> Decimal:

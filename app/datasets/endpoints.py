@@ -59,6 +59,12 @@ _UPLOAD_BODY: dict[str, Any] = {
                             "type": "string",
                             "description": "total ρ (zCDP) for this dataset, a positive decimal",
                         },
+                        "budget_delta": {
+                            "type": "string",
+                            "default": "0",
+                            "description": "total δ for discovery at upload ((ρ, δ)-approximate "
+                            "zCDP): a decimal 0 ≤ δ < 1, at most 18 decimal places",
+                        },
                     },
                 }
             }
@@ -98,11 +104,14 @@ async def create_dataset(
         ) as form:
             upload = form.get("file")
             fields = {key: form.get(key) for key in ("schema", "name", "budget_rho")}
+            budget_delta = form.get("budget_delta", "0")
             if not isinstance(upload, UploadFile):
                 raise UploadRejected(422, "the form needs a file field named 'file'")
             missing = [key for key, value in fields.items() if not isinstance(value, str)]
             if missing:
                 raise UploadRejected(422, f"the form needs text fields: {', '.join(missing)}")
+            if not isinstance(budget_delta, str):
+                raise UploadRejected(422, "budget_delta must be a text field")
             # Parsing the schema is CPU work in proportion to its text: off the event loop.
             parsed = await run_in_threadpool(
                 service.parse_upload_form,
@@ -110,6 +119,7 @@ async def create_dataset(
                 str(fields["budget_rho"]),
                 str(fields["schema"]),
                 settings,
+                budget_delta,
             )
             spooled = await run_in_threadpool(storage.temp_path, ".upload")
             try:
@@ -122,6 +132,7 @@ async def create_dataset(
                     principal,
                     name=parsed.name,
                     total_rho=parsed.total_rho,
+                    total_delta=parsed.total_delta,
                     schema=parsed.schema,
                     upload=spooled,
                 )
@@ -148,6 +159,7 @@ def _store_upload(
     *,
     name: str,
     total_rho: Decimal,
+    total_delta: Decimal,
     schema: TableSchema,
     upload: Path,
 ) -> DatasetOut:
@@ -164,6 +176,7 @@ def _store_upload(
             principal,
             name=name,
             total_rho=total_rho,
+            total_delta=total_delta,
             schema=schema,
             upload=upload,
         )
@@ -233,7 +246,16 @@ def get_ledger(
         dataset_id=dataset_id,
         budget=service.budget_out(state),
         items=[
-            LedgerEntryOut(id=e.id, kind=e.kind, rho=e.rho, job_id=e.job_id, actor=e.actor, at=e.at)
+            LedgerEntryOut(
+                id=e.id,
+                kind=e.kind,
+                rho=e.rho,
+                delta=e.delta,
+                job_id=e.job_id,
+                actor=e.actor,
+                at=e.at,
+                detail=e.detail,
+            )
             for e in page
         ],
         next_after=page[-1].id if len(entries) > limit else None,
@@ -248,10 +270,13 @@ def grant_budget(
     settings: SettingsDep,
     principal: OwnerKey,
 ) -> DatasetOut:
-    """Raise the dataset's total ρ (owner keys). Budgets never go down."""
+    """Raise the dataset's total ρ, and optionally its total δ (owner keys). Budgets never go
+    down; the total δ stays below 1."""
     try:
         with db.transaction() as session:
-            dataset = service.grant_budget(session, settings, principal, dataset_id, body.add_rho)
+            dataset = service.grant_budget(
+                session, settings, principal, dataset_id, body.add_rho, body.add_delta
+            )
             state = service.account_of(session, dataset_id)
     except service.DatasetNotFound:
         raise _not_found() from None

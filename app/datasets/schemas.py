@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Literal
+from decimal import Decimal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.api.types import RhoIn, RhoOut, check_rho_scale
+from app.api.types import (
+    DeltaIn,
+    DeltaOut,
+    RhoIn,
+    RhoOut,
+    check_delta_scale,
+    check_rho_scale,
+)
 
 
 class BudgetOut(BaseModel):
@@ -16,6 +24,11 @@ class BudgetOut(BaseModel):
     spent_rho: RhoOut
     reserved_rho: RhoOut
     remaining_rho: RhoOut
+    total_delta: DeltaOut = Field(
+        description="δ granted for discovery at upload ((ρ, δ)-approximate zCDP); below 1"
+    )
+    spent_delta: DeltaOut = Field(description="δ spent by discovery (jobs spend ρ only)")
+    remaining_delta: DeltaOut
 
 
 class ColumnOut(BaseModel):
@@ -45,11 +58,15 @@ class DatasetList(BaseModel):
 
 class LedgerEntryOut(BaseModel):
     id: int
-    kind: Literal["grant", "reserve", "spend", "release"]
+    kind: Literal["grant", "reserve", "spend", "release", "discover"]
     rho: RhoOut
+    delta: DeltaOut = Field(description="δ granted (grant) or spent (discover); 0 otherwise")
     job_id: uuid.UUID | None
     actor: str
     at: datetime
+    detail: dict[str, Any] | None = Field(
+        description="discover entries: the mechanism, its parameters and per-column costs"
+    )
 
 
 class LedgerOut(BaseModel):
@@ -63,8 +80,14 @@ class GrantRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     add_rho: RhoIn
+    add_delta: DeltaIn = Decimal(0)
 
     @field_validator("add_rho")
     @classmethod
-    def _scale(cls, value: RhoIn) -> RhoIn:
+    def _scale(cls, value: Decimal) -> Decimal:
         return check_rho_scale(value)
+
+    @field_validator("add_delta")
+    @classmethod
+    def _delta_scale(cls, value: Decimal) -> Decimal:
+        return check_delta_scale(value)

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.api.types import check_rho_scale, parse_decimal
+from app.api.types import check_delta_scale, check_rho_scale, parse_decimal
 from app.auth.service import Principal
 from app.budget import repository as budget_repository
 from app.budget import service as budget_service
@@ -51,6 +51,21 @@ def parse_budget(raw: str, settings: Settings) -> Decimal:
         raise UploadRejected(422, "budget_rho must be a positive decimal number")
     if value > settings.max_budget_rho:
         raise UploadRejected(422, f"budget_rho is limited to {settings.max_budget_rho}")
+    return value
+
+
+def parse_budget_delta(raw: str) -> Decimal:
+    """A dataset's total δ from the optional form field: 0 ≤ δ < 1, at most 18 decimal places.
+
+    δ is spent only by discovery at upload ((ρ, δ)-approximate zCDP); with 0 (the default) a
+    discovery that needs δ (open-set categories) does not fit and is refused.
+    """
+    try:
+        value = check_delta_scale(parse_decimal(raw))
+    except ValueError as error:
+        raise UploadRejected(422, f"budget_delta: {error}") from None
+    if not 0 <= value < 1:
+        raise UploadRejected(422, "budget_delta must be a decimal number with 0 ≤ δ < 1")
     return value
 
 
@@ -136,14 +151,18 @@ class UploadForm:
     name: str
     total_rho: Decimal
     schema: TableSchema
+    total_delta: Decimal = Decimal(0)
 
 
-def parse_upload_form(name: str, budget_rho: str, schema: str, settings: Settings) -> UploadForm:
+def parse_upload_form(
+    name: str, budget_rho: str, schema: str, settings: Settings, budget_delta: str = "0"
+) -> UploadForm:
     """Validate the upload's text fields (CPU-bound on the schema: run it in a worker thread)."""
     return UploadForm(
         name=parse_name(name),
         total_rho=parse_budget(budget_rho, settings),
         schema=parse_schema(schema, settings),
+        total_delta=parse_budget_delta(budget_delta),
     )
 
 
@@ -164,6 +183,7 @@ def create_dataset(
     total_rho: Decimal,
     schema: TableSchema,
     upload: Path,
+    total_delta: Decimal = Decimal(0),
 ) -> Dataset:
     """Validate and store the table, then record the dataset and its budget account."""
     limits = IngestLimits(
@@ -198,7 +218,9 @@ def create_dataset(
                 created_at=utcnow(),
             ),
         )
-        budget_service.open_account(session, dataset_id, total_rho, principal.actor)
+        budget_service.open_account(
+            session, dataset_id, total_rho, principal.actor, total_delta=total_delta
+        )
     except BaseException:
         storage.delete_tree(dataset_prefix(dataset_id))
         raise
@@ -225,6 +247,7 @@ def grant_budget(
     principal: Principal,
     dataset_id: uuid.UUID,
     add_rho: Decimal,
+    add_delta: Decimal = Decimal(0),
 ) -> Dataset:
     dataset = get_dataset(session, principal, dataset_id)
     if dataset.deleted_at is not None:
@@ -234,7 +257,12 @@ def grant_budget(
             f"the total budget of a dataset is limited to ρ = {settings.max_budget_rho}"
         )
     budget_service.grant_budget(
-        session, dataset_id, add_rho, Decimal(settings.max_budget_rho), principal.actor
+        session,
+        dataset_id,
+        add_rho,
+        Decimal(settings.max_budget_rho),
+        principal.actor,
+        add_delta=add_delta,
     )
     return dataset
 
@@ -273,6 +301,9 @@ def budget_out(state: AccountState) -> BudgetOut:
         spent_rho=state.spent_rho,
         reserved_rho=state.reserved_rho,
         remaining_rho=state.remaining_rho,
+        total_delta=state.total_delta,
+        spent_delta=state.spent_delta,
+        remaining_delta=state.remaining_delta,
     )
 
 

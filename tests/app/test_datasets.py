@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import Tenant, make_tenant
-from tests.support.api import create_dataset, submit, upload
+from tests.support.api import create_dataset, submit, untouched_budget, upload
 from tests.support.ledger import D, assert_reconciled
 from tests.support.stack import Stack
 
@@ -36,12 +36,7 @@ def test_upload_domain_map_and_visibility(
         "bins": None,
     }
     assert dataset["n_rows"] == 1000
-    assert dataset["budget"] == {
-        "total_rho": "2.5",
-        "spent_rho": "0",
-        "reserved_rho": "0",
-        "remaining_rho": "2.5",
-    }
+    assert dataset["budget"] == untouched_budget("2.5")
     as_analyst = tenant.analyst.get(f"/v1/datasets/{dataset['id']}").json()
     assert as_analyst["n_rows"] is None, "analysts never see the exact row count"
     assert as_analyst["budget"] == dataset["budget"]

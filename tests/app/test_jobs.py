@@ -41,6 +41,9 @@ def test_submit_reserves(api_stack: Stack, tenant: Tenant, dataset: dict) -> Non
         "spent_rho": "0",
         "reserved_rho": "0.3",
         "remaining_rho": "0.7",
+        "total_delta": "0",
+        "spent_delta": "0",
+        "remaining_delta": "0",
     }
     assert _ledger(tenant, dataset["id"]) == [("grant", "1"), ("reserve", "0.3")]
     assert tenant.analyst.get(f"/v1/jobs/{job['id']}").json() == job

@@ -43,6 +43,16 @@ def _units(engine: Engine, amount: str) -> object:
     return int(Decimal(amount) * 10**12) if engine.dialect.name == "sqlite" else Decimal(amount)
 
 
+def _delta_units(engine: Engine, amount: str) -> object:
+    # SQLite stores δ as integer 1e-18 units; PostgreSQL as NUMERIC.
+    return int(Decimal(amount) * 10**18) if engine.dialect.name == "sqlite" else Decimal(amount)
+
+
+def _amounts(engine: Engine) -> dict[str, object]:
+    """Amounts the attacks below bind, in the dialect's units."""
+    return {"one_delta": _delta_units(engine, "1"), "tiny_delta": _delta_units(engine, "1e-9")}
+
+
 @pytest.fixture
 def seeded(engine: Engine) -> dict[str, str]:
     ids = {name: _uuid(engine) for name in ("tenant", "key", "dataset", "job")}
@@ -68,14 +78,15 @@ def seeded(engine: Engine) -> dict[str, str]:
         )
         c.execute(
             text(
-                "INSERT INTO budget_accounts (dataset_id, total_rho, spent_rho, reserved_rho, updated_at) "
-                "VALUES (:d, :total, :zero, :reserved, :at)"
+                "INSERT INTO budget_accounts (dataset_id, total_rho, spent_rho, reserved_rho, "
+                "total_delta, updated_at) VALUES (:d, :total, :zero, :reserved, :total_delta, :at)"
             ),
             {
                 "d": ids["dataset"],
                 "total": _units(engine, "1"),
                 "zero": _units(engine, "0"),
                 "reserved": _units(engine, "0.5"),
+                "total_delta": _delta_units(engine, "0.000001"),
                 "at": now,
             },
         )
@@ -96,10 +107,15 @@ def seeded(engine: Engine) -> dict[str, str]:
         )
         c.execute(
             text(
-                "INSERT INTO ledger_entries (dataset_id, kind, rho, job_id, actor, at) "
-                "VALUES (:d, 'grant', :rho, NULL, 'test', :at)"
+                "INSERT INTO ledger_entries (dataset_id, kind, rho, delta, job_id, actor, at) "
+                "VALUES (:d, 'grant', :rho, :delta, NULL, 'test', :at)"
             ),
-            {"d": ids["dataset"], "rho": _units(engine, "1"), "at": now},
+            {
+                "d": ids["dataset"],
+                "rho": _units(engine, "1"),
+                "delta": _delta_units(engine, "0.000001"),
+                "at": now,
+            },
         )
     return ids
 
@@ -153,6 +169,51 @@ ATTACKS: dict[str, tuple[str, tuple[str, ...]]] = {
         "SELECT :d, 'spend', rho, NULL, 'x', at FROM ledger_entries WHERE dataset_id = :d",
         ("job_for_job_entries",),
     ),
+    # The δ dimension (migration 0004).
+    "spend δ past the total": (
+        "UPDATE budget_accounts SET spent_delta = total_delta + :tiny_delta WHERE dataset_id = :d",
+        ("delta_within_total",),
+    ),
+    "total δ of 1": (
+        "UPDATE budget_accounts SET total_delta = :one_delta WHERE dataset_id = :d",
+        ("total_delta_below_one",),
+    ),
+    "lower the total δ": (
+        "UPDATE budget_accounts SET total_delta = spent_delta WHERE dataset_id = :d",
+        ("never go down",),
+    ),
+    "refund spent δ": (
+        "UPDATE budget_accounts SET spent_delta = spent_delta - :tiny_delta WHERE dataset_id = :d",
+        ("never refunded", "never go down", "spent_delta_nonnegative"),
+    ),
+    "negative δ in an entry": (
+        "INSERT INTO ledger_entries (dataset_id, kind, rho, delta, job_id, actor, at) "
+        "SELECT :d, 'grant', rho, -delta, NULL, 'x', at FROM ledger_entries WHERE dataset_id = :d",
+        ("delta_nonnegative",),
+    ),
+    "δ on a job entry": (
+        "INSERT INTO ledger_entries (dataset_id, kind, rho, delta, job_id, actor, at) "
+        "SELECT :d, 'reserve', rho, delta, (SELECT id FROM jobs WHERE dataset_id = :d), 'x', at "
+        "FROM ledger_entries WHERE dataset_id = :d",
+        ("delta_kinds",),
+    ),
+    "discover entry with a job": (
+        "INSERT INTO ledger_entries (dataset_id, kind, rho, delta, job_id, actor, at) "
+        "SELECT :d, 'discover', rho, delta, (SELECT id FROM jobs WHERE dataset_id = :d), 'x', at "
+        "FROM ledger_entries WHERE dataset_id = :d",
+        ("discover_without_job",),
+    ),
+    "discover entry charging nothing": (
+        "INSERT INTO ledger_entries (dataset_id, kind, rho, delta, job_id, actor, at) "
+        "SELECT :d, 'discover', rho - rho, delta - delta, NULL, 'x', at "
+        "FROM ledger_entries WHERE dataset_id = :d",
+        ("discover_charges",),
+    ),
+    "discover entry with negative ρ": (
+        "INSERT INTO ledger_entries (dataset_id, kind, rho, delta, job_id, actor, at) "
+        "SELECT :d, 'discover', -rho, delta, NULL, 'x', at FROM ledger_entries WHERE dataset_id = :d",
+        ("rho_nonnegative",),
+    ),
 }
 
 
@@ -160,7 +221,7 @@ ATTACKS: dict[str, tuple[str, tuple[str, ...]]] = {
 def test_database_rejects(engine: Engine, seeded: dict[str, str], attack: str) -> None:
     sql, reasons = ATTACKS[attack]
     with pytest.raises(DBAPIError) as raised, engine.begin() as connection:
-        connection.execute(text(sql), {"d": seeded["dataset"]})
+        connection.execute(text(sql), {"d": seeded["dataset"], **_amounts(engine)})
     message = str(raised.value.orig)
     assert any(reason in message for reason in reasons), message
 
@@ -190,6 +251,50 @@ def test_allowed_changes_still_work(engine: Engine, seeded: dict[str, str]) -> N
             text("UPDATE jobs SET status = 'succeeded', output_key = 'k' WHERE dataset_id = :d"),
             {"d": seeded["dataset"]},
         )
+
+
+def test_discover_entries_need_no_job_and_are_append_only(
+    engine: Engine, seeded: dict[str, str]
+) -> None:
+    """A discover entry (ρ and δ spent at upload, no job) is accepted, spending exactly the whole
+    δ is allowed, and the entry can then be neither edited nor deleted."""
+    amounts = {
+        "d": seeded["dataset"],
+        "rho": _units(engine, "0.25"),
+        "delta": _delta_units(engine, "0.000001"),
+        "zero_rho": _units(engine, "0"),
+        "at": "2026-01-01 00:00:00+00:00",
+    }
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "UPDATE budget_accounts SET spent_rho = spent_rho + :rho, "
+                "spent_delta = spent_delta + :delta WHERE dataset_id = :d"
+            ),
+            amounts,
+        )
+        for rho in (":rho", ":zero_rho"):  # ρ and δ, or δ alone
+            connection.execute(
+                text(
+                    "INSERT INTO ledger_entries (dataset_id, kind, rho, delta, job_id, actor, at, "
+                    f"detail) VALUES (:d, 'discover', {rho}, :delta, NULL, 'x', :at, "
+                    """'{"mechanism": "m"}')"""
+                ),
+                amounts,
+            )
+    for change in (
+        "UPDATE ledger_entries SET delta = delta + delta WHERE kind = 'discover' AND dataset_id = :d",
+        "UPDATE ledger_entries SET detail = NULL WHERE kind = 'discover' AND dataset_id = :d",
+        "DELETE FROM ledger_entries WHERE kind = 'discover' AND dataset_id = :d",
+    ):
+        with pytest.raises(DBAPIError) as raised, engine.begin() as connection:
+            connection.execute(text(change), amounts)
+        assert "append-only" in str(raised.value.orig)
+    with engine.begin() as connection:
+        kinds = connection.execute(
+            text("SELECT kind FROM ledger_entries WHERE dataset_id = :d ORDER BY id"), amounts
+        ).scalars()
+        assert list(kinds) == ["grant", "discover", "discover"]
 
 
 def test_alembic_metadata_matches_migrations(api_stack: Stack) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Tenant
-from tests.support.api import budget, create_dataset, submit
+from tests.support.api import budget, create_dataset, submit, untouched_budget
 from tests.support.ledger import assert_reconciled
 from tests.support.stack import Stack
 
@@ -66,12 +66,7 @@ def test_cipher_over_its_cap_is_refused_before_reserving(
     assert "'cipher' cannot run on this dataset" in detail
     assert f"this domain has {cells} cells" in detail
     assert f"max_cells = {cap}" in detail
-    assert budget(tenant.analyst, dataset["id"]) == {
-        "total_rho": "1",
-        "spent_rho": "0",
-        "reserved_rho": "0",
-        "remaining_rho": "1",
-    }
+    assert budget(tenant.analyst, dataset["id"]) == untouched_budget("1")
     assert _ledger(tenant, dataset["id"]) == [("grant", "1")]
     assert tenant.analyst.get(f"/v1/datasets/{dataset['id']}/jobs").json()["items"] == []
     assert_reconciled(api_stack, dataset["id"])

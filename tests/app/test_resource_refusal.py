@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import Tenant
-from tests.support.api import budget, create_dataset, submit
+from tests.support.api import budget, create_dataset, submit, untouched_budget
 from tests.support.ledger import assert_reconciled
 from tests.support.stack import Stack
 
-UNTOUCHED = {"total_rho": "1", "spent_rho": "0", "reserved_rho": "0", "remaining_rho": "1"}
+UNTOUCHED = untouched_budget("1")
 
 
 @pytest.fixture

@@ -16,11 +16,15 @@ def upload(
     name: str = "table",
     budget_rho: str = "1",
     filename: str = "table.csv",
+    budget_delta: str | None = None,
 ) -> httpx.Response:
+    fields = {"schema": schema, "name": name, "budget_rho": budget_rho}
+    if budget_delta is not None:
+        fields["budget_delta"] = budget_delta
     return client.post(
         "/v1/datasets",
         files={"file": (filename, data, "application/octet-stream")},
-        data={"schema": schema, "name": name, "budget_rho": budget_rho},
+        data=fields,
     )
 
 
@@ -62,6 +66,19 @@ def wait_for(
             return job
         time.sleep(0.1)
     raise AssertionError(f"job {job_id} did not reach {statuses} in {timeout}s: {job}")
+
+
+def untouched_budget(total_rho: str, total_delta: str = "0") -> dict[str, str]:
+    """The ``budget`` a dataset shows before anything was reserved or spent."""
+    return {
+        "total_rho": total_rho,
+        "spent_rho": "0",
+        "reserved_rho": "0",
+        "remaining_rho": total_rho,
+        "total_delta": total_delta,
+        "spent_delta": "0",
+        "remaining_delta": total_delta,
+    }
 
 
 def budget(client: httpx.Client, dataset_id: str) -> dict[str, str]:

@@ -13,7 +13,9 @@ from app.datasets.models import Dataset
 from tests.support.stack import Stack
 
 
-def add_tableless_dataset(session: Session, principal: Principal, total_rho: Decimal) -> uuid.UUID:
+def add_tableless_dataset(
+    session: Session, principal: Principal, total_rho: Decimal, total_delta: Decimal = Decimal(0)
+) -> uuid.UUID:
     """A dataset row with an open budget account and no stored table (for ledger tests that
     never run a job's engine)."""
     dataset_id = uuid.uuid4()
@@ -30,7 +32,9 @@ def add_tableless_dataset(session: Session, principal: Principal, total_rho: Dec
         )
     )
     session.flush()
-    budget_service.open_account(session, dataset_id, total_rho, principal.actor)
+    budget_service.open_account(
+        session, dataset_id, total_rho, principal.actor, total_delta=total_delta
+    )
     return dataset_id
 
 

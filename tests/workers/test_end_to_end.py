@@ -49,6 +49,9 @@ def test_release_in_original_value_space(
         "spent_rho": "1",
         "reserved_rho": "0",
         "remaining_rho": "1",
+        "total_delta": "0",
+        "spent_delta": "0",
+        "remaining_delta": "0",
     }
     assert_reconciled(worker_stack, dataset["id"])
 
@@ -152,6 +155,9 @@ def test_many_jobs_spend_exactly_the_total(
         "spent_rho": "0.3",
         "reserved_rho": "0",
         "remaining_rho": "0",
+        "total_delta": "0",
+        "spent_delta": "0",
+        "remaining_delta": "0",
     }
     assert_reconciled(worker_stack, dataset["id"])
 
