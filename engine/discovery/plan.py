@@ -99,13 +99,21 @@ def allocate(
     budget_rho: Fraction,
     budget_delta: Fraction = Fraction(0),
     discovery_rho: Fraction | None = None,
+    rho_quantum: Fraction | None = None,
+    delta_quantum: Fraction | None = None,
 ) -> tuple[Allocation, ...]:
-    """Each request's (ρ, δ), from public inputs only; refuses what the budget cannot pay."""
+    """Each request's (ρ, δ), from public inputs only; refuses what the budget cannot pay.
+
+    With quanta (the ledger's exact grids: 1e-12 for ρ, 1e-18 for δ), shared amounts are rounded
+    down to them, so each mechanism is given exactly what the ledger can record.
+    """
     pooled = [r for r in requests if r.rho is None]
     pool = budget_rho * DEFAULT_DISCOVERY_SHARE if discovery_rho is None else discovery_rho
     if pooled and pool <= 0:
         raise DiscoveryRefused("discovery_rho must be positive when a discovery has no rho")
-    share = pool / len(pooled) if pooled else Fraction(0)
+    share = _floor(pool / len(pooled), rho_quantum) if pooled else Fraction(0)
+    if pooled and share <= 0:
+        raise DiscoveryRefused("the discovery budget is too small to share between its columns")
     open_sets = [r for r in requests if isinstance(r, CategoryRequest) and r.open_set]
     unset_delta = [r for r in open_sets if r.delta is None]
     fixed_delta = sum((r.delta for r in open_sets if r.delta is not None), Fraction(0))
@@ -115,7 +123,9 @@ def allocate(
             f"discovering categories without a candidate list ({names}) is (ρ, δ)-DP: give the "
             "upload a budget_delta > 0, or list candidates, or declare the categories"
         )
-    delta_share = (budget_delta - fixed_delta) / len(unset_delta) if unset_delta else Fraction(0)
+    delta_share = Fraction(0)
+    if unset_delta:
+        delta_share = _floor((budget_delta - fixed_delta) / len(unset_delta), delta_quantum)
     if unset_delta and delta_share <= 0:
         raise DiscoveryRefused("the discoveries' own deltas use up budget_delta")
     allocations = []
@@ -133,6 +143,12 @@ def allocate(
             "budget_delta), or lower the discoveries' rho"
         )
     return tuple(allocations)
+
+
+def _floor(amount: Fraction, quantum: Fraction | None) -> Fraction:
+    if quantum is None:
+        return amount
+    return (amount // quantum) * quantum
 
 
 @dataclass

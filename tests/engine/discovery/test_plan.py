@@ -100,3 +100,19 @@ def test_too_many_distinct_values_are_refused_by_count(monkeypatch: pytest.Monke
 def test_quantile_requests_need_two_bins() -> None:
     with pytest.raises(ValueError, match="≥ 2"):
         QuantileRequest("age", GRID, 1)
+
+
+def test_shares_are_rounded_down_to_the_ledger_grids() -> None:
+    allocations = allocate(
+        [QuantileRequest(c, GRID, 4) for c in "abc"] + [CategoryRequest(c, 5) for c in "de"],
+        budget_rho=Fraction(1),
+        budget_delta=Fraction(1, 10**6),
+        rho_quantum=Fraction(1, 10**12),
+        delta_quantum=Fraction(1, 10**18),
+    )
+    for allocation in allocations:
+        assert (allocation.rho * 10**12).denominator == 1  # 1/50 exactly, on the grid
+        assert (allocation.delta * 10**18).denominator == 1
+    assert allocations[0].rho == Fraction(1, 50)
+    assert allocations[3].delta == Fraction(5 * 10**11, 10**18)
+    assert sum(a.rho for a in allocations) <= Fraction(1, 10)
