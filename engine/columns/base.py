@@ -99,7 +99,7 @@ def is_missing(value: Any) -> bool:
 def missing_mask(values: pd.Series, missing: Iterable[str]) -> np.ndarray:
     """Which values are missing: nulls, NaN, or text equal (after stripping) to a spelling."""
     absent = np.array(values.isna(), dtype=bool)
-    if pd.api.types.is_string_dtype(values.dtype) or values.dtype == object:
+    if is_text(values) or values.dtype == object:
         spellings = list(missing)
         if spellings:
             text = values.map(lambda v: v.strip() if isinstance(v, str) else v)
@@ -107,9 +107,19 @@ def missing_mask(values: pd.Series, missing: Iterable[str]) -> np.ndarray:
     return absent
 
 
+def is_text(values: pd.Series) -> bool:
+    """Whether every present value is a string (a string dtype, or objects that are all str)."""
+    if isinstance(values.dtype, pd.StringDtype):
+        return True
+    return values.dtype == object and pd.api.types.infer_dtype(values, skipna=True) in (
+        "string",
+        "empty",
+    )
+
+
 def text_values(values: pd.Series) -> pd.Series:
     """Values as Python strings (missing values become None), for matching declared text."""
-    if pd.api.types.is_string_dtype(values.dtype):
+    if is_text(values):
         return values
     if pd.api.types.is_bool_dtype(values.dtype):
         out = [None if is_missing(v) else ("true" if v else "false") for v in values]

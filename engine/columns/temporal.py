@@ -29,6 +29,7 @@ from engine.columns.base import (
     SchemaError,
     check_codes,
     check_name,
+    is_text,
     missing_mask,
     missing_problem,
     null_positions,
@@ -216,7 +217,7 @@ def _timestamps(values: pd.Series, fmt: str | None) -> np.ndarray:
         values = values.dt.tz_convert("UTC").dt.tz_localize(None)
     if pd.api.types.is_datetime64_dtype(values.dtype):
         return np.asarray(values.to_numpy(dtype="datetime64[us]"))
-    if pd.api.types.is_string_dtype(values.dtype):
+    if is_text(values):
         return _parse_text(values, fmt)
     objects = values.astype(object)
     text = objects.map(lambda v: v if isinstance(v, str) else None)
