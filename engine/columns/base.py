@@ -75,6 +75,29 @@ def check_spellings(values: Any, what: str, column: str | None) -> tuple[str, ..
     return tuple(values)
 
 
+class BinnedCodes:
+    """Codes of a binned column: one per bin of ``edges``, then the null code if nullable."""
+
+    edges: tuple[Any, ...]
+    nullable: bool
+
+    @property
+    def bins(self) -> int:
+        return len(self.edges) - 1
+
+    @property
+    def size(self) -> int:
+        return self.bins + int(self.nullable)
+
+    @property
+    def null_code(self) -> int | None:
+        return self.bins if self.nullable else None
+
+    @property
+    def absent_code(self) -> int:
+        return self.bins if self.nullable else MISSING
+
+
 def rows(count: int) -> str:
     return f"{count} row{'s' if count != 1 else ''}"
 

@@ -21,6 +21,7 @@ import pyarrow as pa
 from engine.columns.base import (
     MISSING,
     OUTSIDE,
+    BinnedCodes,
     SchemaError,
     check_codes,
     check_name,
@@ -39,7 +40,7 @@ _GRID_SLACK = 1e-9  # relative tolerance when placing edges on the output grid
 
 
 @dataclass(frozen=True)
-class NumericColumn:
+class NumericColumn(BinnedCodes):
     """A numeric column cut into bins (codes ``0..k-1``, then the null code if nullable)."""
 
     name: str
@@ -86,22 +87,6 @@ class NumericColumn:
         if self.integer:
             return 1.0
         return None if self.decimals is None else 10.0**-self.decimals
-
-    @property
-    def bins(self) -> int:
-        return len(self.edges) - 1
-
-    @property
-    def size(self) -> int:
-        return self.bins + int(self.nullable)
-
-    @property
-    def null_code(self) -> int | None:
-        return self.bins if self.nullable else None
-
-    @property
-    def absent_code(self) -> int:
-        return self.bins if self.nullable else MISSING
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "type": self.type, "bins": list(self.edges)}

@@ -26,6 +26,7 @@ import pyarrow as pa
 from engine.columns.base import (
     MISSING,
     OUTSIDE,
+    BinnedCodes,
     SchemaError,
     check_codes,
     check_name,
@@ -63,7 +64,7 @@ def _finest(fmt: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class _TemporalColumn:
+class _TemporalColumn(BinnedCodes):
     name: str
     edges: tuple[int, ...]  # internal units; the last edge is exclusive (max + 1 unit)
     format: str | None = None
@@ -100,22 +101,6 @@ class _TemporalColumn:
         if derived is None or RESOLUTIONS.index(derived) > RESOLUTIONS.index(self.finest):
             return self.finest
         return derived
-
-    @property
-    def bins(self) -> int:
-        return len(self.edges) - 1
-
-    @property
-    def size(self) -> int:
-        return self.bins + int(self.nullable)
-
-    @property
-    def null_code(self) -> int | None:
-        return self.bins if self.nullable else None
-
-    @property
-    def absent_code(self) -> int:
-        return self.bins if self.nullable else MISSING
 
     @property
     def type(self) -> str:
