@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 import pydantic
 
 from engine.accounting import RHO_QUANTUM, rho_from_epsilon_delta
+from engine.columns.output import text_batch
 from engine.domain import Dataset
 from engine.encoding import SchemaError, TableSchema
 from engine.evaluation import mean_tvd
@@ -196,8 +197,8 @@ def _check_columns(found: Sequence[str], schema: TableSchema, allow_extra: bool)
     duplicates = sorted({name for name in found if list(found).count(name) > 1})
     if duplicates:
         raise TableError(f"duplicate columns: {_names(duplicates)}")
-    missing = [name for name in schema.names if name not in found]
-    extra = [name for name in found if name not in schema.names]
+    missing = [name for name in schema.file_names if name not in found]
+    extra = [name for name in found if name not in schema.file_names]
     problems = []
     if missing:
         problems.append(f"missing columns: {_names(missing)}")
@@ -318,40 +319,45 @@ def load_table(path: Path, schema: TableSchema, *, allow_extra_columns: bool = F
         else _csv_frames(path, schema, allow_extra_columns)
     )
     chunks: list[IntArray] = []
-    invalid: Counter[str] = Counter()
+    problems: Counter[tuple[str, int]] = Counter()
     for frame in frames:
         if not len(frame):
             continue
         encoded = schema.encode(frame)
-        invalid.update(encoded.invalid_rows)
-        if not invalid:
+        problems.update(encoded.problems)
+        if not problems:
             chunks.append(encoded.codes)
-    if invalid:
-        parts = [
-            f"column {name!r}: {count} row{'s' if count != 1 else ''} outside the declared domain"
-            for name, count in sorted(invalid.items(), key=lambda item: schema.names.index(item[0]))
-        ]
-        raise TableError("values do not match the schema: " + "; ".join(parts))
+    if problems:
+        raise TableError(schema.describe_problems(problems))
     if not chunks:
         raise TableError("the table has no rows")
     return np.concatenate(chunks)
 
 
-def write_table(frame: pd.DataFrame, out: Path) -> None:
+def write_table(frame: pd.DataFrame, out: Path, schema: TableSchema | None = None) -> None:
     """Write ``frame`` as Parquet if ``out`` ends with .parquet, else as CSV; atomically.
 
+    With ``schema`` (a decoded synthetic table), each column keeps its declared type: Parquet
+    logical types, and CSV with integers as integers, dates ISO 8601 or in the declared format,
+    booleans as declared, empty cells for nulls (the service's download renders them the same).
     The CSV is plain RFC 4180 text in the original value space, so ``evaluate`` and other tools
     read it back exactly. Unlike the service's download, text cells are not escaped against
     spreadsheet formula injection: a leading apostrophe would change the values.
     """
     temporary = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    table = (
+        schema.to_arrow(frame)
+        if schema is not None
+        else pa.Table.from_pandas(frame, preserve_index=False)
+    )
     try:
         if out.suffix.lower() == ".parquet":
-            pq.write_table(
-                pa.Table.from_pandas(frame, preserve_index=False), temporary, compression="zstd"
-            )
+            pq.write_table(table, temporary, compression="zstd")
         else:
-            frame.to_csv(temporary, index=False, lineterminator="\n")
+            text = pa.Table.from_arrays(text_batch(table, table.schema), names=table.column_names)
+            pacsv.write_csv(
+                text, temporary, pacsv.WriteOptions(quoting_style="needed", batch_size=65_536)
+            )
         os.replace(temporary, out)
     finally:
         temporary.unlink(missing_ok=True)
@@ -532,7 +538,7 @@ def synthesize(
 
     frame = schema.decode(result.codes, rng)
     try:
-        write_table(frame, out)
+        write_table(frame, out, schema)
     except OSError as error:
         raise CommandError(f"--out: cannot write {str(out)!r} ({error.strerror})") from None
     budget = f"rho={_format_rho(rho)}"

@@ -1,37 +1,90 @@
 """Declared table schemas and the mapping between raw values and integer codes.
 
-Everything here is public knowledge by construction: category lists, bin edges and code ranges
-come from the schema the data owner declared, never from the data (privacy rule 5). Encoding a
-value that is not in the declared domain is an error counted per column; it never widens the
-domain. Decoding is post-processing of a synthetic table and uses an explicit ``rng`` for the
-only random step (a value drawn uniformly inside its numeric bin).
+Everything here is public knowledge by construction: category lists, bounds, bin edges, code
+ranges and missing-value spellings come from the schema the data owner declared, never from the
+data (privacy rule 5). Encoding a value that is not in the declared domain is an error counted per
+column and reason; it never widens the domain. Decoding is post-processing of a synthetic table
+and uses an explicit ``rng`` for its only random step (a value drawn inside its bin).
 
 Two schema forms are accepted (the same as the service):
 
 * a domain map ``{"col": size, ...}``: every column holds integer codes ``0..size-1`` (the format
   of the ``<name>-domain.json`` files of the benchmark datasets);
-* ``{"columns": [...]}`` with entries ``{"name", "type": "categorical", "categories": [...]}``,
-  ``{"name", "type": "numeric", "bins": [edge, ...]}`` or ``{"name", "type": "numeric", "min",
-  "max", "bins": k}`` (equal width), and ``{"name", "type": "codes", "size": k}``.
+* ``{"columns": [...], "missing_values": [...]}`` (the second key optional) whose entries have
+  the types ``categorical``, ``numeric``, ``date``, ``datetime``, ``boolean``, ``codes`` and
+  ``ignore`` (docs/api.md lists every key; the column types live in :mod:`engine.columns`).
+
+Entries whose bins or categories are to be discovered from the data by a DP mechanism parse into
+a :class:`SchemaSpec` with pending columns; :meth:`SchemaSpec.resolve` completes it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
+from engine.columns import (
+    DEFAULT_MISSING_VALUES,
+    REASONS,
+    BooleanColumn,
+    CategoricalColumn,
+    CodesColumn,
+    Column,
+    DateColumn,
+    DatetimeColumn,
+    DiscoveredCategories,
+    IgnoredColumn,
+    NumericColumn,
+    Pending,
+    QuantileBins,
+    SchemaError,
+)
+from engine.columns.base import MAX_COLUMN_NAME_LENGTH, MAX_SPELLINGS, check_spellings
+from engine.columns.spec import Entry, declared_lists, declared_size, parse_column
 from engine.domain import Domain
 
-MAX_COLUMN_NAME_LENGTH = 200
+__all__ = [
+    "DEFAULT_MISSING_VALUES",
+    "MAX_COLUMN_NAME_LENGTH",
+    "BooleanColumn",
+    "CategoricalColumn",
+    "CodesColumn",
+    "Column",
+    "DateColumn",
+    "DatetimeColumn",
+    "DiscoveredCategories",
+    "DiscoveryRequired",
+    "EncodedChunk",
+    "IgnoredColumn",
+    "NumericColumn",
+    "QuantileBins",
+    "SchemaError",
+    "SchemaLimits",
+    "SchemaSpec",
+    "TableSchema",
+    "check_schema_sizes",
+    "encode_values",
+    "schema_summary",
+]
 
 
-class SchemaError(ValueError):
-    """The declared schema is malformed. The message names the column, never data values."""
+class DiscoveryRequired(SchemaError):
+    """The schema asks for bins or categories learned from the data (not resolved yet)."""
+
+    def __init__(self, pending: Sequence[Pending]) -> None:
+        parts = [
+            f"quantile bins for column {p.name!r}"
+            if isinstance(p, QuantileBins)
+            else f"categories for column {p.name!r}"
+            for p in pending
+        ]
+        super().__init__("DP discovery of " + ", ".join(parts) + " is not available yet")
+        self.pending = tuple(pending)
 
 
 @dataclass(frozen=True)
@@ -55,101 +108,132 @@ class SchemaLimits:
 
 
 @dataclass(frozen=True)
-class CategoricalColumn:
-    """A column whose values are one of the declared categories (compared as text)."""
-
-    name: str
-    categories: tuple[str, ...]
-    type: Literal["categorical"] = field(default="categorical", init=False)
-
-    def __post_init__(self) -> None:
-        _check_name(self.name)
-        if not self.categories:
-            raise SchemaError(f"column {self.name!r}: categories must not be empty")
-        if len(set(self.categories)) != len(self.categories):
-            raise SchemaError(f"column {self.name!r}: categories must be distinct")
-
-    @property
-    def size(self) -> int:
-        return len(self.categories)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.type, "categories": list(self.categories)}
-
-
-@dataclass(frozen=True)
-class NumericColumn:
-    """A numeric column cut into bins ``[e0, e1), [e1, e2), ..., [e_{k-1}, e_k]`` (last closed)."""
-
-    name: str
-    edges: tuple[float, ...]
-    type: Literal["numeric"] = field(default="numeric", init=False)
-
-    def __post_init__(self) -> None:
-        _check_name(self.name)
-        if len(self.edges) < 2:
-            raise SchemaError(f"column {self.name!r}: bins need at least two edges")
-        if not all(math.isfinite(edge) for edge in self.edges):
-            raise SchemaError(f"column {self.name!r}: bin edges must be finite numbers")
-        if any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
-            raise SchemaError(f"column {self.name!r}: bin edges must be strictly increasing")
-
-    @property
-    def size(self) -> int:
-        return len(self.edges) - 1
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.type, "bins": list(self.edges)}
-
-
-@dataclass(frozen=True)
-class CodesColumn:
-    """A column that already holds integer codes ``0..size-1``."""
-
-    name: str
-    size: int
-    type: Literal["codes"] = field(default="codes", init=False)
-
-    def __post_init__(self) -> None:
-        _check_name(self.name)
-        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
-            raise SchemaError(f"column {self.name!r}: size must be a positive integer")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.type, "size": self.size}
-
-
-Column = CategoricalColumn | NumericColumn | CodesColumn
-
-
-@dataclass(frozen=True)
 class EncodedChunk:
-    """Codes for a chunk of rows, and per column the number of rows outside the domain."""
+    """Codes for a chunk of rows; per column the rows refused, and per (column, reason) too."""
 
     codes: np.ndarray
     invalid_rows: Mapping[str, int]
+    problems: Mapping[tuple[str, int], int] = field(default_factory=dict)
+
+
+def _check_unique(names: Sequence[str]) -> None:
+    seen: set[str] = set()
+    duplicates: set[str] = set()
+    for name in names:
+        (duplicates if name in seen else seen).add(name)
+    if duplicates:
+        shown = ", ".join(map(repr, sorted(duplicates)[:20]))
+        raise SchemaError(f"duplicate column names: {shown}")
+
+
+def _missing_values(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    if "missing_values" not in raw:
+        return DEFAULT_MISSING_VALUES
+    return check_spellings(raw["missing_values"], "missing_values", None)
+
+
+@dataclass(frozen=True)
+class SchemaSpec:
+    """A parsed schema that may still have pending (to be discovered) columns."""
+
+    entries: tuple[Entry, ...]
+    missing_values: tuple[str, ...] = DEFAULT_MISSING_VALUES
+
+    def __post_init__(self) -> None:
+        _check_unique([entry.name for entry in self.entries])
+        if not any(not isinstance(entry, IgnoredColumn) for entry in self.entries):
+            raise SchemaError("the schema declares no columns to store")
+
+    @property
+    def pending(self) -> tuple[Pending, ...]:
+        return tuple(e for e in self.entries if isinstance(e, QuantileBins | DiscoveredCategories))
+
+    @classmethod
+    def from_json(cls, raw: Any, limits: SchemaLimits | None = None) -> SchemaSpec:
+        """Parse either schema form; raise :class:`SchemaError` with a precise message.
+
+        With ``limits``, every size is checked against them on the raw JSON first, in one linear
+        pass that allocates nothing in proportion to a declared size.
+        """
+        if not isinstance(raw, Mapping):
+            raise SchemaError("the schema must be a JSON object")
+        if limits is not None:
+            check_schema_sizes(raw, limits)
+        if "columns" in raw and isinstance(raw["columns"], list):
+            if not set(raw) <= {"columns", "missing_values"}:
+                raise SchemaError(
+                    'a {"columns": [...]} schema has no keys but columns and missing_values'
+                )
+            entries = tuple(parse_column(entry, i) for i, entry in enumerate(raw["columns"]))
+            if not entries:
+                raise SchemaError("the schema declares no columns")
+            return cls(entries, _missing_values(raw))
+        columns: list[Entry] = []
+        for name, size in raw.items():
+            if isinstance(size, bool) or not isinstance(size, int):
+                raise SchemaError(
+                    f"column {name!r}: a domain map gives each column an integer size "
+                    '(or use the {"columns": [...]} form)'
+                )
+            columns.append(CodesColumn(str(name), size))
+        if not columns:
+            raise SchemaError("the schema declares no columns")
+        return cls(tuple(columns))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"columns": [entry.to_json() for entry in self.entries]}
+        if self.missing_values != DEFAULT_MISSING_VALUES:
+            out["missing_values"] = list(self.missing_values)
+        return out
+
+    def complete(self) -> TableSchema:
+        """The table schema; :class:`DiscoveryRequired` while a column is pending."""
+        if self.pending:
+            raise DiscoveryRequired(self.pending)
+        return self.resolve({})
+
+    def resolve(self, discovered: Mapping[str, Sequence[Any]]) -> TableSchema:
+        """Complete the pending columns with what a DP mechanism discovered.
+
+        ``discovered[name]`` is, for :class:`QuantileBins`, the inner cut points (in the units of
+        :meth:`QuantileBins.values`) and, for :class:`DiscoveredCategories`, the categories.
+        """
+        missing = [p.name for p in self.pending if p.name not in discovered]
+        if missing:
+            raise DiscoveryRequired([p for p in self.pending if p.name in missing])
+        columns: list[Column] = []
+        for entry in self.entries:
+            if isinstance(entry, QuantileBins | DiscoveredCategories):
+                columns.append(entry.resolve(discovered[entry.name]))
+            elif not isinstance(entry, IgnoredColumn):
+                columns.append(entry)
+        ignored = tuple(e.name for e in self.entries if isinstance(e, IgnoredColumn))
+        return TableSchema(tuple(columns), ignored, self.missing_values)
 
 
 @dataclass(frozen=True)
 class TableSchema:
-    """The declared schema of a table: an ordered tuple of columns with distinct names."""
+    """A complete declared schema: the stored columns (the domain), in order, with distinct
+    names; the file's columns that are dropped while reading; the missing-value spellings."""
 
     columns: tuple[Column, ...]
+    ignored: tuple[str, ...] = ()
+    missing_values: tuple[str, ...] = DEFAULT_MISSING_VALUES
 
     def __post_init__(self) -> None:
         if not self.columns:
             raise SchemaError("the schema declares no columns")
-        seen: set[str] = set()
-        duplicates: set[str] = set()
-        for column in self.columns:
-            (duplicates if column.name in seen else seen).add(column.name)
-        if duplicates:
-            shown = ", ".join(map(repr, sorted(duplicates)[:20]))
-            raise SchemaError(f"duplicate column names: {shown}")
+        _check_unique([*self.names, *self.ignored])
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The stored columns' names (ignored columns are not among them)."""
         return tuple(column.name for column in self.columns)
+
+    @property
+    def file_names(self) -> tuple[str, ...]:
+        """Every column an uploaded file must have: the stored ones and the ignored ones."""
+        return self.names + self.ignored
 
     def column(self, name: str) -> Column:
         for column in self.columns:
@@ -162,33 +246,14 @@ class TableSchema:
         return Domain(self.names, tuple(column.size for column in self.columns))
 
     def to_json(self) -> dict[str, Any]:
-        """The normalised ``{"columns": [...]}`` form (numeric bins as explicit edges)."""
-        return {"columns": [column.to_json() for column in self.columns]}
+        """The normalised ``{"columns": [...]}`` form (bins as explicit edges, ignored last)."""
+        entries: list[Entry] = [*self.columns, *(IgnoredColumn(n) for n in self.ignored)]
+        return SchemaSpec(tuple(entries), self.missing_values).to_json()
 
     @classmethod
     def from_json(cls, raw: Any, limits: SchemaLimits | None = None) -> TableSchema:
-        """Parse either schema form; raise :class:`SchemaError` with a precise message.
-
-        With ``limits``, every size is checked against them on the raw JSON first, in one linear
-        pass that allocates nothing in proportion to a declared size.
-        """
-        if not isinstance(raw, Mapping):
-            raise SchemaError("the schema must be a JSON object")
-        if limits is not None:
-            check_schema_sizes(raw, limits)
-        if "columns" in raw and isinstance(raw["columns"], list):
-            if set(raw) != {"columns"}:
-                raise SchemaError('a {"columns": [...]} schema must have no other keys')
-            return cls(tuple(_parse_column(entry, i) for i, entry in enumerate(raw["columns"])))
-        columns: list[Column] = []
-        for name, size in raw.items():
-            if isinstance(size, bool) or not isinstance(size, int):
-                raise SchemaError(
-                    f"column {name!r}: a domain map gives each column an integer size "
-                    '(or use the {"columns": [...]} form)'
-                )
-            columns.append(CodesColumn(str(name), size))
-        return cls(tuple(columns))
+        """Parse either schema form (see :meth:`SchemaSpec.from_json`); refuse pending columns."""
+        return SchemaSpec.from_json(raw, limits).complete()
 
     @classmethod
     def from_domain(cls, domain: Domain) -> TableSchema:
@@ -197,63 +262,104 @@ class TableSchema:
         )
 
     def encode(self, frame: pd.DataFrame) -> EncodedChunk:
-        """Encode a chunk whose columns are exactly this schema's (any order).
+        """Encode a chunk holding at least this schema's stored columns (any order).
 
-        Values may be text (CSV) or typed (Parquet). Rows outside the declared domain get code
-        ``-1`` and are counted per column in ``invalid_rows``.
+        Values may be text (CSV) or typed (Parquet). Refused rows get a negative code (the
+        reason, see :mod:`engine.columns.base`) and are counted per column and per reason.
         """
         codes = np.empty((len(frame), len(self.columns)), dtype=np.int64)
         invalid: dict[str, int] = {}
+        problems: dict[tuple[str, int], int] = {}
         for j, column in enumerate(self.columns):
-            col_codes = encode_values(column, frame[column.name])
-            bad = int(np.count_nonzero(col_codes < 0))
-            if bad:
-                invalid[column.name] = bad
+            col_codes = encode_values(column, frame[column.name], self.missing_values)
+            for reason, count in count_reasons(col_codes).items():
+                problems[(column.name, reason)] = count
+                invalid[column.name] = invalid.get(column.name, 0) + count
             codes[:, j] = col_codes
-        return EncodedChunk(codes, invalid)
+        return EncodedChunk(codes, invalid, problems)
+
+    def describe_problems(self, problems: Mapping[tuple[str, int], int]) -> str:
+        """One refusal message: per column (schema order) and reason, a row count, no values."""
+        order = {name: i for i, name in enumerate(self.names)}
+        parts = [
+            f"column {name!r}: {self.column(name).problem(reason, count)}"
+            for (name, reason), count in sorted(
+                problems.items(), key=lambda item: (order[item[0][0]], -item[0][1])
+            )
+            if count
+        ]
+        return "values do not match the schema: " + "; ".join(parts)
 
     def decode(self, codes: np.ndarray, rng: np.random.Generator) -> pd.DataFrame:
         """Turn a synthetic table of codes back into the original value space.
 
-        Categories are decoded to their declared text, codes stay codes, and a numeric bin
-        becomes a value drawn uniformly inside it (post-processing; ``rng`` is the job's seed).
+        Categories become their declared labels (pandas categorical, ordered if declared),
+        codes stay codes, booleans become pandas ``boolean``, numeric bins become a value drawn
+        inside the bin (``Float64``, or ``Int64`` for integer columns), dates and datetimes
+        ``datetime64[s]`` at the column's resolution; null codes become missing values. The
+        draws are post-processing with the job's seeded ``rng``.
         """
         if codes.ndim != 2 or codes.shape[1] != len(self.columns):
             raise ValueError("codes must be a 2-D array with one column per schema column")
         data: dict[str, Any] = {}
         for j, column in enumerate(self.columns):
-            col = np.asarray(codes[:, j], dtype=np.int64)
-            if col.size and (col.min() < 0 or col.max() >= column.size):
-                raise ValueError(f"column {column.name!r}: codes outside 0..{column.size - 1}")
-            if isinstance(column, CategoricalColumn):
-                data[column.name] = pd.Categorical.from_codes(
-                    col, categories=pd.Index(column.categories)
-                )
-            elif isinstance(column, NumericColumn):
-                edges = np.asarray(column.edges, dtype=np.float64)
-                low, high = edges[col], edges[col + 1]
-                values = low + (high - low) * rng.random(col.size)
-                data[column.name] = np.minimum(values, high)
-            else:
-                data[column.name] = col
+            data[column.name] = column.decode(np.asarray(codes[:, j], dtype=np.int64), rng)
         return pd.DataFrame(data, columns=list(self.names))
+
+    def arrow_schema(self) -> pa.Schema:
+        """The output schema: each column's Arrow type, spellings and format as field metadata."""
+        return pa.schema([column.arrow_field() for column in self.columns])
+
+    def to_arrow(self, frame: pd.DataFrame) -> pa.Table:
+        """A decoded frame as an Arrow table with the declared output types."""
+        arrays = []
+        for column, target in zip(self.columns, self.arrow_schema(), strict=True):
+            values = frame[column.name]
+            if isinstance(column, DateColumn):
+                array = pa.array(values, type=pa.timestamp("s")).cast(pa.date32())
+            elif isinstance(column, CategoricalColumn):
+                array = pa.array(values).cast(target.type)
+            else:
+                array = pa.array(values, type=target.type)
+            arrays.append(array)
+        return pa.Table.from_arrays(arrays, schema=self.arrow_schema())
+
+
+def count_reasons(codes: np.ndarray) -> dict[int, int]:
+    """How many codes carry each refusal reason (negative codes)."""
+    bad = codes[codes < 0]
+    if not bad.size:
+        return {}
+    counts = np.bincount(-bad, minlength=-min(REASONS) + 1)
+    return {reason: int(counts[-reason]) for reason in REASONS if counts[-reason]}
 
 
 def check_schema_sizes(raw: Mapping[str, Any], limits: SchemaLimits) -> None:
     """Refuse a raw schema whose declared sizes exceed ``limits``, before it is parsed.
 
-    Only lengths of JSON lists and integers are compared; malformed entries are left to the
-    parser, which gives the precise message.
+    Only lengths of JSON lists and integers are compared (a calendar unit's bin count is
+    computed from its two bounds); malformed entries are left to the parser, which gives the
+    precise message.
     """
     entries = raw.get("columns") if "columns" in raw else None
     if isinstance(entries, list):
         count = len(entries)
-        sized = [(_entry_name(entry, i), _declared_size(entry)) for i, entry in enumerate(entries)]
+        sized = [(_entry_name(entry, i), declared_size(entry)) for i, entry in enumerate(entries)]
+        lists = [(_entry_name(entry, i), declared_lists(entry)) for i, entry in enumerate(entries)]
     else:
         count = len(raw)
         sized = [(str(name), size) for name, size in raw.items()]
+        lists = []
     if count > limits.max_columns:
         raise SchemaError(f"the schema declares more than {limits.max_columns} columns")
+    spellings = raw.get("missing_values")
+    if isinstance(spellings, list) and len(spellings) > MAX_SPELLINGS:
+        raise SchemaError(f"missing_values are limited to {MAX_SPELLINGS} entries")
+    for name, length in lists:
+        if length > limits.max_domain_size:
+            raise SchemaError(
+                f"column {name!r} lists {length} candidates; the limit is {limits.max_domain_size}"
+            )
     total = 0
     for name, size in sized:
         if isinstance(size, bool) or not isinstance(size, int):
@@ -275,141 +381,20 @@ def _entry_name(entry: Any, position: int) -> str:
     return name[:MAX_COLUMN_NAME_LENGTH] if isinstance(name, str) else f"columns[{position}]"
 
 
-def _declared_size(entry: Any) -> Any:
-    """The number of codes a raw column entry declares (None when it declares none)."""
-    if not isinstance(entry, Mapping):
-        return None
-    kind = entry.get("type")
-    if kind == "categorical":
-        categories = entry.get("categories")
-        return len(categories) if isinstance(categories, list) else None
-    if kind == "numeric":
-        bins = entry.get("bins")
-        return len(bins) - 1 if isinstance(bins, list) else bins
-    if kind == "codes":
-        return entry.get("size")
-    return None
+def encode_values(
+    column: Column, values: pd.Series, missing: Sequence[str] = DEFAULT_MISSING_VALUES
+) -> np.ndarray:
+    """The codes of one column's values; a refused value gets its negative reason code.
 
-
-def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not name:
-        raise SchemaError("every column needs a non-empty name")
-    if len(name) > MAX_COLUMN_NAME_LENGTH:
-        raise SchemaError(f"column names are limited to {MAX_COLUMN_NAME_LENGTH} characters")
-    if "\x00" in name:
-        raise SchemaError("column names must not contain NUL characters")
-
-
-def _category_text(value: Any, column: str) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str | int):
-        return str(value)
-    if isinstance(value, float) and math.isfinite(value):
-        return repr(value)
-    raise SchemaError(f"column {column!r}: categories must be strings or numbers")
-
-
-def _number(value: Any, what: str, column: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SchemaError(f"column {column!r}: {what} must be a number")
-    return float(value)
-
-
-def _parse_column(entry: Any, position: int) -> Column:
-    if not isinstance(entry, Mapping):
-        raise SchemaError(f"columns[{position}] must be an object")
-    name = entry.get("name")
-    if not isinstance(name, str) or not name:
-        raise SchemaError(f"columns[{position}] needs a non-empty string 'name'")
-    kind = entry.get("type")
-    keys = set(entry)
-    if kind == "categorical":
-        _require_keys(keys, {"name", "type", "categories"}, set(), name)
-        categories = entry["categories"]
-        if not isinstance(categories, list):
-            raise SchemaError(f"column {name!r}: categories must be a list")
-        return CategoricalColumn(name, tuple(_category_text(c, name) for c in categories))
-    if kind == "numeric":
-        bins = entry.get("bins")
-        if isinstance(bins, list):
-            _require_keys(keys, {"name", "type", "bins"}, set(), name)
-            return NumericColumn(name, tuple(_number(edge, "bin edges", name) for edge in bins))
-        _require_keys(keys, {"name", "type", "bins", "min", "max"}, set(), name)
-        if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
-            raise SchemaError(f"column {name!r}: 'bins' must be a list of edges or a count ≥ 1")
-        low = _number(entry["min"], "min", name)
-        high = _number(entry["max"], "max", name)
-        if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
-            raise SchemaError(f"column {name!r}: max must be greater than min")
-        edges = np.linspace(low, high, bins + 1)
-        return NumericColumn(name, tuple(float(edge) for edge in edges))
-    if kind == "codes":
-        _require_keys(keys, {"name", "type", "size"}, set(), name)
-        size = entry["size"]
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise SchemaError(f"column {name!r}: size must be a positive integer")
-        return CodesColumn(name, size)
-    raise SchemaError(f"column {name!r}: type must be one of 'categorical', 'numeric', 'codes'")
-
-
-def _require_keys(keys: set[str], required: set[str], optional: set[str], name: str) -> None:
-    missing = sorted(required - keys)
-    if missing:
-        raise SchemaError(f"column {name!r}: missing {', '.join(missing)}")
-    extra = sorted(keys - required - optional)
-    if extra:
-        raise SchemaError(f"column {name!r}: unknown keys {', '.join(extra)}")
-
-
-def _as_text(values: pd.Series) -> np.ndarray:
-    """Values as Python strings (missing values become None), for category matching."""
-    if pd.api.types.is_bool_dtype(values.dtype):
-        return np.array(["true" if v else "false" for v in values], dtype=object)
-    if pd.api.types.is_float_dtype(values.dtype):
-        floats = values.to_numpy(dtype=np.float64, na_value=np.nan)
-        return np.array([None if math.isnan(v) else repr(float(v)) for v in floats], dtype=object)
-    if pd.api.types.is_integer_dtype(values.dtype) and not values.hasnans:
-        return values.astype("int64").astype(str).to_numpy(dtype=object)
-    out = values.astype(object).to_numpy()
-    return np.array(
-        [v if isinstance(v, str) else None if _is_missing(v) else str(v) for v in out], dtype=object
-    )
-
-
-def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
-
-
-def _as_float(values: pd.Series) -> np.ndarray:
-    if pd.api.types.is_bool_dtype(values.dtype):
-        return np.full(len(values), np.nan)
-    numbers = pd.to_numeric(values, errors="coerce")
-    return np.asarray(numbers, dtype=np.float64)
-
-
-def encode_values(column: Column, values: pd.Series) -> np.ndarray:
-    """The codes of one column's values (``-1`` for a value outside the declared domain)."""
+    ``missing`` are the spellings read as a missing value (nulls and NaN always are).
+    """
     if isinstance(values.dtype, pd.CategoricalDtype):
         # A dictionary-encoded input (Parquet): encode each distinct value once, then gather.
-        distinct = encode_values(column, pd.Series(values.cat.categories))
+        distinct = encode_values(column, pd.Series(values.cat.categories), missing)
         positions = values.cat.codes.to_numpy(dtype=np.int64)
         gathered = distinct[np.maximum(positions, 0)] if len(distinct) else positions
-        return np.where(positions >= 0, gathered, -1).astype(np.int64)
-    if isinstance(column, CategoricalColumn):
-        text = values if pd.api.types.is_string_dtype(values.dtype) else pd.Series(_as_text(values))
-        # get_indexer: -1 for anything not declared (missing values included), no warnings.
-        return np.asarray(pd.Index(column.categories).get_indexer(pd.Index(text)), dtype=np.int64)
-    numbers = _as_float(values)
-    with np.errstate(invalid="ignore"):
-        if isinstance(column, NumericColumn):
-            edges = np.asarray(column.edges, dtype=np.float64)
-            inside = (numbers >= edges[0]) & (numbers <= edges[-1])
-            codes = np.searchsorted(edges, numbers, side="right") - 1
-            codes = np.minimum(codes, column.size - 1)
-            return np.where(inside, codes, -1).astype(np.int64)
-        valid = (numbers == np.floor(numbers)) & (numbers >= 0) & (numbers < column.size)
-        return np.where(valid, np.nan_to_num(numbers, nan=-1.0), -1).astype(np.int64)
+        return np.where(positions >= 0, gathered, column.absent_code).astype(np.int64)
+    return column.encode(values.reset_index(drop=True), missing)
 
 
 def schema_summary(columns: Sequence[Column]) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from app.datasets.parquet_pages import ParquetRefused, plan_parquet_read
-from engine.encoding import TableSchema, encode_values
+from engine.encoding import TableSchema, count_reasons, encode_values
 
 PARQUET_MAGIC = b"PAR1"
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
@@ -74,8 +74,9 @@ def ingest_table(source: Path, schema: TableSchema, target: Path, limits: Ingest
     """Validate ``source`` against ``schema`` and write its codes to ``target``; return the rows.
 
     Raises :class:`UploadRejected` (nothing is left at ``target``) when the file is not CSV or
-    Parquet, is not UTF-8, lacks or adds columns, has values outside the declared domain, has no
-    rows, or breaks a limit.
+    Parquet, is not UTF-8, lacks or adds columns, has values the schema refuses (missing in a
+    column that is not nullable, outside the bounds, unparseable, undeclared; counted per column
+    and reason, never quoted), has no rows, or breaks a limit. Ignored columns are never read.
     """
     try:
         with open(source, "rb") as handle:
@@ -92,7 +93,7 @@ def _write_encoded(
 ) -> int:
     arrow_schema = encoded_arrow_schema(schema)
     encoder = _BatchEncoder(schema)
-    invalid: Counter[str] = Counter()
+    problems: Counter[tuple[str, int]] = Counter()
     rows = 0
     with pq.ParquetWriter(target, arrow_schema, compression="zstd") as writer:
         for batch in batches:
@@ -101,22 +102,17 @@ def _write_encoded(
                 raise UploadRejected(422, f"the table has more than {limits.max_rows} rows")
             codes = encoder.encode(batch)
             for name, column_codes in zip(schema.names, codes, strict=True):
-                bad = int(np.count_nonzero(column_codes < 0))
-                if bad:
-                    invalid[name] += bad
-            if invalid or not batch.num_rows:
+                for reason, count in count_reasons(column_codes).items():
+                    problems[(name, reason)] += count
+            if problems or not batch.num_rows:
                 continue  # keep counting so the report is complete; stop writing
             arrays = [
                 pa.array(column_codes, type=field.type)
                 for column_codes, field in zip(codes, arrow_schema, strict=True)
             ]
             writer.write_table(pa.Table.from_arrays(arrays, schema=arrow_schema))
-    if invalid:
-        parts = [
-            f"column {name!r}: {count} row{'s' if count != 1 else ''} outside the declared domain"
-            for name, count in sorted(invalid.items(), key=lambda item: schema.names.index(item[0]))
-        ]
-        raise UploadRejected(422, "values do not match the schema: " + "; ".join(parts))
+    if problems:
+        raise UploadRejected(422, schema.describe_problems(problems))
     if rows == 0:
         raise UploadRejected(422, "the table has no rows")
     return rows
@@ -130,7 +126,8 @@ class _BatchEncoder:
     one dictionary). Converting it to Python objects for every batch cost 142 s of CPU and
     1.3 GiB; here its codes are computed once, in slices of :data:`DICTIONARY_SLICE` entries,
     kept as ``int32`` (at most the dictionary's own size), and gathered by each batch's indices
-    in Arrow; each later batch's dictionary is compared with the cached one in Arrow.
+    in Arrow; each later batch's dictionary is compared with the cached one in Arrow. A null
+    index (a missing value) gets the column's code for missing values.
     """
 
     def __init__(self, schema: TableSchema) -> None:
@@ -143,9 +140,10 @@ class _BatchEncoder:
             values = batch.column(column.name)
             if isinstance(values, pa.DictionaryArray):
                 codes = pc.take(self._dictionary_codes(j, values.dictionary), values.indices)
-                out.append(pc.fill_null(codes, -1).to_numpy().astype(np.int64))
+                missing = pc.fill_null(codes, column.absent_code)
+                out.append(missing.to_numpy().astype(np.int64))
             else:
-                out.append(encode_values(column, values.to_pandas()))
+                out.append(encode_values(column, values.to_pandas(), self._schema.missing_values))
         return out
 
     def _dictionary_codes(self, j: int, dictionary: pa.Array) -> pa.Array:
@@ -156,7 +154,9 @@ class _BatchEncoder:
         codes = np.empty(len(dictionary), dtype=np.int32)
         for start in range(0, len(dictionary), DICTIONARY_SLICE):
             part = dictionary.slice(start, DICTIONARY_SLICE).to_pandas()
-            codes[start : start + len(part)] = encode_values(column, part)
+            codes[start : start + len(part)] = encode_values(
+                column, part, self._schema.missing_values
+            )
         self._cached[j] = (dictionary, pa.array(codes))
         return self._cached[j][1]
 
@@ -183,8 +183,9 @@ def _check_columns(found: list[str], schema: TableSchema, limits: IngestLimits) 
     duplicates = sorted({name for name in found if found.count(name) > 1})
     if duplicates:
         raise UploadRejected(422, f"duplicate columns in the file: {_names(duplicates)}")
-    missing = [name for name in schema.names if name not in found]
-    extra = [name for name in found if name not in schema.names]
+    expected = schema.file_names  # the stored columns and the ignored ones
+    missing = [name for name in expected if name not in found]
+    extra = [name for name in found if name not in expected]
     problems = []
     if missing:
         problems.append(f"missing columns: {_names(missing)}")
@@ -269,7 +270,8 @@ def _csv_batches(
                 newlines_in_values=True, invalid_row_handler=count_bad_row
             ),
             convert_options=pacsv.ConvertOptions(
-                column_types={name: pa.string() for name in header},
+                column_types={name: pa.string() for name in schema.names},
+                include_columns=list(schema.names),  # ignored columns are never converted
                 strings_can_be_null=False,
                 quoted_strings_can_be_null=False,
             ),
@@ -326,7 +328,7 @@ def _parquet_batches(
     arrow_schema = parquet.schema_arrow
     _check_columns(list(arrow_schema.names), schema, limits)
     text_columns = []
-    for field in arrow_schema:
+    for field in (arrow_schema.field(name) for name in schema.names):
         if pa.types.is_nested(field.type):
             raise UploadRejected(
                 422, f"column {field.name!r}: nested Parquet types are not supported"

@@ -32,17 +32,36 @@ class BudgetOut(BaseModel):
 
 
 class ColumnOut(BaseModel):
+    """A stored column as declared (normalised); every field is public, none is learned."""
+
     name: str
-    type: Literal["categorical", "numeric", "codes"]
-    size: int = Field(description="number of codes the engine sees for this column")
+    type: Literal["categorical", "numeric", "date", "datetime", "boolean", "codes"]
+    size: int = Field(
+        description="number of codes the engine sees for this column (a null code included)"
+    )
     categories: list[str] | None = None
-    bins: list[float] | None = Field(default=None, description="bin edges of a numeric column")
+    bins: list[float] | list[str] | None = Field(
+        default=None, description="bin edges (numbers, or ISO 8601 for dates; the last closed)"
+    )
+    nullable: bool = False
+    other: str | None = Field(default=None, description="the bucket for undeclared categories")
+    ordered: bool = False
+    integer: bool = False
+    decimals: int | None = None
+    clip: bool = False
+    format: str | None = Field(default=None, description="strftime format of text dates")
+    resolution: str | None = None
+    true_values: list[str] | None = None
+    false_values: list[str] | None = None
 
 
 class DatasetOut(BaseModel):
     id: uuid.UUID
     name: str
     columns: list[ColumnOut]
+    dropped_columns: list[str] = Field(
+        default_factory=list, description="columns of the file declared 'ignore': never stored"
+    )
     created_at: datetime
     deleted_at: datetime | None
     budget: BudgetOut

@@ -27,7 +27,13 @@ from app.db.base import utcnow
 from app.db.session import after_commit
 from app.jobs import service as job_service
 from app.storage import Storage, dataset_prefix, dataset_table_key
-from engine.encoding import SchemaError, SchemaLimits, TableSchema, schema_summary
+from engine.encoding import (
+    DiscoveryRequired,
+    SchemaError,
+    SchemaLimits,
+    TableSchema,
+    schema_summary,
+)
 
 
 class DatasetNotFound(Exception):
@@ -136,6 +142,9 @@ def parse_schema(raw: str, settings: Settings) -> TableSchema:
         raise UploadRejected(422, "schema is not valid JSON") from None
     try:
         schema = TableSchema.from_json(document, schema_limits(settings))
+    except DiscoveryRequired as error:
+        # Bins or categories learned from the data need a DP mechanism that is not wired yet.
+        raise UploadRejected(422, str(error)) from None
     except SchemaError as error:
         raise UploadRejected(422, f"invalid schema: {error}") from None
     for column in schema.columns:
@@ -320,6 +329,7 @@ def dataset_out(dataset: Dataset, state: AccountState, principal: Principal) -> 
         id=dataset.id,
         name=dataset.name,
         columns=[ColumnOut.model_validate(entry) for entry in schema_summary(schema.columns)],
+        dropped_columns=list(schema.ignored),
         created_at=dataset.created_at,
         deleted_at=dataset.deleted_at,
         budget=budget_out(state),

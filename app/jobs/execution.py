@@ -27,7 +27,6 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -476,7 +475,8 @@ def _synthesize(
     frame = schema.decode(synthetic, rng)
     temp = storage.temp_path(".parquet")
     try:
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), temp, compression="zstd")
+        # Each column keeps its declared type (Int64, dates, booleans, nulls; see to_arrow).
+        pq.write_table(schema.to_arrow(frame), temp, compression="zstd")
         storage.put(temp, output_key)
     finally:
         temp.unlink(missing_ok=True)

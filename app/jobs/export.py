@@ -13,6 +13,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from engine.columns.output import text_batch
+
 # OWASP "CSV Injection": a spreadsheet runs a cell as a formula when it starts with = + - @, a
 # tab or a carriage return; some also after leading whitespace, and some read the fullwidth
 # forms (U+FF1D, U+FF0B, U+FF0D, U+FF20) as the ASCII ones. Such text cells get a leading
@@ -74,8 +76,10 @@ def stream_csv(path: Path) -> Iterator[bytes]:
     csv.writer(header, lineterminator="\n", quoting=csv.QUOTE_ALL).writerow(names)
     yield header.getvalue().encode()
     options = pacsv.WriteOptions(include_header=False, quoting_style="needed")
+    schema = parquet.schema_arrow
     for batch in parquet.iter_batches(batch_size=BATCH_ROWS):
-        columns = [_escape_text(column) for column in batch.columns]
+        # Declared date formats and boolean spellings first: their text is escaped too.
+        columns = [_escape_text(column) for column in text_batch(batch, schema)]
         buffer = io.BytesIO()
         pacsv.write_csv(pa.RecordBatch.from_arrays(columns, names=names), buffer, options)
         yield buffer.getvalue()

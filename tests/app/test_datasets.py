@@ -16,6 +16,20 @@ from tests.support.api import create_dataset, submit, untouched_budget, upload
 from tests.support.ledger import D, assert_reconciled
 from tests.support.stack import Stack
 
+# The column options a plain column leaves at their defaults (see docs/api.md, schema).
+UNSET_OPTIONS = {
+    "nullable": False,
+    "other": None,
+    "ordered": False,
+    "integer": False,
+    "decimals": None,
+    "clip": False,
+    "format": None,
+    "resolution": None,
+    "true_values": None,
+    "false_values": None,
+}
+
 
 def _stored_tables(stack: Stack) -> int:
     root = stack.settings.resolved_storage_dir / "datasets"
@@ -34,6 +48,7 @@ def test_upload_domain_map_and_visibility(
         "size": 85,
         "categories": None,
         "bins": None,
+        **UNSET_OPTIONS,
     }
     assert dataset["n_rows"] == 1000
     assert dataset["budget"] == untouched_budget("2.5")
@@ -57,6 +72,7 @@ def test_upload_declared_columns(tenant: Tenant, people_csv: bytes, people_schem
         "size": 4,
         "categories": None,
         "bins": None,
+        **UNSET_OPTIONS,
     }
     assert dataset["n_rows"] == 400
 
@@ -125,18 +141,22 @@ BAD_UPLOADS = {
     ),
     "outside domain": (
         b"city,age,tier,income\nLyon,3,1,5\nSECRETVILLE,300,9,5\nSECRETVILLE,4,1,5\n",
-        "column 'city': 2 rows outside the declared domain; column 'age': 1 row outside",
+        "column 'city': 2 values not among the declared categories, declare them or set "
+        "\"other\"; column 'age': 1 value outside [0, 100]",
     ),
     "header only": (b"city,age,tier,income\n", "the table has no rows"),
     "empty file": (b"", "the file is empty"),
     "bad utf-8 in body": (b"city,age,tier,income\nLy\xff\xfeon,3,1,5\n", "not valid UTF-8"),
     "binary": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "neither Parquet nor UTF-8 CSV"),
-    "NUL in cells": (b"city,age,tier,income\nLy\x00on,3,1,5\n", "column 'city': 1 row outside"),
+    "NUL in cells": (b"city,age,tier,income\nLy\x00on,3,1,5\n", "column 'city': 1 value not among"),
     "ragged rows": (
         b"city,age,tier,income\nLyon,3,1\nLyon,3,1,5\n",
         "1 row does not have 4 fields",
     ),
-    "non-integer code": (b"city,age,tier,income\nLyon,3,1.5,5\n", "column 'tier': 1 row outside"),
+    "non-integer code": (
+        b"city,age,tier,income\nLyon,3,1.5,5\n",
+        "column 'tier': not an integer code in 1 row",
+    ),
     "duplicate header": (b"city,age,tier,income,city\nLyon,3,1,5,Lyon\n", "duplicate columns"),
 }
 

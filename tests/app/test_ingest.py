@@ -52,7 +52,8 @@ def test_each_dictionary_entry_is_converted_once(
         ingest_table(source, _schema(declared), tmp_path / "out.parquet", LIMITS)
     outside = sum(value not in declared for value in values)
     assert refused.value.message == (
-        f"values do not match the schema: column 'a': {outside} rows outside the declared domain"
+        f"values do not match the schema: column 'a': {outside} values not among the declared "
+        'categories, declare them or set "other"'
     )
     # Before the fix every batch converted the whole dictionary again: 5 batches, 80,000 values.
     assert sum(converted) == distinct
@@ -75,7 +76,7 @@ def test_long_dictionaries_are_decoded_to_plain_strings_and_encoded_once_per_row
     categories = values[::-1][:5000]  # declared in another order than the dictionary
     with pytest.raises(UploadRejected) as refused:
         ingest_table(source, _schema(categories), tmp_path / "out.parquet", LIMITS)
-    assert refused.value.message.endswith(f"{rows - 5000} rows outside the declared domain")
+    assert f"'a': {rows - 5000} values not among the declared categories" in refused.value.message
     assert sum(converted) == rows
     target = tmp_path / "ok.parquet"
     assert ingest_table(source, _schema(values[::-1]), target, LIMITS) == rows
@@ -87,9 +88,9 @@ def _count_conversions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     converted: list[int] = []
     original = ingest.encode_values
 
-    def counting(column: object, series: pd.Series) -> np.ndarray:
+    def counting(column: object, series: pd.Series, *rest: object) -> np.ndarray:
         converted.append(len(series))
-        return original(column, series)  # type: ignore[arg-type]
+        return original(column, series, *rest)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ingest, "encode_values", counting)
     return converted

@@ -50,7 +50,8 @@ def test_undeclared_value_is_refused_without_echo(
     for leaked in ("Atlantis", "1e9", "-5", "1000000000"):
         assert leaked not in response.text
     assert detail == (
-        "values do not match the schema: column 'city': 1 row outside the declared domain; "
-        "column 'age': 1 row outside the declared domain; column 'tier': 1 row outside the "
-        "declared domain; column 'income': 1 row outside the declared domain"
+        "values do not match the schema: column 'city': 1 value not among the declared "
+        "categories, declare them or set \"other\"; column 'age': 1 value outside [0, 100], set "
+        "clip or widen the bounds; column 'tier': 1 value outside the codes 0..3; column "
+        "'income': 1 value outside [0, 200000], set clip or widen the bounds"
     )

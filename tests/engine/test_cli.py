@@ -385,17 +385,20 @@ def write_people_variant(tmp_path: Path, name: str = "people.csv") -> tuple[Path
                 city=["Berlinsecret"] * 3 + list(f["city"][3:]),
                 age=["150.25", "150.25", *f["age"][2:]],
             ),
-            ["column 'city': 3 rows outside", "column 'age': 2 rows outside"],
+            [
+                "column 'city': 3 values not among the declared categories",
+                "column 'age': 2 values outside [0, 100], set clip or widen the bounds",
+            ],
             ["Berlinsecret", "150.25"],
         ),
         (
             lambda f: f.assign(tier=["7", *f["tier"][1:]]),
-            ["column 'tier': 1 row outside"],
+            ["column 'tier': 1 value outside the codes 0..3"],
             [],
         ),
         (
             lambda f: f.assign(income=["lots", *f["income"][1:]]),
-            ["column 'income': 1 row outside"],
+            ["column 'income': unparseable number in 1 row"],
             ["lots"],
         ),
         (lambda f: f.drop(columns=["tier"]), ["missing columns: 'tier'"], []),
@@ -548,7 +551,7 @@ def test_evaluate_ignores_extra_columns_and_refuses_bad_tables(tmp_path: Path) -
     assert_refused(
         invoke("evaluate", ADULT, bad, "--schema", ADULT_SCHEMA),
         "SYNTH",
-        "column 'age': 1 row outside the declared domain",
+        "column 'age': 1 value outside the codes 0..84",
     )
     assert_refused(
         invoke("evaluate", tmp_path / "none.csv", ADULT, "--schema", ADULT_SCHEMA),
@@ -587,7 +590,9 @@ def test_load_table_reports_every_bad_column(tmp_path: Path) -> None:
     schema = TableSchema.from_json({"a": 2, "b": 3})
     path = tmp_path / "t.csv"
     path.write_text("b,a\n0,0\n5,1\n1,9\n2,7\n")
-    with pytest.raises(TableError, match=r"column 'a': 2 rows.*column 'b': 1 row outside"):
+    with pytest.raises(
+        TableError, match=r"column 'a': 2 values outside.*column 'b': 1 value outside"
+    ):
         load_table(path, schema)
     path.write_text("b,a\n0,0\n2,1\n")
     np.testing.assert_array_equal(load_table(path, schema), [[0, 0], [1, 2]])

@@ -1,0 +1,170 @@
+"""Numeric columns: declared bin edges, optional integer or fixed-decimal output, clipping.
+
+Bins are ``[e0, e1), [e1, e2), ..., [e_{k-1}, e_k]`` (the last closed). ``clip`` clamps values
+outside ``[e0, e_k]`` into the end bins: a public, row-by-row transformation (each output row
+depends on its own input row only), so it costs no privacy budget. Decoding draws a value inside
+the bin with the job's seeded ``rng`` (post-processing): uniformly on the real line, or uniformly
+among the bin's integers (``integer``) or multiples of ``10**-decimals`` (``decimals``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from engine.columns.base import (
+    MISSING,
+    OUTSIDE,
+    BinnedCodes,
+    SchemaError,
+    check_codes,
+    check_name,
+    format_bound,
+    missing_mask,
+    missing_problem,
+    null_positions,
+    rows,
+    settle_missing,
+    values_word,
+)
+from engine.columns.categorical import as_float
+
+MAX_DECIMALS = 12
+_GRID_SLACK = 1e-9  # relative tolerance when placing edges on the output grid
+
+
+@dataclass(frozen=True)
+class NumericColumn(BinnedCodes):
+    """A numeric column cut into bins (codes ``0..k-1``, then the null code if nullable)."""
+
+    name: str
+    edges: tuple[float, ...]
+    nullable: bool = False
+    integer: bool = False
+    decimals: int | None = None
+    clip: bool = False
+    type: Literal["numeric"] = field(default="numeric", init=False)
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        if len(self.edges) < 2:
+            raise SchemaError(f"column {self.name!r}: bins need at least two edges")
+        if not all(math.isfinite(edge) for edge in self.edges):
+            raise SchemaError(f"column {self.name!r}: bin edges must be finite numbers")
+        if any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
+            raise SchemaError(f"column {self.name!r}: bin edges must be strictly increasing")
+        if self.decimals is not None:
+            if self.integer:
+                raise SchemaError(f"column {self.name!r}: declare integer or decimals, not both")
+            if (
+                isinstance(self.decimals, bool)
+                or not isinstance(self.decimals, int)
+                or not 0 <= self.decimals <= MAX_DECIMALS
+            ):
+                raise SchemaError(
+                    f"column {self.name!r}: decimals must be an integer from 0 to {MAX_DECIMALS}"
+                )
+        step = self.step
+        if step is not None:
+            _, count = _grid(np.asarray(self.edges, dtype=np.float64), step)
+            empty = np.flatnonzero(count < 1)
+            if empty.size:
+                what = "integer" if self.integer else f"value with {self.decimals} decimals"
+                raise SchemaError(
+                    f"column {self.name!r}: {empty.size} bin(s) hold no {what} "
+                    f"(first: bin {int(empty[0])}); use wider bins"
+                )
+
+    @property
+    def step(self) -> float | None:
+        """The spacing of output values (None: any real number)."""
+        if self.integer:
+            return 1.0
+        return None if self.decimals is None else 10.0**-self.decimals
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "type": self.type, "bins": list(self.edges)}
+        if self.integer:
+            out["integer"] = True
+        if self.decimals is not None:
+            out["decimals"] = self.decimals
+        if self.clip:
+            out["clip"] = True
+        if self.nullable:
+            out["nullable"] = True
+        return out
+
+    def encode(self, values: pd.Series, missing: Sequence[str]) -> np.ndarray:
+        numbers = as_float(values)
+        edges = np.asarray(self.edges, dtype=np.float64)
+        return settle_missing(
+            bin_codes(numbers, edges, self.clip), missing_mask(values, missing), self.absent_code
+        )
+
+    def decode(self, codes: np.ndarray, rng: np.random.Generator) -> pd.Series:
+        col = check_codes(codes, self.size, self.name)
+        nulls = null_positions(col, self.null_code)
+        bins = np.where(nulls, 0, col)
+        edges = np.asarray(self.edges, dtype=np.float64)
+        draws = rng.random(col.size)
+        step = self.step
+        if step is None:
+            low, high = edges[bins], edges[bins + 1]
+            values = np.minimum(low + (high - low) * draws, high)
+            return pd.Series(pd.array(np.where(nulls, np.nan, values), dtype="Float64")).where(
+                ~nulls, pd.NA
+            )
+        first, count = _grid(edges, step)
+        k = first[bins] + np.minimum(np.floor(draws * count[bins]), count[bins] - 1)
+        if self.integer:
+            out = pd.Series(pd.array(k.astype(np.int64), dtype="Int64"))
+        else:
+            out = pd.Series(pd.array(np.round(k * step, self.decimals or 0), dtype="Float64"))
+        out[nulls] = pd.NA
+        return out
+
+    def arrow_field(self) -> pa.Field:
+        kind = pa.int64() if self.integer else pa.float64()
+        return pa.field(self.name, kind, nullable=self.nullable)
+
+    def problem(self, reason: int, count: int) -> str:
+        if reason == MISSING:
+            return missing_problem(count)
+        if reason == OUTSIDE:
+            low, high = format_bound(self.edges[0]), format_bound(self.edges[-1])
+            return f"{values_word(count)} outside [{low}, {high}], set clip or widen the bounds"
+        return f"unparseable number in {rows(count)}"
+
+
+def bin_codes(numbers: np.ndarray, edges: np.ndarray, clip: bool) -> np.ndarray:
+    """Bin index of each number (last bin closed); OUTSIDE / UNPARSEABLE codes otherwise."""
+    from engine.columns.base import UNPARSEABLE
+
+    finite = np.isfinite(numbers)
+    if clip:
+        numbers = np.clip(numbers, edges[0], edges[-1])
+    with np.errstate(invalid="ignore"):
+        inside = finite & (numbers >= edges[0]) & (numbers <= edges[-1])
+    codes = np.searchsorted(edges, numbers, side="right") - 1
+    codes = np.minimum(codes, len(edges) - 2)
+    return np.where(inside, codes, np.where(finite, OUTSIDE, UNPARSEABLE)).astype(np.int64)
+
+
+def _grid(edges: np.ndarray, step: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per bin: the first multiple of ``step`` inside it (as a multiple) and how many there are.
+
+    Bins are half-open except the last, which includes its upper edge.
+    """
+    scaled = edges / step
+    slack = _GRID_SLACK * np.maximum(1.0, np.abs(scaled))
+    first = np.ceil(scaled[:-1] - slack[:-1])
+    past = np.ceil(scaled[1:] - slack[1:])  # first multiple at or above the upper edge
+    last = past - 1
+    last[-1] = np.floor(scaled[-1] + slack[-1])
+    return first, last - first + 1
