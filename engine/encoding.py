@@ -83,7 +83,7 @@ class DiscoveryRequired(SchemaError):
             else f"categories for column {p.name!r}"
             for p in pending
         ]
-        super().__init__("DP discovery of " + ", ".join(parts) + " is not available yet")
+        super().__init__("DP discovery of " + ", ".join(parts) + " has not run yet")
         self.pending = tuple(pending)
 
 
@@ -126,6 +126,19 @@ def _check_unique(names: Sequence[str]) -> None:
         raise SchemaError(f"duplicate column names: {shown}")
 
 
+def _discovered(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    names = raw.get("discovered", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise SchemaError("discovered must be a list of column names")
+    return tuple(names)
+
+
+def _check_discovered(discovered: Sequence[str], entries: Sequence[Entry]) -> None:
+    stored = {e.name for e in entries if not isinstance(e, IgnoredColumn)}
+    if len(set(discovered)) != len(discovered) or not set(discovered) <= stored:
+        raise SchemaError("discovered must name distinct stored columns")
+
+
 def _missing_values(raw: Mapping[str, Any]) -> tuple[str, ...]:
     if "missing_values" not in raw:
         return DEFAULT_MISSING_VALUES
@@ -138,9 +151,12 @@ class SchemaSpec:
 
     entries: tuple[Entry, ...]
     missing_values: tuple[str, ...] = DEFAULT_MISSING_VALUES
+    # Stored columns whose bins or categories were learned with DP at upload (not declared).
+    discovered: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_unique([entry.name for entry in self.entries])
+        _check_discovered(self.discovered, self.entries)
         if not any(not isinstance(entry, IgnoredColumn) for entry in self.entries):
             raise SchemaError("the schema declares no columns to store")
 
@@ -160,14 +176,14 @@ class SchemaSpec:
         if limits is not None:
             check_schema_sizes(raw, limits)
         if "columns" in raw and isinstance(raw["columns"], list):
-            if not set(raw) <= {"columns", "missing_values"}:
+            if not set(raw) <= {"columns", "missing_values", "discovered"}:
                 raise SchemaError(
                     'a {"columns": [...]} schema has no keys but columns and missing_values'
                 )
             entries = tuple(parse_column(entry, i) for i, entry in enumerate(raw["columns"]))
             if not entries:
                 raise SchemaError("the schema declares no columns")
-            return cls(entries, _missing_values(raw))
+            return cls(entries, _missing_values(raw), _discovered(raw))
         columns: list[Entry] = []
         for name, size in raw.items():
             if isinstance(size, bool) or not isinstance(size, int):
@@ -184,6 +200,8 @@ class SchemaSpec:
         out: dict[str, Any] = {"columns": [entry.to_json() for entry in self.entries]}
         if self.missing_values != DEFAULT_MISSING_VALUES:
             out["missing_values"] = list(self.missing_values)
+        if self.discovered:
+            out["discovered"] = list(self.discovered)
         return out
 
     def complete(self) -> TableSchema:
@@ -208,7 +226,8 @@ class SchemaSpec:
             elif not isinstance(entry, IgnoredColumn):
                 columns.append(entry)
         ignored = tuple(e.name for e in self.entries if isinstance(e, IgnoredColumn))
-        return TableSchema(tuple(columns), ignored, self.missing_values)
+        learned = tuple(p.name for p in self.pending)
+        return TableSchema(tuple(columns), ignored, self.missing_values, self.discovered + learned)
 
 
 @dataclass(frozen=True)
@@ -219,11 +238,14 @@ class TableSchema:
     columns: tuple[Column, ...]
     ignored: tuple[str, ...] = ()
     missing_values: tuple[str, ...] = DEFAULT_MISSING_VALUES
+    # Columns whose bins or categories were learned with DP at upload; the rest were declared.
+    discovered: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.columns:
             raise SchemaError("the schema declares no columns")
         _check_unique([*self.names, *self.ignored])
+        _check_discovered(self.discovered, self.columns)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -248,7 +270,7 @@ class TableSchema:
     def to_json(self) -> dict[str, Any]:
         """The normalised ``{"columns": [...]}`` form (bins as explicit edges, ignored last)."""
         entries: list[Entry] = [*self.columns, *(IgnoredColumn(n) for n in self.ignored)]
-        return SchemaSpec(tuple(entries), self.missing_values).to_json()
+        return SchemaSpec(tuple(entries), self.missing_values, self.discovered).to_json()
 
     @classmethod
     def from_json(cls, raw: Any, limits: SchemaLimits | None = None) -> TableSchema:

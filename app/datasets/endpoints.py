@@ -24,7 +24,7 @@ from app.datasets import service
 from app.datasets.ingest import UploadRejected
 from app.datasets.schemas import DatasetList, DatasetOut, GrantRequest, LedgerEntryOut, LedgerOut
 from app.storage import Storage
-from engine.encoding import TableSchema
+from engine.encoding import SchemaSpec
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,12 @@ _UPLOAD_BODY: dict[str, Any] = {
                             "default": "0",
                             "description": "total δ for discovery at upload ((ρ, δ)-approximate "
                             "zCDP): a decimal 0 ≤ δ < 1, at most 18 decimal places",
+                        },
+                        "discovery_rho": {
+                            "type": "string",
+                            "description": "ρ shared by the schema's discovery clauses that "
+                            "give no rho of their own (default: a tenth of budget_rho); charged "
+                            "at upload as one `discover` ledger entry",
                         },
                     },
                 }
@@ -105,6 +111,7 @@ async def create_dataset(
             upload = form.get("file")
             fields = {key: form.get(key) for key in ("schema", "name", "budget_rho")}
             budget_delta = form.get("budget_delta", "0")
+            discovery_rho = form.get("discovery_rho")
             if not isinstance(upload, UploadFile):
                 raise UploadRejected(422, "the form needs a file field named 'file'")
             missing = [key for key, value in fields.items() if not isinstance(value, str)]
@@ -112,6 +119,8 @@ async def create_dataset(
                 raise UploadRejected(422, f"the form needs text fields: {', '.join(missing)}")
             if not isinstance(budget_delta, str):
                 raise UploadRejected(422, "budget_delta must be a text field")
+            if discovery_rho is not None and not isinstance(discovery_rho, str):
+                raise UploadRejected(422, "discovery_rho must be a text field")
             # Parsing the schema is CPU work in proportion to its text: off the event loop.
             parsed = await run_in_threadpool(
                 service.parse_upload_form,
@@ -120,6 +129,7 @@ async def create_dataset(
                 str(fields["schema"]),
                 settings,
                 budget_delta,
+                discovery_rho,
             )
             spooled = await run_in_threadpool(storage.temp_path, ".upload")
             try:
@@ -133,6 +143,7 @@ async def create_dataset(
                     name=parsed.name,
                     total_rho=parsed.total_rho,
                     total_delta=parsed.total_delta,
+                    discovery_rho=parsed.discovery_rho,
                     schema=parsed.schema,
                     upload=spooled,
                 )
@@ -160,7 +171,8 @@ def _store_upload(
     name: str,
     total_rho: Decimal,
     total_delta: Decimal,
-    schema: TableSchema,
+    discovery_rho: Decimal | None,
+    schema: SchemaSpec,
     upload: Path,
 ) -> DatasetOut:
     """Validate and store the table, then record it, in one transaction on one thread.
@@ -177,6 +189,7 @@ def _store_upload(
             name=name,
             total_rho=total_rho,
             total_delta=total_delta,
+            discovery_rho=discovery_rho,
             schema=schema,
             upload=upload,
         )

@@ -79,13 +79,22 @@ def ingest_table(source: Path, schema: TableSchema, target: Path, limits: Ingest
     and reason, never quoted), has no rows, or breaks a limit. Ignored columns are never read.
     """
     try:
-        with open(source, "rb") as handle:
-            magic = handle.read(4)
-        batches = _parquet_batches if magic == PARQUET_MAGIC else _csv_batches
-        return _write_encoded(batches(source, schema, limits), schema, target, limits)
+        return _write_encoded(read_batches(source, schema, limits), schema, target, limits)
     except BaseException:
         target.unlink(missing_ok=True)
         raise
+
+
+def read_batches(
+    source: Path, schema: TableSchema, limits: IngestLimits
+) -> Iterator[pa.RecordBatch]:
+    """The file's stored columns (``schema.names``) as record batches, read within the bounds
+    of the upload (CSV: text in 4 MiB blocks; Parquet: its types, page-checked). Parquet text
+    columns with short dictionaries arrive as dictionary arrays."""
+    with open(source, "rb") as handle:
+        magic = handle.read(4)
+    batches = _parquet_batches if magic == PARQUET_MAGIC else _csv_batches
+    return batches(source, schema, limits)
 
 
 def _write_encoded(

@@ -32,7 +32,8 @@ class BudgetOut(BaseModel):
 
 
 class ColumnOut(BaseModel):
-    """A stored column as declared (normalised); every field is public, none is learned."""
+    """A stored column (normalised); every field is public: declared by the owner, or, where
+    ``discovered`` is true, its bins or categories were learned with DP at upload and charged."""
 
     name: str
     type: Literal["categorical", "numeric", "date", "datetime", "boolean", "codes"]
@@ -53,6 +54,11 @@ class ColumnOut(BaseModel):
     resolution: str | None = None
     true_values: list[str] | None = None
     false_values: list[str] | None = None
+    discovered: bool = Field(
+        default=False,
+        description="bins or categories learned with DP at upload (a `discover` ledger entry), "
+        "not declared",
+    )
 
 
 class DatasetOut(BaseModel):

@@ -20,6 +20,7 @@ from app.budget import service as budget_service
 from app.budget.repository import AccountState
 from app.config import Settings
 from app.datasets import repository
+from app.datasets.discovery import discover_and_resolve
 from app.datasets.ingest import IngestLimits, UploadRejected, ingest_table
 from app.datasets.models import Dataset
 from app.datasets.schemas import BudgetOut, ColumnOut, DatasetOut
@@ -28,9 +29,9 @@ from app.db.session import after_commit
 from app.jobs import service as job_service
 from app.storage import Storage, dataset_prefix, dataset_table_key
 from engine.encoding import (
-    DiscoveryRequired,
     SchemaError,
     SchemaLimits,
+    SchemaSpec,
     TableSchema,
     schema_summary,
 )
@@ -44,19 +45,19 @@ class DatasetDeleted(Exception):
     pass
 
 
-def parse_budget(raw: str, settings: Settings) -> Decimal:
-    """A dataset's total ρ from the form field: a positive decimal within the service's cap.
+def parse_budget(raw: str, settings: Settings, field: str = "budget_rho") -> Decimal:
+    """A ρ from a form field: a positive decimal within the service's cap.
 
     Parsed exactly as the JSON API parses ρ (``app.api.types``), so the two cannot disagree.
     """
     try:
         value = check_rho_scale(parse_decimal(raw))
     except ValueError as error:
-        raise UploadRejected(422, f"budget_rho: {error}") from None
+        raise UploadRejected(422, f"{field}: {error}") from None
     if value <= 0:
-        raise UploadRejected(422, "budget_rho must be a positive decimal number")
+        raise UploadRejected(422, f"{field} must be a positive decimal number")
     if value > settings.max_budget_rho:
-        raise UploadRejected(422, f"budget_rho is limited to {settings.max_budget_rho}")
+        raise UploadRejected(422, f"{field} is limited to {settings.max_budget_rho}")
     return value
 
 
@@ -125,7 +126,7 @@ def schema_limits(settings: Settings) -> SchemaLimits:
     )
 
 
-def parse_schema(raw: str, settings: Settings) -> TableSchema:
+def parse_schema(raw: str, settings: Settings) -> SchemaSpec:
     """The declared schema from its JSON text, every limit checked before anything is built.
 
     CPU work in proportion to the text (up to ``RHOSYNTH_MAX_SCHEMA_BYTES``): call it off the
@@ -140,16 +141,16 @@ def parse_schema(raw: str, settings: Settings) -> TableSchema:
         raise UploadRejected(422, f"schema: {error}") from None
     except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
         raise UploadRejected(422, "schema is not valid JSON") from None
+    if isinstance(document, dict) and "discovered" in document:
+        # Set by the service for columns it learned with DP; an upload cannot claim it.
+        raise UploadRejected(422, "invalid schema: 'discovered' is set by the service")
     try:
-        schema = TableSchema.from_json(document, schema_limits(settings))
-    except DiscoveryRequired as error:
-        # Bins or categories learned from the data need a DP mechanism that is not wired yet.
-        raise UploadRejected(422, str(error)) from None
+        schema = SchemaSpec.from_json(document, schema_limits(settings))
     except SchemaError as error:
         raise UploadRejected(422, f"invalid schema: {error}") from None
-    for column in schema.columns:
-        if column.size < 1:
-            raise UploadRejected(422, f"column {column.name!r} has an empty domain")
+    for entry in schema.entries:
+        if getattr(entry, "size", 1) < 1:
+            raise UploadRejected(422, f"column {entry.name!r} has an empty domain")
     return schema
 
 
@@ -159,19 +160,32 @@ class UploadForm:
 
     name: str
     total_rho: Decimal
-    schema: TableSchema
+    schema: SchemaSpec
     total_delta: Decimal = Decimal(0)
+    discovery_rho: Decimal | None = None
 
 
 def parse_upload_form(
-    name: str, budget_rho: str, schema: str, settings: Settings, budget_delta: str = "0"
+    name: str,
+    budget_rho: str,
+    schema: str,
+    settings: Settings,
+    budget_delta: str = "0",
+    discovery_rho: str | None = None,
 ) -> UploadForm:
     """Validate the upload's text fields (CPU-bound on the schema: run it in a worker thread)."""
+    total_rho = parse_budget(budget_rho, settings)
+    pool = None
+    if discovery_rho is not None:
+        pool = parse_budget(discovery_rho, settings, field="discovery_rho")
+        if pool > total_rho:
+            raise UploadRejected(422, "discovery_rho must not exceed budget_rho")
     return UploadForm(
         name=parse_name(name),
-        total_rho=parse_budget(budget_rho, settings),
+        total_rho=total_rho,
         schema=parse_schema(schema, settings),
         total_delta=parse_budget_delta(budget_delta),
+        discovery_rho=pool,
     )
 
 
@@ -190,21 +204,35 @@ def create_dataset(
     *,
     name: str,
     total_rho: Decimal,
-    schema: TableSchema,
+    schema: SchemaSpec,
     upload: Path,
     total_delta: Decimal = Decimal(0),
+    discovery_rho: Decimal | None = None,
 ) -> Dataset:
-    """Validate and store the table, then record the dataset and its budget account."""
+    """Validate and store the table, then record the dataset and its budget account.
+
+    A schema with columns to discover is completed first (app/datasets/discovery.py), and the
+    discovery is charged to the new account as one ``discover`` entry in this transaction.
+    """
     limits = IngestLimits(
         max_columns=settings.max_columns,
         max_rows=settings.max_rows,
         max_cell_bytes=settings.max_cell_bytes,
     )
+    outcome = discover_and_resolve(
+        upload,
+        schema,
+        limits,
+        budget_rho=total_rho,
+        budget_delta=total_delta,
+        discovery_rho=discovery_rho,
+    )
+    table_schema = outcome.schema
     dataset_id = uuid.uuid4()
     key = dataset_table_key(dataset_id)
     temp = storage.temp_path(".parquet")
     try:
-        rows = ingest_table(upload, schema, temp, limits)
+        rows = ingest_table(upload, table_schema, temp, limits)
         storage.put(temp, key)
     except BaseException:
         # A refused table, or storage that cannot be written: leave nothing behind.
@@ -219,9 +247,9 @@ def create_dataset(
                 id=dataset_id,
                 tenant_id=principal.tenant_id,
                 name=name,
-                schema=schema.to_json(),
+                schema=table_schema.to_json(),
                 n_rows=rows,
-                n_columns=len(schema.columns),
+                n_columns=len(table_schema.columns),
                 storage_key=key,
                 created_by=principal.key_id,
                 created_at=utcnow(),
@@ -230,6 +258,17 @@ def create_dataset(
         budget_service.open_account(
             session, dataset_id, total_rho, principal.actor, total_delta=total_delta
         )
+        if outcome.discovered is not None:
+            # Privacy rule 1 for discovery: charged in the transaction that creates the dataset,
+            # so no job and no analyst can see the discovered domain without this entry.
+            budget_service.spend_discovery(
+                session,
+                dataset_id,
+                outcome.rho,
+                outcome.delta,
+                outcome.discovered.describe(),
+                principal.actor,
+            )
     except BaseException:
         storage.delete_tree(dataset_prefix(dataset_id))
         raise
@@ -328,7 +367,10 @@ def dataset_out(dataset: Dataset, state: AccountState, principal: Principal) -> 
     return DatasetOut(
         id=dataset.id,
         name=dataset.name,
-        columns=[ColumnOut.model_validate(entry) for entry in schema_summary(schema.columns)],
+        columns=[
+            ColumnOut.model_validate({**entry, "discovered": entry["name"] in schema.discovered})
+            for entry in schema_summary(schema.columns)
+        ],
         dropped_columns=list(schema.ignored),
         created_at=dataset.created_at,
         deleted_at=dataset.deleted_at,

@@ -53,7 +53,8 @@ class CategoricalColumn:
 
     def __post_init__(self) -> None:
         check_name(self.name)
-        if not self.categories:
+        if not self.categories and self.other is None:
+            # With an "other" bucket no category is needed (a discovery may release none).
             raise SchemaError(f"column {self.name!r}: categories must not be empty")
         if len(set(self.categories)) != len(self.categories):
             raise SchemaError(f"column {self.name!r}: categories must be distinct")

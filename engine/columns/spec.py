@@ -13,6 +13,8 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
@@ -71,6 +73,7 @@ class QuantileBins:
     quantiles: int
     entry: str  # the declared entry, canonical JSON
     nullable: bool = False
+    rho: Fraction | None = None  # the owner's own ρ for this discovery (else a shared default)
 
     @property
     def size(self) -> int:
@@ -145,6 +148,8 @@ class DiscoveredCategories:
     entry: str
     nullable: bool = False
     other: bool = False
+    rho: Fraction | None = None  # the owner's own ρ and δ (else shared defaults)
+    delta: Fraction | None = None
 
     @property
     def size(self) -> int:
@@ -290,6 +295,30 @@ def _numeric(entry: Mapping[str, Any], name: str, keys: set[str], allow_pending:
     return NumericColumn(name, tuple(float(e) for e in spaced), decimals=decimals, **flags)
 
 
+RHO_QUANTUM = Fraction(1, 10**12)  # the ledger records ρ in these units, δ in 1e-18
+DELTA_QUANTUM = Fraction(1, 10**18)
+
+
+def _budget(clause: Mapping[str, Any], key: str, name: str, quantum: Fraction) -> Fraction | None:
+    """A discovery clause's own ρ or δ: a positive decimal the ledger can record exactly."""
+    if key not in clause:
+        return None
+    value = clause[key]
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise SchemaError(f"column {name!r}: {key} must be a positive decimal number")
+    try:
+        exact = Fraction(Decimal(repr(value) if isinstance(value, float) else str(value)))
+    except (ArithmeticError, ValueError):
+        raise SchemaError(f"column {name!r}: {key} must be a positive decimal number") from None
+    if exact <= 0 or (key == "delta" and exact >= 1) or (exact / quantum).denominator != 1:
+        raise SchemaError(
+            f"column {name!r}: {key} must be a positive decimal with at most "
+            f"{len(str(quantum.denominator)) - 1} decimal places"
+            + (" and below 1" if key == "delta" else "")
+        )
+    return exact
+
+
 def _canonical(entry: Mapping[str, Any]) -> str:
     return json.dumps(entry, sort_keys=True, ensure_ascii=False)
 
@@ -300,8 +329,11 @@ def _quantile_spec(
     if not allow_pending:
         raise SchemaError(f"column {name!r}: quantile bins must be resolved first")
     bins = entry["bins"]
-    if set(bins) != {"quantiles"}:
-        raise SchemaError(f'column {name!r}: quantile bins are declared as {{"quantiles": k}}')
+    if not {"quantiles"} <= set(bins) <= {"quantiles", "rho"}:
+        raise SchemaError(
+            f'column {name!r}: quantile bins are declared as {{"quantiles": k}} (optionally with '
+            '"rho")'
+        )
     k = bins["quantiles"]
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise SchemaError(f"column {name!r}: quantiles must be an integer ≥ 1")
@@ -313,6 +345,7 @@ def _quantile_spec(
         k,
         _canonical(entry),
         nullable=entry.get("nullable", False) is True,
+        rho=_budget(bins, "rho", name, RHO_QUANTUM),
     )
     spec.provisional()  # every other option is validated now, not at resolution
     return spec
@@ -328,12 +361,14 @@ def _discovery_spec(
 ) -> DiscoveredCategories:
     if not allow_pending:
         raise SchemaError(f"column {name!r}: discovered categories must be resolved first")
-    unknown = sorted(set(categories) - {"discover", "max", "candidates"})
+    unknown = sorted(set(categories) - {"discover", "max", "candidates", "rho", "delta"})
     if unknown or categories.get("discover") is not True:
         raise SchemaError(
             f'column {name!r}: discovered categories are declared as {{"discover": true, '
-            '"max": K, "candidates": [...]}} (candidates optional)'
+            '"max": K, "candidates": [...], "rho": ρ, "delta": δ}} (all but max optional)'
         )
+    if "candidates" in categories and "delta" in categories:
+        raise SchemaError(f"column {name!r}: a candidate list needs no delta (it is pure ρ)")
     limit = categories.get("max")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise SchemaError(f"column {name!r}: max must be an integer ≥ 1")
@@ -352,6 +387,8 @@ def _discovery_spec(
         _canonical(entry),
         nullable=flags.get("nullable", False),
         other=other is not None,
+        rho=_budget(categories, "rho", name, RHO_QUANTUM),
+        delta=_budget(categories, "delta", name, DELTA_QUANTUM),
     )
 
 

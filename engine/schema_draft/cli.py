@@ -21,8 +21,8 @@ def schema() -> None:
     "--missing",
     "missing",
     multiple=True,
-    help="a spelling of a missing cell (repeat; default: empty, NA, N/A, NaN, nan, null, NULL, "
-    "None)",
+    help="a spelling of a missing cell (repeat; default: the upload's default set, "
+    "docs/api.md)",
 )
 @click.option(
     "--show-values",

@@ -30,7 +30,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-DEFAULT_MISSING_VALUES = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None")
+from engine.columns.base import DEFAULT_MISSING_VALUES
+
 TRUE_WORDS = ("true", "yes", "y", "t")
 FALSE_WORDS = ("false", "no", "n", "f")
 # Tried in this order; the first that parses every non-missing value of a column wins.
@@ -128,7 +129,7 @@ class _Stats:
     unsupported: str | None = None
 
     def add_text(self, text: pd.Series, missing_values: frozenset[str]) -> None:
-        is_missing = text.isin(missing_values)
+        is_missing = text.str.strip().isin(missing_values)  # as uploads compare them
         self.missing += int(is_missing.sum())
         present = text[~is_missing]
         if present.empty:

@@ -28,6 +28,7 @@ UNSET_OPTIONS = {
     "resolution": None,
     "true_values": None,
     "false_values": None,
+    "discovered": False,
 }
 
 

@@ -37,7 +37,7 @@ def _numeric(bins: str, columns: int = 1) -> str:
     [
         (_numeric("30000000"), "the limit is 100000"),
         (_numeric("1000000000000"), "the limit is 100000"),
-        (_numeric("1e300"), "'bins' must be a list of edges or a count"),
+        (_numeric("1e300"), "'bins' must be a list of edges, a count ≥ 1 or"),
         (_numeric("1" + "0" * 300), "integers are limited to 20 digits"),
         (_numeric("100000", columns=200), "values in total; the limit is 1000000"),
         (_numeric("NaN"), "NaN is not a number JSON allows"),

@@ -78,14 +78,13 @@ def test_each_refusal_reason_is_named_with_its_count(
     assert _stored_tables(api_stack) == before, "nothing is stored on refusal"
 
 
-def test_discovery_schemas_are_refused_until_wired(tenant: Tenant) -> None:
+def test_a_discovery_upload_is_charged_before_anything_is_stored(tenant: Tenant) -> None:
     schema = {"columns": [{"name": "n", "type": "numeric", "min": 0, "max": 1,
                            "bins": {"quantiles": 4}}]}  # fmt: skip
-    response = upload(tenant.owner, b"n\n0.5\n", json.dumps(schema))
-    assert response.status_code == 422
-    assert response.json()["detail"] == (
-        "DP discovery of quantile bins for column 'n' is not available yet"
-    )
+    response = upload(tenant.owner, b"n\n0.5\n0.25\n", json.dumps(schema))
+    assert response.status_code == 201, response.text
+    assert response.json()["budget"]["spent_rho"] == "0.1"  # a tenth of budget_rho = 1
+    assert response.json()["columns"][0]["discovered"] is True
 
 
 def test_absurd_calendar_bins_are_refused_with_the_limit(tenant: Tenant) -> None:

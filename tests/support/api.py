@@ -17,10 +17,13 @@ def upload(
     budget_rho: str = "1",
     filename: str = "table.csv",
     budget_delta: str | None = None,
+    discovery_rho: str | None = None,
 ) -> httpx.Response:
     fields = {"schema": schema, "name": name, "budget_rho": budget_rho}
     if budget_delta is not None:
         fields["budget_delta"] = budget_delta
+    if discovery_rho is not None:
+        fields["discovery_rho"] = discovery_rho
     return client.post(
         "/v1/datasets",
         files={"file": (filename, data, "application/octet-stream")},

@@ -1,0 +1,146 @@
+"""DP discovery at upload over HTTP: the schema is completed with DP bins and categories, the
+ledger records one `discover` entry whose ρ and δ are exactly the sum of the mechanisms' costs,
+the dataset marks what was discovered, and an analyst sees no value that was neither declared nor
+released by a mechanism. Refusals (no δ for an open set, a budget too small) store nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from fractions import Fraction
+from typing import Any
+
+import pandas as pd
+
+from tests.conftest import Tenant
+from tests.support.api import create_dataset, upload
+from tests.support.ledger import assert_reconciled
+from tests.support.stack import Stack
+
+ROWS = 2_000
+RARE = "Zanzibar-only-once"
+
+
+def _table() -> bytes:
+    rng = random.Random(12)
+    rows = []
+    for i in range(ROWS):
+        rows.append(
+            {
+                "id": f"ID-{i:06d}",
+                "age": str(rng.randint(18, 90)),
+                "income": "" if i % 10 == 0 else f"{rng.lognormvariate(10, 1):.2f}",
+                "city": rng.choice(["Lyon", "Paris", "Nantes", "Lyon", ""]),
+                "tier": rng.choice(["a", "b"]),
+                "joined": f"20{rng.randint(10, 19)}-0{rng.randint(1, 9)}-1{rng.randint(0, 9)}",
+            }
+        )
+    rows[7]["city"] = RARE
+    frame = pd.DataFrame(rows)
+    buffer = io.StringIO()
+    frame.to_csv(buffer, index=False)
+    return buffer.getvalue().encode()
+
+
+SCHEMA: dict[str, Any] = {
+    "columns": [
+        {"name": "id", "type": "ignore"},
+        {"name": "age", "type": "numeric", "min": 0, "max": 100, "integer": True,
+         "bins": {"quantiles": 4}},
+        {"name": "income", "type": "numeric", "min": 0, "max": 1000000, "clip": True,
+         "nullable": True, "decimals": 2, "bins": {"quantiles": 8}},
+        {"name": "city", "type": "categorical", "other": "Other", "nullable": True,
+         "categories": {"discover": True, "max": 10}},
+        {"name": "tier", "type": "categorical",
+         "categories": {"discover": True, "max": 4, "candidates": ["a", "b", "c", "d"],
+                        "rho": 0.5}},
+        {"name": "joined", "type": "date", "min": "2010-01-01", "max": "2019-12-31",
+         "bins": {"quantiles": 4}},
+    ]
+}  # fmt: skip
+
+
+def _ledger(tenant: Tenant, dataset_id: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = tenant.owner.get(f"/v1/datasets/{dataset_id}/ledger").json()[
+        "items"
+    ]
+    return items
+
+
+def test_discovery_completes_the_schema_and_is_charged_exactly(
+    api_stack: Stack, tenant: Tenant
+) -> None:
+    dataset = create_dataset(
+        tenant.owner, _table(), json.dumps(SCHEMA), budget_rho="10", budget_delta="0.000001"
+    )
+    entries = _ledger(tenant, dataset["id"])
+    assert [e["kind"] for e in entries] == ["grant", "discover"]
+    discover = entries[1]
+    # Four clauses share the default pool (a tenth of ρ = 10), tier brings its own 0.5; the one
+    # open set (city) takes all of budget_delta.
+    assert (discover["rho"], discover["delta"], discover["job_id"]) == ("1.5", "0.000001", None)
+    columns = discover["detail"]["columns"]
+    assert set(columns) == {"age", "income", "city", "tier", "joined"}
+    assert sum(Fraction(c["rho"]) for c in columns.values()) == Fraction("1.5")
+    assert sum(Fraction(c["delta"]) for c in columns.values()) == Fraction(1, 10**6)
+    assert Fraction(columns["tier"]["rho"]) == Fraction(1, 2)
+    account = tenant.owner.get(f"/v1/datasets/{dataset['id']}").json()["budget"]
+    assert (account["spent_rho"], account["spent_delta"]) == ("1.5", "0.000001")
+    assert_reconciled(api_stack, dataset["id"])
+
+    shown = tenant.analyst.get(f"/v1/datasets/{dataset['id']}")
+    assert shown.status_code == 200
+    by_name = {c["name"]: c for c in shown.json()["columns"]}
+    assert {n for n, c in by_name.items() if c["discovered"]} == set(columns)
+    assert shown.json()["dropped_columns"] == ["id"]
+    age = by_name["age"]["bins"]
+    assert age[0] == 0 and age[-1] == 100 and 2 <= len(age) <= 5
+    assert all(float(e).is_integer() for e in age)
+    assert by_name["joined"]["bins"][0] == "2010-01-01"
+    # A value one row holds is released with probability at most δ = 1e-6 (docs/discovery.md).
+    assert set(by_name["city"]["categories"]) <= {"Lyon", "Paris", "Nantes"}
+    assert {"Lyon", "Paris", "Nantes"} <= set(by_name["city"]["categories"])  # ~500 rows each
+    assert RARE not in shown.text and "ID-000001" not in shown.text
+    assert {"a", "b"} <= set(by_name["tier"]["categories"]) <= {"a", "b", "c", "d"}
+    assert shown.json()["n_rows"] is None
+
+
+def test_open_set_without_delta_and_overdrawn_budgets_store_nothing(tenant: Tenant) -> None:
+    before = tenant.owner.get("/v1/datasets").json()["items"]
+    response = upload(tenant.owner, _table(), json.dumps(SCHEMA), budget_rho="10")
+    assert response.status_code == 422
+    assert "budget_delta > 0" in response.json()["detail"]
+    response = upload(
+        tenant.owner,
+        _table(),
+        json.dumps(SCHEMA),
+        budget_rho="0.4",  # tier alone asks for 0.5
+        budget_delta="0.000001",
+    )
+    assert response.status_code == 422
+    assert "more than the upload's budget" in response.json()["detail"]
+    response = upload(
+        tenant.owner,
+        _table(),
+        json.dumps({**SCHEMA, "discovered": ["age"]}),
+        budget_rho="10",
+        budget_delta="0.000001",
+    )
+    assert response.status_code == 422
+    assert tenant.owner.get("/v1/datasets").json()["items"] == before
+
+
+def test_discovery_rho_sets_the_shared_pool(tenant: Tenant) -> None:
+    dataset = create_dataset(
+        tenant.owner,
+        _table(),
+        json.dumps(SCHEMA),
+        budget_rho="10",
+        budget_delta="0.000001",
+        discovery_rho="2",
+    )
+    discover = _ledger(tenant, dataset["id"])[1]
+    assert discover["rho"] == "2.5"  # 4 × 0.5 from the pool, 0.5 for tier
+    too_much = upload(tenant.owner, _table(), json.dumps(SCHEMA), budget_rho="1", discovery_rho="2")
+    assert too_much.status_code == 422
