@@ -137,9 +137,7 @@ def _provisional(spec: SchemaSpec) -> TableSchema:
     return spec.resolve(placeholders)
 
 
-def _count(
-    source: Path, spec: SchemaSpec, requests: list[Request], limits: IngestLimits
-) -> Counts:
+def _count(source: Path, spec: SchemaSpec, requests: list[Request], limits: IngestLimits) -> Counts:
     counts = Counts(requests)
     pending = {p.name: p for p in spec.pending}
     for batch in read_batches(source, _provisional(spec), limits):

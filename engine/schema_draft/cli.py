@@ -21,8 +21,7 @@ def schema() -> None:
     "--missing",
     "missing",
     multiple=True,
-    help="a spelling of a missing cell (repeat; default: the upload's default set, "
-    "docs/api.md)",
+    help="a spelling of a missing cell (repeat; default: the upload's default set, docs/api.md)",
 )
 @click.option(
     "--show-values",
