@@ -43,8 +43,12 @@ import pydantic
 
 from engine.accounting import RHO_QUANTUM, rho_from_epsilon_delta
 from engine.columns.output import text_batch
+from engine.columns.spec import DELTA_QUANTUM
+from engine.columns.spec import RHO_QUANTUM as RHO_GRID
+from engine.discovery.plan import Counts, Discovered, DiscoveryRefused, allocate, release
+from engine.discovery.schema import count_batch, provisional, requests_for, resolve
 from engine.domain import Dataset
-from engine.encoding import SchemaError, TableSchema
+from engine.encoding import SchemaError, SchemaSpec, TableSchema
 from engine.evaluation import mean_tvd
 from engine.mechanisms import MECHANISMS, Mechanism, get_mechanism
 
@@ -171,7 +175,16 @@ def _validated_params(mechanism: Mechanism, raw: Mapping[str, Any]) -> pydantic.
 
 
 def load_schema(path: Path) -> TableSchema:
-    """Parse a schema file (either form of engine.encoding); :class:`TableError` if it is bad."""
+    """Parse a schema file (either form of engine.encoding); :class:`TableError` if it is bad
+    or still has columns to discover (``synthesize`` discovers them, :func:`load_spec`)."""
+    try:
+        return load_spec(path).complete()
+    except SchemaError as error:
+        raise TableError(f"schema file {str(path)!r}: {error}") from None
+
+
+def load_spec(path: Path) -> SchemaSpec:
+    """Parse a schema file that may leave bins or categories to DP discovery."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -183,9 +196,51 @@ def load_schema(path: Path) -> TableSchema:
             f"schema file {str(path)!r} is not valid JSON (line {error.lineno})"
         ) from None
     try:
-        return TableSchema.from_json(raw)
+        return SchemaSpec.from_json(raw)
     except SchemaError as error:
         raise TableError(f"schema file {str(path)!r}: {error}") from None
+
+
+def discover_schema(
+    path: Path,
+    spec: SchemaSpec,
+    *,
+    budget_rho: Fraction,
+    discovery_rho: Fraction | None,
+    discovery_delta: Fraction,
+) -> tuple[TableSchema, Discovered | None]:
+    """Complete ``spec`` by DP discovery on the file at ``path`` (the service's mechanisms and
+    budget rules, engine/discovery): one counting pass, then the release. :class:`TableError`
+    (naming columns, never values) if it cannot run."""
+    try:
+        requests = requests_for(spec)
+        if not requests:
+            return resolve(spec, None), None
+        allocations = allocate(
+            requests,
+            budget_rho=budget_rho,
+            budget_delta=discovery_delta,
+            discovery_rho=discovery_rho,
+            rho_quantum=RHO_GRID,
+            delta_quantum=DELTA_QUANTUM,
+        )
+        counts = Counts(requests)
+        reading = provisional(spec)
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+        frames = (
+            _parquet_frames(path, reading, False)
+            if magic == PARQUET_MAGIC
+            else _csv_frames(path, reading, False)
+        )
+        for frame in frames:
+            count_batch(counts, spec, requests, {r.column: frame[r.column] for r in requests})
+        found = release(allocations, counts)
+        return resolve(spec, found), found
+    except OSError:
+        raise TableError("the file cannot be read") from None
+    except (DiscoveryRefused, SchemaError, ValueError) as error:
+        raise TableError(f"discovery: {error}") from None
 
 
 def _names(names: Sequence[str], limit: int = 20) -> str:
@@ -415,6 +470,16 @@ def _format_rho(rho: Fraction) -> str:
     return _format_decimal(Decimal(rho.numerator) / Decimal(rho.denominator))
 
 
+def _parse_delta(text: str) -> Fraction:
+    try:
+        value = Decimal(text)
+    except ArithmeticError:
+        raise CommandError("--discovery-delta must be a decimal in (0, 1)") from None
+    if not value.is_finite() or not 0 < value < 1:
+        raise CommandError("--discovery-delta must be a decimal in (0, 1)")
+    return Fraction(value)
+
+
 def _load_schema_or_fail(path: Path) -> TableSchema:
     try:
         return load_schema(path)
@@ -480,6 +545,19 @@ PathArgument = click.Path(path_type=Path, dir_okay=False)
     help="output file: CSV, or Parquet if it ends with .parquet",
 )
 @click.option(
+    "--discovery-rho",
+    "discovery_rho_text",
+    default=None,
+    help="of the budget, the ρ shared by the schema's discovery clauses without their own "
+    "(default: a tenth)",
+)
+@click.option(
+    "--discovery-delta",
+    "discovery_delta_text",
+    default=None,
+    help="δ for discovering categories without a candidate list ((ρ, δ)-DP; required for them)",
+)
+@click.option(
     "--progress/--no-progress",
     "show_progress",
     default=None,
@@ -496,9 +574,14 @@ def synthesize(
     seed: int | None,
     param_pairs: tuple[str, ...],
     out: Path,
+    discovery_rho_text: str | None,
+    discovery_delta_text: str | None,
     show_progress: bool | None,
 ) -> None:
     """Synthesise a differentially private copy of DATA (CSV or Parquet) into --out.
+
+    A schema that leaves bins or categories to DP discovery (e.g. one from `rhosynth schema
+    draft`) has them learned first, from the same budget (docs/discovery.md).
 
     The budget is --rho R, or --epsilon E with --delta D (converted to the largest ρ whose
     ρ-zCDP guarantee gives (E, D)-DP). Values outside the declared schema are refused. Every run
@@ -520,8 +603,30 @@ def synthesize(
 
     mechanism = _mechanism(method)
     params = _validated_params(mechanism, parse_params(param_pairs))
-    schema = _load_schema_or_fail(schema_path)
+    try:
+        spec = load_spec(schema_path)
+    except TableError as error:
+        raise CommandError(str(error)) from None
     _check_output(out, [data, schema_path])
+    pool = None if discovery_rho_text is None else parse_rho(discovery_rho_text)
+    discovery_delta = (
+        Fraction(0) if discovery_delta_text is None else _parse_delta(discovery_delta_text)
+    )
+    try:
+        schema, found = discover_schema(
+            data, spec, budget_rho=rho, discovery_rho=pool, discovery_delta=discovery_delta
+        )
+    except TableError as error:
+        raise CommandError(f"DATA ({data}): {error}") from None
+    if found is not None:
+        rho -= found.rho  # the method spends what discovery left of the budget
+        click.echo(
+            f"discovery: rho={_format_rho(found.rho)}, delta={float(found.delta):g} "
+            f"({', '.join(sorted(found.costs()))})",
+            err=True,
+        )
+        if rho <= 0:
+            raise CommandError("discovery used the whole budget: lower --discovery-rho")
 
     codes = _load_table_or_fail("DATA", data, schema, allow_extra_columns=False)
     codes.flags.writeable = False  # Dataset keeps a read-only array without copying it
@@ -543,7 +648,8 @@ def synthesize(
         raise CommandError(f"--out: cannot write {str(out)!r} ({error.strerror})") from None
     budget = f"rho={_format_rho(rho)}"
     if epsilon is not None and delta is not None:
-        budget += f" (epsilon={epsilon.normalize():g}, delta={delta.normalize():g})"
+        spent_delta = delta + (Decimal(float(found.delta)) if found is not None else 0)
+        budget += f" (in all epsilon={epsilon.normalize():g}, delta={spent_delta:g})"
     click.echo(
         f"{mechanism.name}: {budget}, {result.codes.shape[0]} rows, "
         f"{time.perf_counter() - started:.2f} s -> {out}",
