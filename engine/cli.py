@@ -648,8 +648,11 @@ def synthesize(
         raise CommandError(f"--out: cannot write {str(out)!r} ({error.strerror})") from None
     budget = f"rho={_format_rho(rho)}"
     if epsilon is not None and delta is not None:
-        spent_delta = delta + (Decimal(float(found.delta)) if found is not None else 0)
-        budget += f" (in all epsilon={epsilon.normalize():g}, delta={spent_delta:g})"
+        if found is None:
+            budget += f" (epsilon={epsilon.normalize():g}, delta={delta.normalize():g})"
+        else:  # discovery's δ adds to the conversion's (docs/privacy.md, "The δ dimension")
+            total = delta + Decimal(found.delta.numerator) / Decimal(found.delta.denominator)
+            budget += f" (with discovery: epsilon={epsilon.normalize():g}, delta={total:g})"
     click.echo(
         f"{mechanism.name}: {budget}, {result.codes.shape[0]} rows, "
         f"{time.perf_counter() - started:.2f} s -> {out}",
