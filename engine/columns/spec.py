@@ -74,6 +74,9 @@ class QuantileBins:
     entry: str  # the declared entry, canonical JSON
     nullable: bool = False
     rho: Fraction | None = None  # the owner's own ρ for this discovery (else a shared default)
+    # {"quantiles": k, "range": true}: the outer edges are learned too; min and max are then
+    # only the public window searched, and values are clamped into the learned range.
+    learn_range: bool = False
 
     @property
     def size(self) -> int:
@@ -111,7 +114,11 @@ class QuantileBins:
         return numbers
 
     def resolve(self, cuts: Sequence[float]) -> Column:
-        """The complete column with the discovered inner ``cuts`` (in :meth:`values` units)."""
+        """The complete column with the discovered inner ``cuts`` (in :meth:`values` units).
+
+        With ``learn_range`` the first and last of ``cuts`` are the learned outer edges: they
+        replace the declared window, and the column clamps values into them.
+        """
         low, high = self.bounds()
         entry = self.to_json()
         for key in ("min", "max", "bins"):
@@ -121,7 +128,17 @@ class QuantileBins:
         if self.kind != "numeric":
             points = np.round(points)
         elif isinstance(column, NumericColumn) and column.step is not None:
-            points = np.round(points / column.step) * column.step
+            # Rounded to the step, then tidied (0.57, not 0.5700000000000001; 0, not -0).
+            points = np.round(np.round(points / column.step) * column.step, 12) + 0.0
+        if self.learn_range:
+            if points.size < 2 or not np.all(np.isfinite(points[[0, -1]])):
+                raise SchemaError(f"column {self.name!r}: a learned range needs two outer edges")
+            low = max(low, float(points[0]))
+            high = min(max(float(points[-1]), low), high)
+            if high <= low:  # one value (after rounding): one bin of one step or one unit
+                high = min(low + _unit(column), self.bounds()[1])
+            points = points[1:-1]
+            entry["clip"] = True
         inner = sorted({float(p) for p in points if math.isfinite(p) and low < p < high})
         if len(inner) > self.quantiles - 1:
             raise SchemaError(f"column {self.name!r}: more cut points than {self.quantiles} bins")
@@ -299,6 +316,12 @@ RHO_QUANTUM = Fraction(1, 10**12)  # the ledger records ρ in these units, δ in
 DELTA_QUANTUM = Fraction(1, 10**18)
 
 
+def _unit(column: Any) -> float:
+    """The smallest step of a column's values: its integer/decimal step, else one day/second."""
+    step = getattr(column, "step", None)
+    return float(step) if step else 1.0
+
+
 def _budget(clause: Mapping[str, Any], key: str, name: str, quantum: Fraction) -> Fraction | None:
     """A discovery clause's own ρ or δ: a positive decimal the ledger can record exactly."""
     if key not in clause:
@@ -329,11 +352,14 @@ def _quantile_spec(
     if not allow_pending:
         raise SchemaError(f"column {name!r}: quantile bins must be resolved first")
     bins = entry["bins"]
-    if not {"quantiles"} <= set(bins) <= {"quantiles", "rho"}:
+    if not {"quantiles"} <= set(bins) <= {"quantiles", "rho", "range"}:
         raise SchemaError(
             f'column {name!r}: quantile bins are declared as {{"quantiles": k}} (optionally with '
-            '"rho")'
+            '"rho" and "range": true)'
         )
+    learn_range = bins.get("range", False)
+    if not isinstance(learn_range, bool):
+        raise SchemaError(f"column {name!r}: range must be true or false")
     k = bins["quantiles"]
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise SchemaError(f"column {name!r}: quantiles must be an integer ≥ 1")
@@ -346,6 +372,7 @@ def _quantile_spec(
         _canonical(entry),
         nullable=entry.get("nullable", False) is True,
         rho=_budget(bins, "rho", name, RHO_QUANTUM),
+        learn_range=learn_range,
     )
     spec.provisional()  # every other option is validated now, not at resolution
     return spec

@@ -52,6 +52,7 @@ class QuantileRequest:
     grid: QuantileGrid
     bins: int
     rho: Fraction | None = None
+    learn_range: bool = False  # the outer edges are learned too (the grid is a public window)
 
     def __post_init__(self) -> None:
         if isinstance(self.bins, bool) or not isinstance(self.bins, int) or self.bins < 2:
@@ -234,6 +235,7 @@ def release(
                 bins=request.bins,
                 rho=allocation.rho,
                 source=source,
+                learn_range=request.learn_range,
             )
             edges[request.column] = bins
             charged.append((bins.cost.rho, Fraction(0)))

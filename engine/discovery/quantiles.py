@@ -89,10 +89,26 @@ class QuantileBins:
         return self.bins < self.requested_bins
 
 
-def grid_edges(lower: float, upper: float, cells: int, *, integer: bool = False) -> FloatArray:
+LOG_SCALE = 1.0
+"""The symmetric-log grid's linear region: cells are equal in asinh(x / LOG_SCALE)."""
+
+
+def grid_edges(
+    lower: float, upper: float, cells: int, *, integer: bool = False, scale: str = "linear"
+) -> FloatArray:
     """The public grid's boundaries: ``cells`` equal cells, or for ``integer`` columns cells of
     integer width ⌈(upper − lower)/cells⌉ (so possibly fewer cells), the last one ending at
-    ``upper``. Function of public inputs only."""
+    ``upper``. With ``scale="log"`` the cells are equal in asinh(x): about 0.1 % of the value
+    wide far from 0 with 65,536 cells over ±1e15, nearly linear near 0 (integer columns: rounded
+    to distinct integers). Function of public inputs only."""
+    if scale == "log":
+        points = LOG_SCALE * np.sinh(
+            np.linspace(np.arcsinh(lower / LOG_SCALE), np.arcsinh(upper / LOG_SCALE), cells + 1)
+        )
+        points[0], points[-1] = lower, upper
+        if integer:
+            points = np.unique(np.round(points))
+        return np.unique(points)
     if not integer:
         return np.linspace(lower, upper, cells + 1)
     span = int(upper - lower)
@@ -111,8 +127,11 @@ class QuantileGrid:
     upper: float
     cells: int = DEFAULT_GRID
     integer: bool = False
+    scale: str = "linear"  # or "log" (symmetric log, for ranges spanning magnitudes)
 
     def __post_init__(self) -> None:
+        if self.scale not in ("linear", "log"):
+            raise ValueError("the grid's scale is linear or log")
         lo, hi = _check_bounds(self.lower, self.upper, integer=self.integer)
         if isinstance(self.cells, bool) or not isinstance(self.cells, int):
             raise ValueError(f"grid must be an integer from 1 to {MAX_GRID}")
@@ -125,7 +144,9 @@ class QuantileGrid:
 
     @property
     def boundaries(self) -> FloatArray:
-        return grid_edges(self.lower, self.upper, self.cells, integer=self.integer)
+        return grid_edges(
+            self.lower, self.upper, self.cells, integer=self.integer, scale=self.scale
+        )
 
     def count(self, values: npt.ArrayLike) -> IntArray:
         """Rows per cell of ``values`` (non-missing, inside the bounds); add these up over
@@ -176,9 +197,17 @@ def dp_quantile_edges_from_counts(
     bins: int,
     rho: Fraction | int | Decimal,
     source: random.Random | None = None,
+    learn_range: bool = False,
 ) -> QuantileBins:
     """:func:`dp_quantile_edges` from the column's exact rows per cell of ``grid``
     (:meth:`QuantileGrid.count`, summed over batches); exactly ρ-zCDP.
+
+    ``learn_range``: the outer edges are learned too, instead of being the grid's bounds (which
+    are then only the public window searched): they are the first boundaries where the noisy CDF
+    reaches a tail fraction and 1 − that fraction, the fraction being the larger of 1/(2·bins)
+    and three standard deviations of the CDF's noise over the noisy total (post-processing of
+    the same release, so the cost is unchanged). The caller clamps values into the learned range
+    (a public transformation once it is released).
 
     Privacy: L = ⌈log₂ cells⌉ + 1 histograms (the dyadic tree over the cells) of L2 sensitivity 1
     under add/remove-one-row (one row is in exactly one node per level), each with discrete
@@ -211,11 +240,20 @@ def dp_quantile_edges_from_counts(
         raise AssertionError("the tree has an unexpected number of levels")
     noisy = [level + discrete_gaussian_noise(sigma2, level.size, source) for level in tree]
     leaves = _consistent_leaves(noisy, float(sigma2))
-    edge_cells = _quantile_cells(leaves, bins)
+    if learn_range:
+        edge_cells = _range_cells(leaves, bins, noise_rows=3 * math.sqrt(2 * levels * sigma2))
+    else:
+        edge_cells = _quantile_cells(leaves, bins)
     cost = DiscoveryCost(
         MECHANISM,
         budget,
-        parameters={**parameters, "levels": levels, "sigma2": str(sigma2)},
+        parameters={
+            **parameters,
+            "levels": levels,
+            "sigma2": str(sigma2),
+            "scale": grid.scale,
+            "learn_range": learn_range,
+        },
     )
     return QuantileBins(tuple(boundaries[edge_cells].tolist()), bins, cost)
 
@@ -305,7 +343,36 @@ def _quantile_cells(leaves: FloatArray, bins: int) -> IntArray:
     else:
         cdf = np.arange(1, cells + 1, dtype=np.float64) / cells
     targets = np.arange(1, bins, dtype=np.float64) / bins
-    # cdf[i - 1] is the CDF at boundary i; interior boundaries are 1 … cells − 1.
-    interior = np.searchsorted(cdf[: cells - 1], targets, side="left") + 1
+    # cdf[i - 1] is the CDF at boundary i; interior boundaries are 1 … cells − 1. The noisy CDF
+    # need not be monotone: its first crossing of a target is that of its running maximum.
+    running = np.maximum.accumulate(cdf[: cells - 1])
+    interior = np.searchsorted(running, targets, side="left") + 1
     inner = np.unique(interior[interior < cells])
     return np.concatenate([[0], inner, [cells]]).astype(np.int64)
+
+
+def _range_cells(leaves: FloatArray, bins: int, *, noise_rows: float) -> IntArray:
+    """Boundary indices of learned outer edges and the quantile edges between them.
+
+    The lower edge is the first boundary where the noisy CDF (running maximum) reaches the tail
+    fraction, the upper edge the first where it reaches 1 − tail; ``noise_rows`` (public: three
+    standard deviations of a prefix sum's noise) widens the tail so that noise alone rarely
+    moves an edge into an empty stretch of the window. At least one cell is kept. Post-processing
+    of the noisy leaves only."""
+    cells = leaves.size
+    total = float(leaves.sum())
+    if total <= 0:  # nothing measurable: the whole public window, equal-width bins
+        return _quantile_cells(leaves, bins)
+    tail = min(0.25, max(1.0 / (2 * bins), noise_rows / total))
+    cdf = np.maximum.accumulate(np.cumsum(leaves) / total)
+    targets = np.concatenate([[tail], np.arange(1, bins, dtype=np.float64) / bins, [1 - tail]])
+    targets = np.sort(targets)
+    # Boundary i has cdf[i - 1] below it; a target reached in cell c puts its edge at c + 1.
+    found = np.searchsorted(cdf, targets, side="left") + 1
+    low = max(0, int(found[0]) - 1)  # the cell where the tail is reached belongs to the range
+    high = min(cells, int(found[-1]))
+    inner = [int(i) for i in found[1:-1] if low < i < high]
+    edges = np.unique(np.array([low, *inner, high], dtype=np.int64))
+    if edges.size < 2:
+        edges = np.array([low, min(cells, low + 1)], dtype=np.int64)
+    return edges

@@ -23,7 +23,7 @@ from engine.discovery.plan import (
     QuantileRequest,
     Request,
 )
-from engine.discovery.quantiles import DEFAULT_GRID, QuantileGrid
+from engine.discovery.quantiles import DEFAULT_GRID, MAX_GRID, QuantileGrid
 from engine.encoding import SchemaError, SchemaSpec, TableSchema
 
 
@@ -43,8 +43,16 @@ def _request(pending: QuantileBins | DiscoveredCategories) -> Request:
     if isinstance(pending, QuantileBins):
         low, high = pending.bounds()
         integer = pending.kind != "numeric" or bool(pending.to_json().get("integer"))
-        grid = QuantileGrid(low, high, DEFAULT_GRID, integer=integer)
-        return QuantileRequest(pending.name, grid, pending.quantiles, rho=pending.rho)
+        if pending.learn_range:
+            # A public window much wider than the data: the finest grid, and for numbers a
+            # symmetric-log one (cells of ~0.1 % of the value over ±1e15).
+            scale = "log" if pending.kind == "numeric" else "linear"
+            grid = QuantileGrid(low, high, MAX_GRID, integer=integer, scale=scale)
+        else:
+            grid = QuantileGrid(low, high, DEFAULT_GRID, integer=integer)
+        return QuantileRequest(
+            pending.name, grid, pending.quantiles, rho=pending.rho, learn_range=pending.learn_range
+        )
     return CategoryRequest(
         pending.name,
         pending.max_categories,
@@ -60,7 +68,7 @@ def provisional(spec: SchemaSpec) -> TableSchema:
     placeholders: dict[str, list[object]] = {}
     for pending in spec.pending:
         if isinstance(pending, QuantileBins):
-            placeholders[pending.name] = []
+            placeholders[pending.name] = list(pending.bounds()) if pending.learn_range else []
         else:
             first = pending.candidates[0] if pending.candidates else "provisional"
             placeholders[pending.name] = [] if pending.other else [first]
@@ -97,8 +105,9 @@ def resolve(spec: SchemaSpec, found: Discovered | None) -> TableSchema:
     """
     resolved: dict[str, list[object]] = {p.name: [] for p in spec.pending if not _needs_data(p)}
     if found is not None:
+        learned = {p.name for p in spec.pending if isinstance(p, QuantileBins) and p.learn_range}
         for name, bins in found.edges.items():
-            resolved[name] = list(bins.edges[1:-1])
+            resolved[name] = list(bins.edges if name in learned else bins.edges[1:-1])
         for name, categories in found.categories.items():
             pending = next(p for p in spec.pending if p.name == name)
             other = pending.to_json().get("other")

@@ -3,9 +3,9 @@
 :func:`draft_schema` reads a CSV or Parquet file once, in bounded memory, and proposes a
 ``{"columns": [...]}`` schema. It runs on the owner's side (``rhosynth schema draft``, or the
 service's draft endpoint for an owner, which stores nothing). A draft accepted as is never
-publishes a raw value: category lists and value-derived bin edges are proposed as DP discovery
-clauses, bounds are rounded outward to public "round" numbers, and identifier-like and free-text
-columns are proposed as ``ignore``. ``show_values=True`` proposes the data's own categories and
+publishes a raw value: category lists, bin edges and the ranges of numbers and dates are proposed
+as DP discovery clauses inside fixed public windows, and identifier-like and free-text columns are
+proposed as ``ignore``. ``show_values=True`` proposes the data's own categories and
 bounds for the owner to edit instead, with a warning, since whatever is declared is visible to
 every analyst.
 """

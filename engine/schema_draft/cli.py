@@ -33,7 +33,7 @@ def draft(data: Path, missing: tuple[str, ...], show_values: bool) -> None:
     """Read DATA once and print a schema for it as JSON; the reasons go to standard error.
 
     A draft accepted as is publishes no value from DATA: categories and quantile bins are
-    learned with DP at upload (charged to the dataset's budget), bounds are rounded outward,
+    learned with DP at upload (charged to the dataset's budget), ranges too (inside public windows),
     identifiers and free text are ignored.
     """
     try:

@@ -7,11 +7,11 @@ values becomes a categorical column, other text (identifiers, free text) ``ignor
 
 What a draft accepted as is makes public (docs/api.md, "Schema drafts"): the column names, each
 column's kind and whether missing values were seen in it, the number of decimals of numbers, the
-date format, and bounds rounded outward to one significant digit of the column's range (numbers)
-or to whole years (dates); nothing else. Category lists and value-derived bin edges are proposed
-as DP discovery clauses (``{"discover": true, ...}``, ``{"quantiles": k}``) that the service
-charges at upload. With ``show_values`` the data's own categories and exact bounds are proposed
-instead, for the owner to edit, and the draft says that they would be visible to every analyst.
+date format; nothing else. Bounds are fixed public windows (±10^15; 1900 … 2099) inside which the
+range and bins are learned with DP (``{"quantiles": k, "range": true}``), and category lists are
+discovered (``{"discover": true, ...}``); the service charges both at upload. With
+``show_values`` the data's own categories and exact bounds are proposed instead, for the owner to
+edit, and the draft says that they would be visible to every analyst.
 """
 
 from __future__ import annotations
@@ -59,6 +59,9 @@ MAX_CATEGORIES = 200  # text with more distinct values than this is proposed as 
 DISTINCT_CAP = 1_000  # distinct values tracked per column (memory bound)
 MAX_CATEGORY_CHARS = 200  # text longer than this is never a category (and is not kept)
 QUANTILE_BINS = 16
+# Public search windows for DP ranges: a default draft declares no bound taken from the data.
+NUMERIC_WINDOW = 10**15
+DATE_WINDOW = ("1900-01-01", "2099-12-31")
 SMALL_INTEGER_RANGE = 100  # integral columns whose rounded range is this narrow: one bin per value
 MAX_DECIMALS = 6
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
@@ -363,23 +366,33 @@ def _all_distinct(stats: _Stats) -> bool:
 
 def _numeric(entry: dict[str, Any], stats: _Stats, show_values: bool) -> str:
     entry["type"] = "numeric"
-    low, high = (stats.low, stats.high) if show_values else round_bounds(stats.low, stats.high)
+    if stats.integral:
+        entry["integer"] = True
+    elif stats.decimals is not None:
+        entry["decimals"] = min(stats.decimals, MAX_DECIMALS)
+    if not show_values:
+        window = NUMERIC_WINDOW if stats.integral else float(NUMERIC_WINDOW)
+        entry["min"], entry["max"] = -window, window
+        entry["bins"] = {"quantiles": QUANTILE_BINS, "range": True}
+        return (
+            f"numbers: {QUANTILE_BINS} bins at DP quantiles, the range learned with DP within "
+            "±10^15 (charged at upload)"
+        )
+    low, high = stats.low, stats.high
     if stats.integral:
         low, high = math.floor(low), math.ceil(high)
-        entry["integer"] = True
     entry["min"], entry["max"] = _plain(low), _plain(high)
     entry["clip"] = True
-    if not stats.integral and stats.decimals is not None:
-        entry["decimals"] = min(stats.decimals, MAX_DECIMALS)
-    if stats.integral and 0 < high - low <= SMALL_INTEGER_RANGE:
-        entry["bins"] = int(high - low)
-        return "integers in a narrow range: one bin per value (no budget needed)"
+    if stats.integral and 0 < high - low < SMALL_INTEGER_RANGE:
+        entry["max"] = _plain(high + 1)  # one bin [k, k + 1) per integer, the last closed
+        entry["bins"] = int(high - low + 1)
+        return "integers in a narrow range: one bin per value (visible to every analyst)"
     if high <= low:
         entry["max"] = _plain(low + 1)
         entry["bins"] = 1
-        return "a single value"
+        return "a single value (visible to every analyst)"
     entry["bins"] = {"quantiles": QUANTILE_BINS}
-    return f"numbers: {QUANTILE_BINS} bins at DP quantiles (charged at upload)"
+    return f"numbers in their exact range (visible to every analyst), {QUANTILE_BINS} DP bins"
 
 
 def _temporal(entry: dict[str, Any], stats: _Stats, show_values: bool) -> str:
@@ -387,12 +400,16 @@ def _temporal(entry: dict[str, Any], stats: _Stats, show_values: bool) -> str:
     timed = "%H" in fmt
     entry["type"] = "datetime" if timed else "date"
     entry["format"] = fmt
-    first, last = stats.first[fmt], stats.last[fmt]
     if not show_values:
-        first = pd.Timestamp(year=first.year, month=1, day=1)
-        last = pd.Timestamp(year=last.year + 1, month=1, day=1) - pd.Timedelta(
-            seconds=1 if timed else 86400
+        start, end = DATE_WINDOW
+        entry["min"] = f"{start}T00:00:00" if timed else start
+        entry["max"] = f"{end}T23:59:59" if timed else end
+        entry["bins"] = {"quantiles": QUANTILE_BINS, "range": True}
+        return (
+            f"{entry['type']}s in format {fmt}: {QUANTILE_BINS} bins at DP quantiles, the range "
+            f"learned with DP within {start} … {end} (charged at upload)"
         )
+    first, last = stats.first[fmt], stats.last[fmt]
     if timed:
         entry["min"] = first.strftime("%Y-%m-%dT%H:%M:%S")
         entry["max"] = last.strftime("%Y-%m-%dT%H:%M:%S")
@@ -403,7 +420,7 @@ def _temporal(entry: dict[str, Any], stats: _Stats, show_values: bool) -> str:
     finest = 0 if timed else (1 if "%d" in fmt else 3)
     unit = next((u for u in UNITS[finest:] if days / UNIT_DAYS[u] <= MAX_DATE_BINS), UNITS[-1])
     entry["unit"] = unit
-    return f"{entry['type']}s in format {fmt}, one bin per {unit} (no budget needed)"
+    return f"{entry['type']}s in their exact range (visible to every analyst), one bin per {unit}"
 
 
 def _categorical(entry: dict[str, Any], stats: _Stats, show_values: bool) -> str:
@@ -417,30 +434,6 @@ def _categorical(entry: dict[str, Any], stats: _Stats, show_values: bool) -> str
     return "text with few distinct values: categories learned with DP at upload"
 
 
-def round_bounds(low: float, high: float) -> tuple[float, float]:
-    """``[low, high]`` widened to multiples of one significant digit of its width.
-
-    A width of 18,497 rounds to multiples of 10,000 (326 … 18,823 → 0 … 20,000); 4.81 to
-    multiples of 1 (0.2 … 5.01 → 0 … 6). A column of one value gets the unit interval around it.
-    """
-    if not (math.isfinite(low) and math.isfinite(high)) or high < low:
-        raise ValueError("bounds must be finite with low <= high")
-    width = high - low
-    if width == 0:
-        step = 10.0 ** math.floor(math.log10(abs(low))) if low else 1.0
-    else:
-        step = 10.0 ** math.floor(math.log10(width))
-    rounded_low = math.floor(low / step) * step
-    rounded_high = math.ceil(high / step) * step
-    if rounded_high == rounded_low:
-        rounded_high += step
-    return _tidy(rounded_low), _tidy(rounded_high)
-
-
-def _tidy(value: float) -> float:
-    return float(f"{value:.12g}")
-
-
 def _plain(value: float) -> int | float:
     return int(value) if float(value).is_integer() else float(value)
 
@@ -451,5 +444,4 @@ __all__ = [
     "DraftError",
     "SchemaDraft",
     "draft_schema",
-    "round_bounds",
 ]

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from engine.schema_draft.cli import schema
-from engine.schema_draft.inference import DraftError, draft_schema, round_bounds
+from engine.schema_draft.inference import DraftError, draft_schema
 
 ROWS = 400
 
@@ -60,33 +60,17 @@ def test_kinds_nullability_and_formats(raw_csv: Path) -> None:
     assert entries["note"] == {"name": "note", "type": "ignore"}
     assert entries["empty"] == {"name": "empty", "type": "ignore"}
     assert entries["member"] == {"name": "member", "type": "boolean", "nullable": True}
-    assert entries["grams"] == {
-        "name": "grams",
-        "type": "numeric",
-        "integer": True,
-        "min": 0,
-        "max": 20_000,
-        "clip": True,
-        "bins": {"quantiles": 16},
-    }
+    window = {"min": -(10**15), "max": 10**15, "bins": {"quantiles": 16, "range": True}}
+    assert entries["grams"] == {"name": "grams", "type": "numeric", "integer": True, **window}
+    assert entries["floor"] == {"name": "floor", "type": "numeric", "integer": True, **window}
     assert entries["ratio"] == {
         "name": "ratio",
         "type": "numeric",
-        "min": 0,
-        "max": 6,
-        "clip": True,
         "decimals": 3,
-        "bins": {"quantiles": 16},
+        "min": -1e15,
+        "max": 1e15,
+        "bins": {"quantiles": 16, "range": True},
         "nullable": True,
-    }
-    assert entries["floor"] == {
-        "name": "floor",
-        "type": "numeric",
-        "integer": True,
-        "min": 0,
-        "max": 20,
-        "clip": True,
-        "bins": 20,
     }
     # "NA" is a missing spelling by default: the column is nullable, not a category "NA".
     assert entries["city"] == {
@@ -96,22 +80,42 @@ def test_kinds_nullability_and_formats(raw_csv: Path) -> None:
         "other": "other",
         "nullable": True,
     }
+    dates = {"bins": {"quantiles": 16, "range": True}}
     assert entries["opened"] == {
         "name": "opened",
         "type": "date",
         "format": "%b-%Y",
-        "min": "2014-01-01",
-        "max": "2018-12-31",
-        "unit": "month",
+        "min": "1900-01-01",
+        "max": "2099-12-31",
+        **dates,
     }
     assert entries["seen"] == {
         "name": "seen",
         "type": "datetime",
         "format": "%Y-%m-%dT%H:%M:%SZ",
-        "min": "2019-01-01T00:00:00",
-        "max": "2019-12-31T23:59:59",
-        "unit": "week",
+        "min": "1900-01-01T00:00:00",
+        "max": "2099-12-31T23:59:59",
+        **dates,
     }
+
+
+def test_default_bounds_do_not_depend_on_the_data(tmp_path: Path) -> None:
+    """Two tables with different ranges (a constant, a small range, an outlier) draft alike."""
+    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+    first.write_text(
+        "kids,level,when\n" + "".join(f"{3 + i % 5},5,2019-0{1 + i % 9}-01\n" for i in range(50))
+    )
+    second.write_text(
+        "kids,level,when\n"
+        + "".join(f"{i},0.5,1999-12-31\n" for i in range(49))
+        + "1030,0.5,2031-01-01\n"
+    )
+    one, two = _entries(first), _entries(second)
+    for name in ("kids", "when"):
+        assert one[name] == two[name], name
+    assert {k: v for k, v in one["level"].items() if k != "integer" and k != "decimals"} == {
+        k: v for k, v in two["level"].items() if k != "integer" and k != "decimals"
+    } | {"min": -(10**15), "max": 10**15}
 
 
 def test_a_default_draft_contains_no_value_from_the_data(raw_csv: Path) -> None:
@@ -125,6 +129,7 @@ def test_a_default_draft_contains_no_value_from_the_data(raw_csv: Path) -> None:
         numbers = pd.to_numeric(frame[name], errors="coerce").dropna()
         for value in (numbers.min(), numbers.max()):
             assert f"{value:g}" not in text, name
+    assert "2014" not in text and "2018" not in text and "2019" not in text  # no data years
     assert draft.discovers
 
 
@@ -134,6 +139,12 @@ def test_show_values_proposes_the_data_own_domain(raw_csv: Path) -> None:
     assert sorted(entries["city"]["categories"]) == ["Hanoi", "Lisbon", "Oslo", "Quito"]  # type: ignore[arg-type]
     grams = pd.to_numeric(frame["grams"])
     assert (entries["grams"]["min"], entries["grams"]["max"]) == (grams.min(), grams.max())
+    # 1 … 12: one bin [k, k + 1) per integer (the review found 12 sharing the last bin with 11).
+    assert (entries["floor"]["min"], entries["floor"]["max"], entries["floor"]["bins"]) == (
+        1,
+        13,
+        12,
+    )
 
 
 def test_parquet_with_types_and_nulls_drafts_like_csv(raw_csv: Path, tmp_path: Path) -> None:
@@ -155,7 +166,7 @@ def test_parquet_with_types_and_nulls_drafts_like_csv(raw_csv: Path, tmp_path: P
         assert entries[name] == csv_entries[name], name
     assert entries["ratio"]["type"] == "numeric" and entries["ratio"]["nullable"] is True
     assert "decimals" not in entries["ratio"]  # binary floats have no decimal places to read
-    assert entries["seen"]["type"] == "datetime" and entries["seen"]["unit"] == "week"
+    assert entries["seen"]["type"] == "datetime" and entries["seen"]["bins"]["range"] is True
 
 
 def test_cli_prints_json_and_reasons(raw_csv: Path) -> None:
@@ -174,19 +185,3 @@ def test_unreadable_csv_is_refused_without_echoing_it(tmp_path: Path) -> None:
     with pytest.raises(DraftError) as refused:
         draft_schema(path)
     assert "secret" not in str(refused.value)
-
-
-@pytest.mark.parametrize(
-    ("low", "high", "expected"),
-    [
-        (326, 18_823, (0, 20_000)),
-        (0.2, 5.01, (0, 6)),
-        (43, 79, (40, 80)),
-        (-12.5, 7.25, (-20, 10)),
-        (1963, 2015, (1960, 2020)),
-        (2013, 2013, (2000, 3000)),
-        (0, 0, (0, 1)),
-    ],
-)
-def test_round_bounds(low: float, high: float, expected: tuple[float, float]) -> None:
-    assert round_bounds(low, high) == expected

@@ -230,3 +230,36 @@ def test_counts_summed_over_batches_give_the_same_release() -> None:
     assert streamed == one_shot
     with pytest.raises(ValueError, match="one per grid cell"):
         dp_quantile_edges_from_counts(summed[:-1], grid=grid, bins=8, rho=Fraction(1))
+
+
+def test_a_learned_range_hugs_the_data_in_a_huge_public_window() -> None:
+    """learn_range: the outer edges are noisy tail quantiles (here the 1/32 tails: noise is far
+    smaller), not the ±1e15 window. Seeded; for a fresh seed the CDF noise (about 17 rows of
+    20,000) would have to exceed 300 rows to break the margins below (probability < 1e-12)."""
+    values = np.random.default_rng(1).lognormal(8.0, 1.0, 20_000)
+    grid = QuantileGrid(-1e15, 1e15, 1 << 16, scale="log")
+    found = dp_quantile_edges_from_counts(
+        grid.count(values),
+        grid=grid,
+        bins=16,
+        rho=Fraction(1),
+        source=random.Random(3),
+        learn_range=True,
+    )
+    low, high = found.edges[0], found.edges[-1]
+    assert np.quantile(values, 0.005) <= low <= np.quantile(values, 0.05)
+    assert np.quantile(values, 0.95) <= high <= np.quantile(values, 0.995)
+    assert found.cost.rho == 1 and found.cost.parameters["learn_range"] is True
+    inner = np.array(found.edges[1:-1])
+    assert np.all((inner > low) & (inner < high))
+
+
+def test_log_grids_are_public_and_integer_log_grids_distinct() -> None:
+    grid = QuantileGrid(-1e15, 1e15, 1 << 16, scale="log")
+    bounds = grid.boundaries
+    assert bounds[0] == -1e15 and bounds[-1] == 1e15 and np.all(np.diff(bounds) > 0)
+    ratio = bounds[-1] / bounds[-2]
+    assert 1.0005 < ratio < 1.002  # cells about 0.1 % of the value wide far from 0
+    integer = QuantileGrid(-(10**15), 10**15, 1 << 16, integer=True, scale="log").boundaries
+    assert np.all(np.diff(integer) > 0) and np.all(integer == np.round(integer))
+    assert 0.0 in integer.tolist() and 1.0 in integer.tolist()
