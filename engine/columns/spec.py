@@ -38,6 +38,8 @@ from engine.columns.categorical import (
 )
 from engine.columns.numeric import NumericColumn
 from engine.columns.temporal import DateColumn, DatetimeColumn, declared_bins, parse_temporal
+from engine.discovery.categories import MAX_CANDIDATES, MAX_CATEGORIES
+from engine.discovery.quantiles import MAX_BINS
 
 Column = (
     CategoricalColumn | NumericColumn | CodesColumn | BooleanColumn | DateColumn | DatetimeColumn
@@ -356,8 +358,8 @@ def _quantile_spec(
             '"rho")'
         )
     k = bins["quantiles"]
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise SchemaError(f"column {name!r}: quantiles must be an integer ≥ 1")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_BINS:
+        raise SchemaError(f"column {name!r}: quantiles must be an integer from 1 to {MAX_BINS}")
     if kind != "numeric" and "unit" in entry:
         raise SchemaError(f"column {name!r}: give either quantile bins or unit, not both")
     spec = QuantileBins(
@@ -391,12 +393,14 @@ def _discovery_spec(
     if "candidates" in categories and "delta" in categories:
         raise SchemaError(f"column {name!r}: a candidate list needs no delta (it is pure ρ)")
     limit = categories.get("max")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise SchemaError(f"column {name!r}: max must be an integer ≥ 1")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CATEGORIES:
+        raise SchemaError(f"column {name!r}: max must be an integer from 1 to {MAX_CATEGORIES}")
     candidates = categories.get("candidates")
     if candidates is not None:
         if not isinstance(candidates, list) or not candidates:
             raise SchemaError(f"column {name!r}: candidates must be a non-empty list")
+        if len(candidates) > MAX_CANDIDATES:
+            raise SchemaError(f"column {name!r}: at most {MAX_CANDIDATES} candidates")
         texts = tuple(_category_text(c, name) for c in candidates)
         if len(set(texts)) != len(texts):
             raise SchemaError(f"column {name!r}: candidates must be distinct")

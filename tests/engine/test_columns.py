@@ -445,3 +445,24 @@ def test_clause_budgets_keep_exact_values(rho: Any, exact: str) -> None:
     (pending,) = SchemaSpec.from_json({"columns": [entry]}).pending
     assert str(pending.rho) == exact
 
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"type": "numeric", "min": 0, "max": 1, "bins": {"quantiles": 4097}},
+         "quantiles must be an integer from 1 to 4096"),
+        ({"type": "date", "min": "2000-01-01", "max": "2030-01-01",
+          "bins": {"quantiles": 5000}}, "from 1 to 4096"),
+        ({"type": "categorical", "categories": {"discover": True, "max": 100_001}},
+         "max must be an integer from 1 to 100000"),
+        ({"type": "categorical",
+          "categories": {"discover": True, "max": 5, "candidates": list(range(100_001))}},
+         "at most 100000 candidates"),
+    ],
+)  # fmt: skip
+def test_discovery_clauses_beyond_the_mechanisms_limits_are_refused_at_parse(
+    entry: dict[str, Any], message: str
+) -> None:
+    limits = SchemaLimits(max_columns=5, max_domain_size=10**6, max_total_domain_size=10**7)
+    with pytest.raises(SchemaError, match=message):
+        SchemaSpec.from_json({"columns": [{"name": "x", **entry}]}, limits)
