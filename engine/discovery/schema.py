@@ -110,7 +110,9 @@ def resolve(spec: SchemaSpec, found: Discovered | None) -> TableSchema:
                     '"other", or give the discovery more rho'
                 )
             resolved[name] = kept
-    return spec.resolve(resolved)
+    # Only what a mechanism released (and was charged for) is marked discovered.
+    learned = [] if found is None else [*found.edges, *found.categories]
+    return spec.resolve(resolved, learned=learned)
 
 
 __all__ = ["SchemaError", "count_batch", "provisional", "requests_for", "resolve"]
