@@ -37,7 +37,10 @@ from engine.discovery.quantiles import QuantileBins, QuantileGrid, dp_quantile_e
 DEFAULT_DISCOVERY_SHARE = Fraction(1, 10)
 """Of the upload's budget_rho, what discovery requests without their own ρ share by default."""
 MAX_DISTINCT_COUNTED = 1_000_000
-"""Distinct values counted for one open-set column; a column with more is refused (by count)."""
+"""Distinct values counted over all category columns together (~110 bytes each in a Counter);
+an upload with more is refused, by count. Candidate-list columns count only their candidates."""
+MAX_CHARACTERS_COUNTED = 64 * 1024 * 1024
+"""Characters of the distinct values counted over all category columns together."""
 
 
 class DiscoveryRefused(ValueError):
@@ -159,6 +162,9 @@ class Counts:
     cells: dict[str, npt.NDArray[np.int64]] = field(default_factory=dict)
     values: dict[str, Counter[str]] = field(default_factory=dict)
     grids: dict[str, QuantileGrid] = field(default_factory=dict)
+    candidates: dict[str, frozenset[str]] = field(default_factory=dict)
+    distinct: int = 0
+    characters: int = 0
 
     def __post_init__(self) -> None:
         for request in self.requests:
@@ -168,19 +174,36 @@ class Counts:
                 self.cells[request.column] = np.zeros(cells, dtype=np.int64)
             else:
                 self.values[request.column] = Counter()
+                if request.candidates is not None:
+                    self.candidates[request.column] = frozenset(request.candidates)
 
     def add_numbers(self, column: str, numbers: npt.ArrayLike) -> None:
         """Non-missing values of a quantile column, inside its bounds (clipped by the caller)."""
         self.cells[column] += self.grids[column].count(numbers)
 
     def add_text(self, column: str, text: pd.Series) -> None:
-        """Non-missing values of a category column, as text."""
+        """Non-missing values of a category column, as text (only the candidates, if listed).
+
+        Memory is bounded over all category columns together: more than
+        :data:`MAX_DISTINCT_COUNTED` distinct values or :data:`MAX_CHARACTERS_COUNTED` characters
+        in all is refused, naming the columns, never a value.
+        """
         counter = self.values[column]
-        counter.update({str(k): int(v) for k, v in text.value_counts(sort=False).items()})
-        if len(counter) > MAX_DISTINCT_COUNTED:
+        batch = {str(k): int(v) for k, v in text.value_counts(sort=False).items()}
+        if column in self.candidates:
+            batch = {k: v for k, v in batch.items() if k in self.candidates[column]}
+        new = [k for k in batch if k not in counter]
+        self.distinct += len(new)
+        self.characters += sum(map(len, new))
+        counter.update(batch)
+        if self.distinct > MAX_DISTINCT_COUNTED or self.characters > MAX_CHARACTERS_COUNTED:
+            # Open sets fill the counters; candidate lists only if there are no open sets.
+            named = [c for c in self.values if c not in self.candidates] or list(self.values)
+            names = ", ".join(repr(c) for c in named[:20]) + (" …" * (len(named) > 20))
             raise DiscoveryRefused(
-                f"column {column!r} has more than {MAX_DISTINCT_COUNTED} distinct values: declare "
-                "it ignore, or give a candidate list"
+                f"the discovered category columns ({names}) have more than "
+                f"{MAX_DISTINCT_COUNTED} distinct values or {MAX_CHARACTERS_COUNTED} characters "
+                "of distinct values in all: declare some ignore, or give candidate lists"
             )
 
 

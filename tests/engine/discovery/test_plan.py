@@ -97,6 +97,42 @@ def test_too_many_distinct_values_are_refused_by_count(monkeypatch: pytest.Monke
     assert "secret" not in str(refused.value)
 
 
+def test_the_distinct_value_limit_is_over_all_category_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import engine.discovery.plan as plan
+
+    monkeypatch.setattr(plan, "MAX_DISTINCT_COUNTED", 10)
+    requests = [
+        CategoryRequest("a", 5),
+        CategoryRequest("b", 5),
+        CategoryRequest("t", 2, candidates=("x", "y")),
+    ]
+    counts = Counts(requests)
+    counts.add_text("a", pd.Series([f"secret-{i}" for i in range(6)]))
+    counts.add_text("a", pd.Series([f"secret-{i}" for i in range(6)]))  # nothing new
+    # A candidate list counts only its candidates: 1000 other values take no memory.
+    counts.add_text("t", pd.Series(["x", "y", *(f"secret-{i}" for i in range(1000))]))
+    assert counts.values["t"] == {"x": 1, "y": 1} and counts.distinct == 8
+    with pytest.raises(DiscoveryRefused) as refused:
+        counts.add_text("b", pd.Series([f"other-{i}" for i in range(3)]))  # 11 in all
+    message = str(refused.value)
+    assert "more than 10 distinct values" in message and "'a', 'b'" in message
+    assert "secret" not in message and "other-" not in message
+
+
+def test_the_character_limit_is_over_all_category_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import engine.discovery.plan as plan
+
+    monkeypatch.setattr(plan, "MAX_CHARACTERS_COUNTED", 100)
+    counts = Counts([CategoryRequest("a", 5), CategoryRequest("b", 5)])
+    counts.add_text("a", pd.Series(["s" * 60]))
+    with pytest.raises(DiscoveryRefused, match="100 characters"):
+        counts.add_text("b", pd.Series(["t" * 41]))
+
+
 def test_quantile_requests_need_two_bins() -> None:
     with pytest.raises(ValueError, match="≥ 2"):
         QuantileRequest("age", GRID, 1)
