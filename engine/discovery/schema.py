@@ -74,6 +74,8 @@ def count_batch(
 
     Missing values are left out (they have their own public code when nullable); so are values
     outside the declared bounds or unparseable, which the encoding pass then refuses or clips.
+    A value equal to a listed candidate is counted even if it equals a missing-value spelling:
+    once released, a declared category wins over that spelling when the column is encoded.
     """
     pending = {p.name: p for p in spec.pending}
     for request in requests:
@@ -86,7 +88,10 @@ def count_batch(
             counts.add_numbers(request.column, numbers[inside])
         else:
             absent = missing_mask(series, spec.missing_values)
-            counts.add_text(request.column, text_values(series[~absent]).astype(str))
+            text = text_values(series)
+            if column.candidates is not None:  # as CategoricalColumn.encode matches them
+                absent &= ~np.asarray(text.isin(column.candidates), dtype=bool)
+            counts.add_text(request.column, text[~absent].astype(str))
 
 
 def resolve(spec: SchemaSpec, found: Discovered | None) -> TableSchema:

@@ -37,3 +37,21 @@ def test_only_released_columns_are_marked_discovered() -> None:
     # Old callers (no learned names) still mark every pending column.
     spec = SchemaSpec.from_json(raw)
     assert spec.resolve({"one": [], "four": [5]}).discovered == ("one", "four")
+
+
+def test_a_candidate_equal_to_a_missing_spelling_is_counted_and_encoded_as_itself() -> None:
+    raw = {
+        "columns": [
+            {"name": "grade", "type": "categorical", "nullable": True,
+             "categories": {"discover": True, "max": 3, "candidates": ["A", "NA"]}},
+        ]
+    }  # fmt: skip
+    values = pd.Series(["NA"] * 300 + ["A"] * 300 + [""] * 100 + [" NA "] * 50)
+    schema = _learn(raw, {"grade": values}, seed=5)
+    # ρ = 5 (a tenth of 50), σ² = 0.1: 300 rows miss the threshold with probability < 1e-100.
+    (column,) = schema.columns
+    assert column.categories == ("A", "NA")
+    codes = column.encode(values, schema.missing_values)
+    null = column.size - 1
+    assert (codes[:300] == 1).all() and (codes[300:600] == 0).all()
+    assert (codes[600:] == null).all()  # "" and " NA " (stripped) are missing, not "NA"
