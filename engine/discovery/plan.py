@@ -15,6 +15,7 @@ entry is exactly the sum of what the mechanisms were given.
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -27,11 +28,14 @@ import numpy.typing as npt
 import pandas as pd
 
 from engine.discovery.categories import (
+    CANDIDATES_MECHANISM,
+    OPEN_SET_MECHANISM,
     DiscoveredCategories,
     discover_from_candidates,
     discover_open_set,
 )
 from engine.discovery.cost import DiscoveryCost
+from engine.discovery.quantiles import MECHANISM as QUANTILES_MECHANISM
 from engine.discovery.quantiles import QuantileBins, QuantileGrid, dp_quantile_edges_from_counts
 
 DEFAULT_DISCOVERY_SHARE = Fraction(1, 10)
@@ -229,12 +233,53 @@ class Discovered:
         return out
 
     def describe(self) -> dict[str, Any]:
-        """The ledger entry's detail: every column's mechanism and cost (public parameters)."""
+        """The ledger entry's detail: every column's mechanism and cost (public parameters).
+
+        Compact, so that many columns fit the ledger's detail cap (:func:`detail_bound`): ρ and δ
+        as exact fraction strings only, and no ``sigma2``, which they determine (σ² = 1/(2ρ),
+        ``levels``/(2ρ) for quantiles).
+        """
         return {
             "rho": str(self.rho),
             "delta": str(self.delta),
-            "columns": {name: cost.describe() for name, cost in self.costs().items()},
+            "columns": {name: _entry(cost) for name, cost in self.costs().items()},
         }
+
+
+def _entry(cost: DiscoveryCost) -> dict[str, Any]:
+    parameters = {k: v for k, v in cost.parameters.items() if k not in DERIVED_PARAMETERS}
+    return {
+        "mechanism": cost.mechanism,
+        "rho": str(cost.rho),
+        "delta": str(cost.delta),
+        "parameters": parameters,
+    }
+
+
+DERIVED_PARAMETERS = frozenset({"sigma2"})
+DETAIL_PARAMETERS_BOUND = 160
+"""JSON bytes of one column's public parameters in :meth:`Discovered.describe`, at most (the
+longest, a quantile column's with two 24-character floats, take about 130)."""
+
+
+def detail_bound(allocations: Sequence[Allocation]) -> int:
+    """An upper bound on ``len(json.dumps(release(allocations, ...).describe()))``, computed from
+    public inputs only, before anything is counted (so an oversized ledger entry is refused
+    before the file is read)."""
+    rho = sum((a.rho for a in allocations), Fraction(0))
+    delta = sum((a.delta for a in allocations), Fraction(0))
+    total = len(json.dumps({"rho": str(rho), "delta": str(delta), "columns": {}}))
+    for allocation in allocations:
+        request = allocation.request
+        if isinstance(request, QuantileRequest):
+            mechanism = QUANTILES_MECHANISM
+        else:
+            mechanism = CANDIDATES_MECHANISM if request.candidates else OPEN_SET_MECHANISM
+        cost = DiscoveryCost(mechanism, allocation.rho, allocation.delta)
+        # '"name": {...}, ' around the entry, whose parameters are bounded separately.
+        total += len(json.dumps(request.column)) + 4 + len(json.dumps(_entry(cost)))
+        total += DETAIL_PARAMETERS_BOUND
+    return total
 
 
 def release(
