@@ -169,3 +169,12 @@ def test_many_discovered_columns_are_refused_before_reading_or_stored(tenant: Te
     dataset = create_dataset(tenant.owner, *_quantile_columns(200), budget_rho="10")
     (discover,) = [e for e in _ledger(tenant, dataset["id"]) if e["kind"] == "discover"]
     assert len(discover["detail"]["columns"]) == 200
+
+
+def test_clauses_beyond_the_mechanisms_limits_are_422_before_counting(tenant: Tenant) -> None:
+    data, raw = _quantile_columns(1)
+    schema = json.loads(raw)
+    schema["columns"][0]["bins"] = {"quantiles": 5000}  # once a 500 after counting
+    response = upload(tenant.owner, data, json.dumps(schema), budget_rho="10")
+    assert response.status_code == 422, response.text
+    assert "from 1 to 4096" in response.json()["detail"]
