@@ -159,7 +159,7 @@ def test_shares_are_rounded_down_to_the_ledger_grids() -> None:
 
 def test_detail_bound_covers_the_compact_detail_at_extreme_parameters() -> None:
     huge = QuantileGrid(-4.4942328371557893e307, 4.4942328371557893e307, 1024)
-    requests = [
+    requests: list[QuantileRequest | CategoryRequest] = [
         QuantileRequest("é" * 200, huge, 4096, rho=Fraction(1, 10**12)),
         QuantileRequest("q", QuantileGrid(-2.2250738585072014e-308, 1.0, 65536), 3),
         CategoryRequest(
