@@ -35,8 +35,11 @@ remaining budget is refused. Authenticate with `Authorization: Bearer <key>`.
 """
 
 
-# Routes whose bodies are files (RHOSYNTH_MAX_UPLOAD_BYTES); every other body is JSON.
-UPLOAD_PATHS = ("/v1/datasets", "/v1/schema-drafts")
+# Routes whose bodies are files (RHOSYNTH_MAX_UPLOAD_BYTES, RHOSYNTH_MAX_DRAFT_BYTES); every
+# other body is JSON. A multipart body carries the file plus its form fields and boundaries.
+UPLOAD_PATH = "/v1/datasets"
+DRAFT_PATH = "/v1/schema-drafts"
+MULTIPART_OVERHEAD_BYTES = 64 * 1024
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -64,8 +67,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(auth_router)
 
     def body_limit(scope: Scope) -> int:
-        if scope.get("method") == "POST" and scope.get("path", "").rstrip("/") in UPLOAD_PATHS:
+        path = scope.get("path", "").rstrip("/") if scope.get("method") == "POST" else None
+        if path == UPLOAD_PATH:
             return settings.max_upload_bytes
+        if path == DRAFT_PATH:
+            draft = settings.max_draft_bytes + MULTIPART_OVERHEAD_BYTES
+            return min(draft, settings.max_upload_bytes)
         return settings.max_json_body_bytes
 
     app.add_middleware(BodySizeLimitMiddleware, limit_for=body_limit)

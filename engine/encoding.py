@@ -210,11 +210,15 @@ class SchemaSpec:
             raise DiscoveryRequired(self.pending)
         return self.resolve({})
 
-    def resolve(self, discovered: Mapping[str, Sequence[Any]]) -> TableSchema:
+    def resolve(
+        self, discovered: Mapping[str, Sequence[Any]], *, learned: Sequence[str] | None = None
+    ) -> TableSchema:
         """Complete the pending columns with what a DP mechanism discovered.
 
         ``discovered[name]`` is, for :class:`QuantileBins`, the inner cut points (in the units of
         :meth:`QuantileBins.values`) and, for :class:`DiscoveredCategories`, the categories.
+        ``learned`` names the pending columns a mechanism actually released (and charged for);
+        only those are marked discovered (default: every pending column).
         """
         missing = [p.name for p in self.pending if p.name not in discovered]
         if missing:
@@ -226,8 +230,11 @@ class SchemaSpec:
             elif not isinstance(entry, IgnoredColumn):
                 columns.append(entry)
         ignored = tuple(e.name for e in self.entries if isinstance(e, IgnoredColumn))
-        learned = tuple(p.name for p in self.pending)
-        return TableSchema(tuple(columns), ignored, self.missing_values, self.discovered + learned)
+        pending = tuple(p.name for p in self.pending)
+        if learned is not None and not set(learned) <= set(pending):
+            raise SchemaError("only pending columns can be learned")
+        marked = pending if learned is None else tuple(n for n in pending if n in set(learned))
+        return TableSchema(tuple(columns), ignored, self.missing_values, self.discovered + marked)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ nobody but the uploader (the owner, who holds the data) saw an error.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -22,9 +23,18 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
+from app.budget.service import MAX_DETAIL_BYTES
 from app.datasets.ingest import IngestLimits, UploadRejected, read_batches
 from engine.columns.spec import DELTA_QUANTUM, RHO_QUANTUM
-from engine.discovery.plan import Counts, Discovered, DiscoveryRefused, Request, allocate, release
+from engine.discovery.plan import (
+    Counts,
+    Discovered,
+    DiscoveryRefused,
+    Request,
+    allocate,
+    detail_bound,
+    release,
+)
 from engine.discovery.schema import count_batch, provisional, requests_for, resolve
 from engine.encoding import SchemaError, SchemaSpec, TableSchema
 
@@ -80,15 +90,28 @@ def discover_and_resolve(
                 rho_quantum=RHO_QUANTUM,
                 delta_quantum=DELTA_QUANTUM,
             )
+            # The ledger entry's size depends on public inputs only: checked before reading.
+            if detail_bound(allocations) > MAX_DETAIL_BYTES:
+                raise UploadRejected(422, _too_many(len(requests)))
             counts = Counts(requests)
             for batch in read_batches(source, provisional(spec), limits):
                 count_batch(counts, spec, requests, _series(batch, requests))
             found = release(allocations, counts)
+            if len(json.dumps(found.describe(), allow_nan=False).encode()) > MAX_DETAIL_BYTES:
+                raise UploadRejected(422, _too_many(len(requests)))  # the bound should prevent it
         return DiscoveryOutcome(resolve(spec, found), found)
     except DiscoveryRefused as refused:
         raise UploadRejected(422, str(refused)) from None
     except SchemaError as error:
         raise UploadRejected(422, f"after discovery: {error}") from None
+
+
+def _too_many(columns: int) -> str:
+    return (
+        f"discovering {columns} columns would make a ledger entry over the limit of "
+        f"{MAX_DETAIL_BYTES} bytes: declare the bins or categories of some of them, or shorten "
+        "their names"
+    )
 
 
 def _series(batch: pa.RecordBatch, requests: list[Request]) -> dict[str, pd.Series]:

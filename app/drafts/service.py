@@ -1,6 +1,7 @@
 """Schema drafts for owners: read an uploaded file, propose a schema, store nothing.
 
-The file is read once by :func:`engine.schema_draft.draft_schema`. Parquet is first checked like an
+The file is read once by :func:`engine.schema_draft.draft_schema`. A CSV header wider than
+``max_columns`` is refused before any row is read. Parquet is first checked like an
 upload (footer size, every page header, the page and batch budgets of
 app/datasets/parquet_pages.py, here with every text column decoded to plain strings, as the draft
 reads it), so a file that would blow up the API process is refused before decoding.
@@ -23,7 +24,9 @@ from app.datasets.ingest import (
     PARQUET_MAX_BATCH_ROWS,
     PARQUET_PAGES_BUDGET,
     PARQUET_STREAM_BUFFER_BYTES,
+    IngestLimits,
     UploadRejected,
+    _read_csv_header,
     check_parquet_footer,
 )
 from app.datasets.parquet_pages import ParquetRefused, plan_parquet_read
@@ -68,6 +71,11 @@ def draft_for_upload(
     with open(path, "rb") as handle:
         is_parquet = handle.read(4) == PARQUET_MAGIC
     plan = _parquet_plan(path, settings) if is_parquet else None
+    if not is_parquet:  # the header's width is checked before the draft reads any row
+        limits = IngestLimits(settings.max_columns, settings.max_rows, settings.max_cell_bytes)
+        header, _ = _read_csv_header(path, limits)
+        if len(header) > settings.max_columns:
+            raise UploadRejected(422, f"the file has more than {settings.max_columns} columns")
     try:
         draft = draft_schema(
             path, missing_values=missing_values, show_values=show_values, parquet_batches=plan

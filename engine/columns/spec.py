@@ -38,6 +38,8 @@ from engine.columns.categorical import (
 )
 from engine.columns.numeric import NumericColumn
 from engine.columns.temporal import DateColumn, DatetimeColumn, declared_bins, parse_temporal
+from engine.discovery.categories import MAX_CANDIDATES, MAX_CATEGORIES
+from engine.discovery.quantiles import MAX_BINS
 
 Column = (
     CategoricalColumn | NumericColumn | CodesColumn | BooleanColumn | DateColumn | DatetimeColumn
@@ -330,16 +332,37 @@ def _budget(clause: Mapping[str, Any], key: str, name: str, quantum: Fraction) -
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise SchemaError(f"column {name!r}: {key} must be a positive decimal number")
     try:
-        exact = Fraction(Decimal(repr(value) if isinstance(value, float) else str(value)))
+        number = Decimal(repr(value) if isinstance(value, float) else str(value))
     except (ArithmeticError, ValueError):
         raise SchemaError(f"column {name!r}: {key} must be a positive decimal number") from None
+    places = len(str(quantum.denominator)) - 1
+    # Checked on the digits before any conversion: Fraction(Decimal("1e-30000000")) alone would
+    # build a 30-million-digit integer.
+    exact = Fraction(number) if _plain_decimal(number, places) else Fraction(0)
     if exact <= 0 or (key == "delta" and exact >= 1) or (exact / quantum).denominator != 1:
         raise SchemaError(
-            f"column {name!r}: {key} must be a positive decimal with at most "
-            f"{len(str(quantum.denominator)) - 1} decimal places"
-            + (" and below 1" if key == "delta" else "")
+            f"column {name!r}: {key} must be a positive decimal with at most {places} decimal "
+            f"places" + (" and below 1" if key == "delta" else f" and below 1e{MAX_BUDGET_DIGITS}")
         )
     return exact
+
+
+MAX_BUDGET_DIGITS = 15
+"""A clause's ρ has at most this many digits before the decimal point (δ is below 1)."""
+
+
+def _plain_decimal(number: Decimal, places: int) -> bool:
+    """Finite, non-zero, at most ``places`` decimal places and below 10**MAX_BUDGET_DIGITS, read
+    from the digits and the exponent only (no arithmetic on the value)."""
+    if not number.is_finite():
+        return False
+    _, digits, exponent = number.as_tuple()
+    assert isinstance(exponent, int)
+    significant = "".join(map(str, digits)).rstrip("0")
+    if not significant.lstrip("0"):
+        return False
+    exponent += len(digits) - len(significant)  # trailing zeros of the coefficient
+    return exponent >= -places and len(significant.lstrip("0")) + exponent <= MAX_BUDGET_DIGITS
 
 
 def _canonical(entry: Mapping[str, Any]) -> str:
@@ -361,8 +384,8 @@ def _quantile_spec(
     if not isinstance(learn_range, bool):
         raise SchemaError(f"column {name!r}: range must be true or false")
     k = bins["quantiles"]
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise SchemaError(f"column {name!r}: quantiles must be an integer ≥ 1")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_BINS:
+        raise SchemaError(f"column {name!r}: quantiles must be an integer from 1 to {MAX_BINS}")
     if kind != "numeric" and "unit" in entry:
         raise SchemaError(f"column {name!r}: give either quantile bins or unit, not both")
     spec = QuantileBins(
@@ -397,12 +420,14 @@ def _discovery_spec(
     if "candidates" in categories and "delta" in categories:
         raise SchemaError(f"column {name!r}: a candidate list needs no delta (it is pure ρ)")
     limit = categories.get("max")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise SchemaError(f"column {name!r}: max must be an integer ≥ 1")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CATEGORIES:
+        raise SchemaError(f"column {name!r}: max must be an integer from 1 to {MAX_CATEGORIES}")
     candidates = categories.get("candidates")
     if candidates is not None:
         if not isinstance(candidates, list) or not candidates:
             raise SchemaError(f"column {name!r}: candidates must be a non-empty list")
+        if len(candidates) > MAX_CANDIDATES:
+            raise SchemaError(f"column {name!r}: at most {MAX_CANDIDATES} candidates")
         texts = tuple(_category_text(c, name) for c in candidates)
         if len(set(texts)) != len(texts):
             raise SchemaError(f"column {name!r}: candidates must be distinct")

@@ -15,6 +15,7 @@ entry is exactly the sum of what the mechanisms were given.
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -27,17 +28,23 @@ import numpy.typing as npt
 import pandas as pd
 
 from engine.discovery.categories import (
+    CANDIDATES_MECHANISM,
+    OPEN_SET_MECHANISM,
     DiscoveredCategories,
     discover_from_candidates,
     discover_open_set,
 )
 from engine.discovery.cost import DiscoveryCost
+from engine.discovery.quantiles import MECHANISM as QUANTILES_MECHANISM
 from engine.discovery.quantiles import QuantileBins, QuantileGrid, dp_quantile_edges_from_counts
 
 DEFAULT_DISCOVERY_SHARE = Fraction(1, 10)
 """Of the upload's budget_rho, what discovery requests without their own ρ share by default."""
 MAX_DISTINCT_COUNTED = 1_000_000
-"""Distinct values counted for one open-set column; a column with more is refused (by count)."""
+"""Distinct values counted over all category columns together (~110 bytes each in a Counter);
+an upload with more is refused, by count. Candidate-list columns count only their candidates."""
+MAX_CHARACTERS_COUNTED = 64 * 1024 * 1024
+"""Characters of the distinct values counted over all category columns together."""
 
 
 class DiscoveryRefused(ValueError):
@@ -160,6 +167,9 @@ class Counts:
     cells: dict[str, npt.NDArray[np.int64]] = field(default_factory=dict)
     values: dict[str, Counter[str]] = field(default_factory=dict)
     grids: dict[str, QuantileGrid] = field(default_factory=dict)
+    candidates: dict[str, frozenset[str]] = field(default_factory=dict)
+    distinct: int = 0
+    characters: int = 0
 
     def __post_init__(self) -> None:
         for request in self.requests:
@@ -169,19 +179,36 @@ class Counts:
                 self.cells[request.column] = np.zeros(cells, dtype=np.int64)
             else:
                 self.values[request.column] = Counter()
+                if request.candidates is not None:
+                    self.candidates[request.column] = frozenset(request.candidates)
 
     def add_numbers(self, column: str, numbers: npt.ArrayLike) -> None:
         """Non-missing values of a quantile column, inside its bounds (clipped by the caller)."""
         self.cells[column] += self.grids[column].count(numbers)
 
     def add_text(self, column: str, text: pd.Series) -> None:
-        """Non-missing values of a category column, as text."""
+        """Non-missing values of a category column, as text (only the candidates, if listed).
+
+        Memory is bounded over all category columns together: more than
+        :data:`MAX_DISTINCT_COUNTED` distinct values or :data:`MAX_CHARACTERS_COUNTED` characters
+        in all is refused, naming the columns, never a value.
+        """
         counter = self.values[column]
-        counter.update({str(k): int(v) for k, v in text.value_counts(sort=False).items()})
-        if len(counter) > MAX_DISTINCT_COUNTED:
+        batch = {str(k): int(v) for k, v in text.value_counts(sort=False).items()}
+        if column in self.candidates:
+            batch = {k: v for k, v in batch.items() if k in self.candidates[column]}
+        new = [k for k in batch if k not in counter]
+        self.distinct += len(new)
+        self.characters += sum(map(len, new))
+        counter.update(batch)
+        if self.distinct > MAX_DISTINCT_COUNTED or self.characters > MAX_CHARACTERS_COUNTED:
+            # Open sets fill the counters; candidate lists only if there are no open sets.
+            named = [c for c in self.values if c not in self.candidates] or list(self.values)
+            names = ", ".join(repr(c) for c in named[:20]) + (" …" * (len(named) > 20))
             raise DiscoveryRefused(
-                f"column {column!r} has more than {MAX_DISTINCT_COUNTED} distinct values: declare "
-                "it ignore, or give a candidate list"
+                f"the discovered category columns ({names}) have more than "
+                f"{MAX_DISTINCT_COUNTED} distinct values or {MAX_CHARACTERS_COUNTED} characters "
+                "of distinct values in all: declare some ignore, or give candidate lists"
             )
 
 
@@ -207,12 +234,53 @@ class Discovered:
         return out
 
     def describe(self) -> dict[str, Any]:
-        """The ledger entry's detail: every column's mechanism and cost (public parameters)."""
+        """The ledger entry's detail: every column's mechanism and cost (public parameters).
+
+        Compact, so that many columns fit the ledger's detail cap (:func:`detail_bound`): ρ and δ
+        as exact fraction strings only, and no ``sigma2``, which they determine (σ² = 1/(2ρ),
+        ``levels``/(2ρ) for quantiles).
+        """
         return {
             "rho": str(self.rho),
             "delta": str(self.delta),
-            "columns": {name: cost.describe() for name, cost in self.costs().items()},
+            "columns": {name: _entry(cost) for name, cost in self.costs().items()},
         }
+
+
+def _entry(cost: DiscoveryCost) -> dict[str, Any]:
+    parameters = {k: v for k, v in cost.parameters.items() if k not in DERIVED_PARAMETERS}
+    return {
+        "mechanism": cost.mechanism,
+        "rho": str(cost.rho),
+        "delta": str(cost.delta),
+        "parameters": parameters,
+    }
+
+
+DERIVED_PARAMETERS = frozenset({"sigma2"})
+DETAIL_PARAMETERS_BOUND = 160
+"""JSON bytes of one column's public parameters in :meth:`Discovered.describe`, at most (the
+longest, a quantile column's with two 24-character floats, take about 130)."""
+
+
+def detail_bound(allocations: Sequence[Allocation]) -> int:
+    """An upper bound on ``len(json.dumps(release(allocations, ...).describe()))``, computed from
+    public inputs only, before anything is counted (so an oversized ledger entry is refused
+    before the file is read)."""
+    rho = sum((a.rho for a in allocations), Fraction(0))
+    delta = sum((a.delta for a in allocations), Fraction(0))
+    total = len(json.dumps({"rho": str(rho), "delta": str(delta), "columns": {}}))
+    for allocation in allocations:
+        request = allocation.request
+        if isinstance(request, QuantileRequest):
+            mechanism = QUANTILES_MECHANISM
+        else:
+            mechanism = CANDIDATES_MECHANISM if request.candidates else OPEN_SET_MECHANISM
+        cost = DiscoveryCost(mechanism, allocation.rho, allocation.delta)
+        # '"name": {...}, ' around the entry, whose parameters are bounded separately.
+        total += len(json.dumps(request.column)) + 4 + len(json.dumps(_entry(cost)))
+        total += DETAIL_PARAMETERS_BOUND
+    return total
 
 
 def release(

@@ -82,6 +82,8 @@ def count_batch(
 
     Missing values are left out (they have their own public code when nullable); so are values
     outside the declared bounds or unparseable, which the encoding pass then refuses or clips.
+    A value equal to a listed candidate is counted even if it equals a missing-value spelling:
+    once released, a declared category wins over that spelling when the column is encoded.
     """
     pending = {p.name: p for p in spec.pending}
     for request in requests:
@@ -94,7 +96,10 @@ def count_batch(
             counts.add_numbers(request.column, numbers[inside])
         else:
             absent = missing_mask(series, spec.missing_values)
-            counts.add_text(request.column, text_values(series[~absent]).astype(str))
+            text = text_values(series)
+            if column.candidates is not None:  # as CategoricalColumn.encode matches them
+                absent &= ~np.asarray(text.isin(column.candidates), dtype=bool)
+            counts.add_text(request.column, text[~absent].astype(str))
 
 
 def resolve(spec: SchemaSpec, found: Discovered | None) -> TableSchema:
@@ -119,7 +124,9 @@ def resolve(spec: SchemaSpec, found: Discovered | None) -> TableSchema:
                     '"other", or give the discovery more rho'
                 )
             resolved[name] = kept
-    return spec.resolve(resolved)
+    # Only what a mechanism released (and was charged for) is marked discovered.
+    learned = [] if found is None else [*found.edges, *found.categories]
+    return spec.resolve(resolved, learned=learned)
 
 
 __all__ = ["SchemaError", "count_batch", "provisional", "requests_for", "resolve"]

@@ -144,3 +144,37 @@ def test_discovery_rho_sets_the_shared_pool(tenant: Tenant) -> None:
     assert discover["rho"] == "2.5"  # 4 × 0.5 from the pool, 0.5 for tier
     too_much = upload(tenant.owner, _table(), json.dumps(SCHEMA), budget_rho="1", discovery_rho="2")
     assert too_much.status_code == 422
+
+
+def _quantile_columns(count: int) -> tuple[bytes, str]:
+    names = [f"q{i:03d}" for i in range(count)]
+    schema = {
+        "columns": [
+            {"name": n, "type": "numeric", "min": 0, "max": 100, "bins": {"quantiles": 4}}
+            for n in names
+        ]
+    }
+    data = ",".join(names) + "\n" + ",".join("5" for _ in names) + "\n"
+    return data.encode(), json.dumps(schema)
+
+
+def test_many_discovered_columns_are_refused_before_reading_or_stored(tenant: Tenant) -> None:
+    # 260 quantile columns once made a ledger detail over 64 KiB: HTTP 500 after the release.
+    before = tenant.owner.get("/v1/datasets").json()["items"]
+    response = upload(tenant.owner, *_quantile_columns(260), budget_rho="10")
+    assert response.status_code == 422, response.text
+    assert "65536 bytes" in response.json()["detail"]
+    assert tenant.owner.get("/v1/datasets").json()["items"] == before
+    # 200 still fit (the compact detail takes about 200 bytes a column).
+    dataset = create_dataset(tenant.owner, *_quantile_columns(200), budget_rho="10")
+    (discover,) = [e for e in _ledger(tenant, dataset["id"]) if e["kind"] == "discover"]
+    assert len(discover["detail"]["columns"]) == 200
+
+
+def test_clauses_beyond_the_mechanisms_limits_are_422_before_counting(tenant: Tenant) -> None:
+    data, raw = _quantile_columns(1)
+    schema = json.loads(raw)
+    schema["columns"][0]["bins"] = {"quantiles": 5000}  # once a 500 after counting
+    response = upload(tenant.owner, data, json.dumps(schema), budget_rho="10")
+    assert response.status_code == 422, response.text
+    assert "from 1 to 4096" in response.json()["detail"]

@@ -7,10 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.datasets.ingest import UploadRejected
 from app.drafts.service import draft_for_upload
+from app.main import create_app
 from engine.schema_draft import DEFAULT_MISSING_VALUES, draft_schema
 from tests.conftest import Tenant
 from tests.support.bombs import distinct_dictionary_bomb
@@ -96,3 +98,33 @@ def test_files_over_the_draft_cap_are_413(tmp_path: Path) -> None:
     with pytest.raises(UploadRejected) as refused:
         draft_for_upload(path, settings, missing_values=DEFAULT_MISSING_VALUES, show_values=False)
     assert refused.value.status_code == 413
+
+
+def test_a_csv_header_wider_than_max_columns_is_refused_before_reading_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.drafts.service as service
+
+    def no_pass(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the draft read the rows")
+
+    monkeypatch.setattr(service, "draft_schema", no_pass)
+    path = tmp_path / "wide.csv"
+    path.write_text(",".join(f"c{i}" for i in range(6)) + "\n" + "1,2,3,4,5,6\n" * 100)
+    settings = Settings(home=tmp_path, max_columns=5)
+    with pytest.raises(UploadRejected) as refused:
+        draft_for_upload(path, settings, missing_values=DEFAULT_MISSING_VALUES, show_values=False)
+    assert (refused.value.status_code, refused.value.message) == (
+        422,
+        "the file has more than 5 columns",
+    )
+
+
+def test_draft_bodies_over_max_draft_bytes_are_413_before_spooling(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path, max_draft_bytes=1024)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        # Refused by the body-size middleware, before authentication or spooling.
+        response = _post(client, RAW.encode() * 2000)
+        assert response.status_code == 413, response.text  # type: ignore[attr-defined]
+        small = _post(client, RAW.encode())
+        assert small.status_code != 413  # type: ignore[attr-defined]

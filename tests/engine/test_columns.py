@@ -408,3 +408,61 @@ def test_discovery_specs_parse_and_resolve_but_never_encode_unresolved() -> None
     assert d.size == 3 and c.to_json()["categories"] == ["b", "a"] and c.size == 3
     with pytest.raises(SchemaError, match="not a candidate"):
         spec.resolve({"n": [], "d": [], "c": ["zzz"]})
+
+
+@pytest.mark.parametrize(
+    "rho",
+    [
+        "1e-30000000",  # Fraction(Decimal(...)) of it alone took 33 s: refused from its digits
+        "1e30000000",
+        "1e400",
+        "1234567890123456",  # 16 digits before the point
+        "1e-19",
+        "0e-5",
+        "NaN",
+        "-0.5",
+    ],
+)
+def test_clause_budgets_are_bounded_before_any_arithmetic(rho: str) -> None:
+    entry = {"name": "n", "type": "numeric", "min": 0, "max": 1,
+             "bins": {"quantiles": 4, "rho": rho}}  # fmt: skip
+    with pytest.raises(SchemaError, match="at most 12 decimal places and below 1e15"):
+        SchemaSpec.from_json({"columns": [entry]})
+    delta = {"name": "c", "type": "categorical",
+             "categories": {"discover": True, "max": 3, "delta": rho}}  # fmt: skip
+    with pytest.raises(SchemaError, match="at most 18 decimal places and below 1"):
+        SchemaSpec.from_json({"columns": [delta]})
+
+
+@pytest.mark.parametrize(
+    ("rho", "exact"),
+    [("0.000000000001000", "1/1000000000000"), ("1E-12", "1/1000000000000"), ("10.50", "21/2"),
+     ("123456789012345", "123456789012345"), (0.25, "1/4"), (3, "3")],
+)  # fmt: skip
+def test_clause_budgets_keep_exact_values(rho: Any, exact: str) -> None:
+    entry = {"name": "n", "type": "numeric", "min": 0, "max": 1,
+             "bins": {"quantiles": 4, "rho": rho}}  # fmt: skip
+    (pending,) = SchemaSpec.from_json({"columns": [entry]}).pending
+    assert str(pending.rho) == exact
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"type": "numeric", "min": 0, "max": 1, "bins": {"quantiles": 4097}},
+         "quantiles must be an integer from 1 to 4096"),
+        ({"type": "date", "min": "2000-01-01", "max": "2030-01-01",
+          "bins": {"quantiles": 5000}}, "from 1 to 4096"),
+        ({"type": "categorical", "categories": {"discover": True, "max": 100_001}},
+         "max must be an integer from 1 to 100000"),
+        ({"type": "categorical",
+          "categories": {"discover": True, "max": 5, "candidates": list(range(100_001))}},
+         "at most 100000 candidates"),
+    ],
+)  # fmt: skip
+def test_discovery_clauses_beyond_the_mechanisms_limits_are_refused_at_parse(
+    entry: dict[str, Any], message: str
+) -> None:
+    limits = SchemaLimits(max_columns=5, max_domain_size=10**6, max_total_domain_size=10**7)
+    with pytest.raises(SchemaError, match=message):
+        SchemaSpec.from_json({"columns": [{"name": "x", **entry}]}, limits)

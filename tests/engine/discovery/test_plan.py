@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from fractions import Fraction
 
@@ -11,11 +12,13 @@ import pytest
 
 from engine.discovery.plan import (
     DEFAULT_DISCOVERY_SHARE,
+    DETAIL_PARAMETERS_BOUND,
     CategoryRequest,
     Counts,
     DiscoveryRefused,
     QuantileRequest,
     allocate,
+    detail_bound,
     release,
 )
 from engine.discovery.quantiles import QuantileGrid
@@ -97,6 +100,42 @@ def test_too_many_distinct_values_are_refused_by_count(monkeypatch: pytest.Monke
     assert "secret" not in str(refused.value)
 
 
+def test_the_distinct_value_limit_is_over_all_category_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import engine.discovery.plan as plan
+
+    monkeypatch.setattr(plan, "MAX_DISTINCT_COUNTED", 10)
+    requests = [
+        CategoryRequest("a", 5),
+        CategoryRequest("b", 5),
+        CategoryRequest("t", 2, candidates=("x", "y")),
+    ]
+    counts = Counts(requests)
+    counts.add_text("a", pd.Series([f"secret-{i}" for i in range(6)]))
+    counts.add_text("a", pd.Series([f"secret-{i}" for i in range(6)]))  # nothing new
+    # A candidate list counts only its candidates: 1000 other values take no memory.
+    counts.add_text("t", pd.Series(["x", "y", *(f"secret-{i}" for i in range(1000))]))
+    assert counts.values["t"] == {"x": 1, "y": 1} and counts.distinct == 8
+    with pytest.raises(DiscoveryRefused) as refused:
+        counts.add_text("b", pd.Series([f"other-{i}" for i in range(3)]))  # 11 in all
+    message = str(refused.value)
+    assert "more than 10 distinct values" in message and "'a', 'b'" in message
+    assert "secret" not in message and "other-" not in message
+
+
+def test_the_character_limit_is_over_all_category_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import engine.discovery.plan as plan
+
+    monkeypatch.setattr(plan, "MAX_CHARACTERS_COUNTED", 100)
+    counts = Counts([CategoryRequest("a", 5), CategoryRequest("b", 5)])
+    counts.add_text("a", pd.Series(["s" * 60]))
+    with pytest.raises(DiscoveryRefused, match="100 characters"):
+        counts.add_text("b", pd.Series(["t" * 41]))
+
+
 def test_quantile_requests_need_two_bins() -> None:
     with pytest.raises(ValueError, match="≥ 2"):
         QuantileRequest("age", GRID, 1)
@@ -116,3 +155,32 @@ def test_shares_are_rounded_down_to_the_ledger_grids() -> None:
     assert allocations[0].rho == Fraction(1, 50)
     assert allocations[3].delta == Fraction(5 * 10**11, 10**18)
     assert sum(a.rho for a in allocations) <= Fraction(1, 10)
+
+
+def test_detail_bound_covers_the_compact_detail_at_extreme_parameters() -> None:
+    huge = QuantileGrid(-4.4942328371557893e307, 4.4942328371557893e307, 1024)
+    requests: list[QuantileRequest | CategoryRequest] = [
+        QuantileRequest("é" * 200, huge, 4096, rho=Fraction(1, 10**12)),
+        QuantileRequest("q", QuantileGrid(-2.2250738585072014e-308, 1.0, 65536), 3),
+        CategoryRequest(
+            "open", 100_000, rho=Fraction(123456789012345678901, 10**12), delta=Fraction(1, 3)
+        ),
+        CategoryRequest("c", 100_000, candidates=tuple(map(str, range(100_000)))),
+    ]
+    allocations = allocate(
+        requests,
+        budget_rho=Fraction(10**9),
+        budget_delta=Fraction(1, 2),
+        rho_quantum=Fraction(1, 10**12),
+        delta_quantum=Fraction(1, 10**18),
+    )
+    counts = Counts(requests)
+    counts.add_text("open", pd.Series(["x"] * 5))
+    found = release(allocations, counts, source=random.Random(9))
+    detail = found.describe()
+    size = len(json.dumps(detail))
+    assert size <= detail_bound(allocations) <= size + 4 * DETAIL_PARAMETERS_BOUND
+    for entry in detail["columns"].values():
+        assert set(entry) == {"mechanism", "rho", "delta", "parameters"}
+        assert "sigma2" not in entry["parameters"]
+    assert sum(Fraction(e["rho"]) for e in detail["columns"].values()) == found.rho
