@@ -110,9 +110,9 @@ def resolve(spec: SchemaSpec, found: Discovered | None) -> TableSchema:
     """
     resolved: dict[str, list[object]] = {p.name: [] for p in spec.pending if not _needs_data(p)}
     if found is not None:
-        learned = {p.name for p in spec.pending if isinstance(p, QuantileBins) and p.learn_range}
+        ranged = {p.name for p in spec.pending if isinstance(p, QuantileBins) and p.learn_range}
         for name, bins in found.edges.items():
-            resolved[name] = list(bins.edges if name in learned else bins.edges[1:-1])
+            resolved[name] = list(bins.edges if name in ranged else bins.edges[1:-1])
         for name, categories in found.categories.items():
             pending = next(p for p in spec.pending if p.name == name)
             other = pending.to_json().get("other")
