@@ -129,7 +129,8 @@ def allocate(
         names = ", ".join(repr(r.column) for r in open_sets[:20])
         raise DiscoveryRefused(
             f"discovering categories without a candidate list ({names}) is (ρ, δ)-DP: give the "
-            "upload a budget_delta > 0, or list candidates, or declare the categories"
+            "upload a budget_delta > 0 (locally: --discovery-delta), or list candidates, or "
+            "declare the categories"
         )
     delta_share = Fraction(0)
     if unset_delta:

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from tests.support.api import create_dataset, submit, wait_for
+from tests.support.raw import release_raw_fixture
 from tests.support.stack import REPO, free_port
 
 FIXTURES = REPO / "tests" / "fixtures"
@@ -113,6 +114,19 @@ def test_embedded_release(embedded: tuple[str, dict[str, str], subprocess.Popen[
             ("spend", "0.5"),
         ]
         assert ledger["budget"]["remaining_rho"] == "0.5"
+
+
+def test_embedded_raw_table_from_draft_to_release(
+    embedded: tuple[str, dict[str, str], subprocess.Popen[bytes]],
+) -> None:
+    """Issue 12 in embedded mode (SQLite, the in-process broker): tests/support/raw.py."""
+    base, env, _ = embedded
+    owner_key, analyst_key = _key(env, "owner"), _key(env, "analyst")
+    with (
+        httpx.Client(base_url=base, headers={"Authorization": f"Bearer {owner_key}"}) as owner,
+        httpx.Client(base_url=base, headers={"Authorization": f"Bearer {analyst_key}"}) as analyst,
+    ):
+        release_raw_fixture(owner, analyst)
 
 
 def test_embedded_stop_leaves_no_worker_behind(
