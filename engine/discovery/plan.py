@@ -36,7 +36,12 @@ from engine.discovery.categories import (
 )
 from engine.discovery.cost import DiscoveryCost
 from engine.discovery.quantiles import MECHANISM as QUANTILES_MECHANISM
-from engine.discovery.quantiles import QuantileBins, QuantileGrid, dp_quantile_edges_from_counts
+from engine.discovery.quantiles import (
+    QuantileBins,
+    QuantileGrid,
+    RangeTooNoisy,
+    dp_quantile_edges_from_counts,
+)
 
 DEFAULT_DISCOVERY_SHARE = Fraction(1, 10)
 """Of the upload's budget_rho, what discovery requests without their own ρ share by default."""
@@ -298,14 +303,21 @@ def release(
     for allocation in allocations:
         request = allocation.request
         if isinstance(request, QuantileRequest):
-            bins = dp_quantile_edges_from_counts(
-                counts.cells[request.column],
-                grid=request.grid,
-                bins=request.bins,
-                rho=allocation.rho,
-                source=source,
-                learn_range=request.learn_range,
-            )
+            try:
+                bins = dp_quantile_edges_from_counts(
+                    counts.cells[request.column],
+                    grid=request.grid,
+                    bins=request.bins,
+                    rho=allocation.rho,
+                    source=source,
+                    learn_range=request.learn_range,
+                )
+            except RangeTooNoisy as noisy:
+                raise DiscoveryRefused(
+                    f"column {request.column!r}: its rho is too small to learn the range of this "
+                    f"table's values ({noisy}): raise discovery_rho or the column's rho, or "
+                    "declare min and max"
+                ) from None
             edges[request.column] = bins
             charged.append((bins.cost.rho, Fraction(0)))
         elif request.candidates is not None:

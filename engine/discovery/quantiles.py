@@ -351,6 +351,22 @@ def _quantile_cells(leaves: FloatArray, bins: int) -> IntArray:
     return np.concatenate([[0], inner, [cells]]).astype(np.int64)
 
 
+MAX_TAIL = 0.25
+"""A learned range trims at most this fraction of the rows at each end (else it is refused)."""
+
+
+class RangeTooNoisy(ValueError):
+    """The noisy total is too small next to the noise for a meaningful learned range.
+
+    Decided from DP outputs only (the noisy total) and public parameters; ``noise_rows`` is
+    public (three standard deviations of a prefix count's noise).
+    """
+
+    def __init__(self, noise_rows: float) -> None:
+        super().__init__(f"the noise is about {noise_rows:.0f} rows per count")
+        self.noise_rows = noise_rows
+
+
 def _range_cells(leaves: FloatArray, bins: int, *, noise_rows: float) -> IntArray:
     """Boundary indices of learned outer edges and the quantile edges between them.
 
@@ -361,9 +377,11 @@ def _range_cells(leaves: FloatArray, bins: int, *, noise_rows: float) -> IntArra
     of the noisy leaves only."""
     cells = leaves.size
     total = float(leaves.sum())
-    if total <= 0:  # nothing measurable: the whole public window, equal-width bins
-        return _quantile_cells(leaves, bins)
-    tail = min(0.25, max(1.0 / (2 * bins), noise_rows / total))
+    if total <= 0 or noise_rows / total > MAX_TAIL:
+        # The noise swamps the table: a learned range would be noise (it was -1e15 … 74 for
+        # ages on 200 rows at ρ = 0.011). Refused rather than released as if it meant something.
+        raise RangeTooNoisy(noise_rows)
+    tail = max(1.0 / (2 * bins), noise_rows / total)
     cdf = np.maximum.accumulate(np.cumsum(leaves) / total)
     targets = np.concatenate([[tail], np.arange(1, bins, dtype=np.float64) / bins, [1 - tail]])
     targets = np.sort(targets)

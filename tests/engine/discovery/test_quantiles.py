@@ -263,3 +263,20 @@ def test_log_grids_are_public_and_integer_log_grids_distinct() -> None:
     integer = QuantileGrid(-(10**15), 10**15, 1 << 16, integer=True, scale="log").boundaries
     assert np.all(np.diff(integer) > 0) and np.all(integer == np.round(integer))
     assert 0.0 in integer.tolist() and 1.0 in integer.tolist()
+
+
+def test_a_range_the_noise_swamps_is_refused_not_released() -> None:
+    """200 rows at ρ = 0.011 over a ±1e15 window: three standard deviations of a prefix count's
+    noise (≈ 486 rows) exceed a quarter of any plausible noisy total (the root's noise has σ ≈ 28
+    rows), so the release refuses instead of returning edges near -1e15 (what it did before)."""
+    values = np.random.default_rng(2).integers(18, 90, 200).astype(float)
+    grid = QuantileGrid(-(10**15), 10**15, 1 << 16, integer=True, scale="log")
+    with pytest.raises(quantiles.RangeTooNoisy, match="about 486 rows"):
+        dp_quantile_edges_from_counts(
+            grid.count(values),
+            grid=grid,
+            bins=16,
+            rho=Fraction(11, 1000),
+            source=random.Random(5),
+            learn_range=True,
+        )
