@@ -10,9 +10,9 @@ the absolute difference between the real and synthetic missing-value rates.
 
     python -m benchmarks.raw_tables --data ../shared/data/raw --update docs/benchmarks.md
 
-The budget is (ε, δ) = (1, 1e-9) converted to ρ; open-set category discovery gets δ = 1e-9 more,
-so each release is (1, 2e-9)-DP in all. DP noise comes from the OS CSPRNG (not repeatable);
-``--seed`` drives post-processing only.
+The budget is (ε, δ) = (1, 1e-9) converted to ρ (``--epsilon TABLE:E`` adds runs at other ε);
+open-set category discovery gets δ = 1e-9 more, so each release is (ε, 2e-9)-DP in all. DP noise
+comes from the OS CSPRNG (not repeatable); ``--seed`` drives post-processing only.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from app.datasets.discovery import discover_and_resolve
-from app.datasets.ingest import IngestLimits, ingest_table, read_encoded_table
+from app.datasets.ingest import IngestLimits, UploadRejected, ingest_table, read_encoded_table
 from engine.accounting import rho_from_epsilon_delta
 from engine.cli import parse_params
 from engine.domain import Dataset
@@ -68,25 +68,55 @@ class Result:
     missing_error_max: float | None
     nullable: int
     params: dict[str, Any]
+    epsilon: float = 1.0
+    refused: str | None = None
 
 
 def run_table(
-    path: Path, method: str, params: dict[str, Any], seed: int, max_marginals: int
+    path: Path,
+    method: str,
+    params: dict[str, Any],
+    seed: int,
+    max_marginals: int,
+    epsilon: float,
 ) -> Result:
     started = time.perf_counter()
     draft = draft_schema(path)
     draft_s = time.perf_counter() - started
     spec = SchemaSpec.from_json(draft.to_json())
-    total = rho_from_epsilon_delta(Decimal(1), Decimal("1e-9"))
+    total = rho_from_epsilon_delta(Decimal(str(epsilon)), Decimal("1e-9"))
     started = time.perf_counter()
-    outcome = discover_and_resolve(
-        path,
-        spec,
-        LIMITS,
-        budget_rho=total,
-        budget_delta=Decimal("1e-9"),
-        discovery_rho=None,
-    )
+    try:
+        outcome = discover_and_resolve(
+            path,
+            spec,
+            LIMITS,
+            budget_rho=total,
+            budget_delta=Decimal("1e-9"),
+            discovery_rho=None,
+        )
+    except UploadRejected as rejected:  # reported as the upload would answer it
+        return Result(
+            table=path.stem,
+            rows=0,
+            columns=len(draft.columns),
+            stored=0,
+            ignored=0,
+            discovered=0,
+            draft_s=draft_s,
+            upload_s=time.perf_counter() - started,
+            job_s=0.0,
+            discovery_rho="",
+            discovery_delta="",
+            method_rho="",
+            tvd={},
+            missing_error_mean=None,
+            missing_error_max=None,
+            nullable=0,
+            params=params,
+            epsilon=epsilon,
+            refused=rejected.message,
+        )
     schema = outcome.schema
     with tempfile.TemporaryDirectory() as scratch:
         target = Path(scratch) / "table.parquet"
@@ -134,6 +164,7 @@ def run_table(
         missing_error_max=float(np.max(errors)) if errors else None,
         nullable=len(errors),
         params=params,
+        epsilon=epsilon,
     )
 
 
@@ -152,7 +183,7 @@ def render(results: list[Result], command: str, method: str, max_marginals: int)
         f"Measured by `{command}` on {now}, commit `{commit}`, CPython "
         f"{platform.python_version()}. Each table's draft (`rhosynth schema draft`) is accepted as "
         "is; *upload* is the upload's code path in-process (DP discovery of every range, bin edge "
-        "and category the draft left to it, then encoding); the budget is (ε, δ) = (1, 1e-9) as ρ, "
+        "and category the draft left to it, then encoding); the budget is (ε, δ = 1e-9) as ρ, "
         "of which discovery takes a tenth, plus δ = 1e-9 for open-set categories; the method "
         f"(`{method}`) gets the rest. Quality is on the binned columns (the codes): mean k-way "
         "TVD of synthetic against real (the definition of ../shared/bench/marginal_error.py; "
@@ -165,7 +196,15 @@ def render(results: list[Result], command: str, method: str, max_marginals: int)
         "(nullable columns) |",
         "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
+    refusals = []
     for r in results:
+        if r.refused is not None:
+            lines.append(
+                f"| {r.table} (ε = {r.epsilon:g}) | refused at upload ({r.upload_s:.1f} s) "
+                "| | | | | | | | | | |"
+            )
+            refusals.append(f"* {r.table} at ε = {r.epsilon:g}: `422 {r.refused}`")
+            continue
         missing = (
             f"{r.missing_error_mean:.4f} / {r.missing_error_max:.4f} ({r.nullable})"
             if r.missing_error_mean is not None
@@ -173,11 +212,14 @@ def render(results: list[Result], command: str, method: str, max_marginals: int)
         )
         params = f" `{json.dumps(r.params)}`" if r.params else ""
         lines.append(
-            f"| {r.table}{params} | {r.rows:,} | {r.columns} ({r.stored} / {r.ignored} / "
-            f"{r.discovered}) | {r.discovery_rho}, {r.discovery_delta} | {r.method_rho} | "
+            f"| {r.table} (ε = {r.epsilon:g}){params} | {r.rows:,} | {r.columns} "
+            f"({r.stored} / {r.ignored} / {r.discovered}) | {r.discovery_rho}, "
+            f"{r.discovery_delta} | {r.method_rho} | "
             f"{r.draft_s:.1f} | {r.upload_s:.1f} | {r.job_s:.1f} | {r.tvd.get(1, 0):.4f} | "
             f"{r.tvd.get(2, 0):.4f} | {r.tvd.get(3, 0):.4f} | {missing} |"
         )
+    if refusals:
+        lines += ["", "Refused uploads (the draft accepted as is, at that budget):", "", *refusals]
     lines.append(END)
     return "\n".join(lines) + "\n"
 
@@ -207,6 +249,13 @@ def main(argv: list[str] | None = None) -> None:
         help="a method parameter for one table (repeatable)",
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--epsilon",
+        action="append",
+        default=[],
+        metavar="TABLE:EPSILON",
+        help="run TABLE (also) at this ε (default: each table at ε = 1); repeatable",
+    )
     parser.add_argument("--max-marginals", type=int, default=2000)
     parser.add_argument("--update", type=Path, default=None, help="rewrite this Markdown section")
     parser.add_argument("--json", type=Path, default=None)
@@ -215,14 +264,24 @@ def main(argv: list[str] | None = None) -> None:
     for item in args.param:
         table, _, pair = item.partition(":")
         per_table.setdefault(table, []).append(pair)
+    extra: dict[str, list[float]] = {}
+    for item in args.epsilon:
+        table, _, value = item.partition(":")
+        extra.setdefault(table, []).append(float(value))
     results = []
     for name in args.tables.split(","):
         params = parse_params(per_table.get(name, []))
-        result = run_table(
-            args.data / f"{name}.csv", args.method, params, args.seed, args.max_marginals
-        )
-        print(json.dumps(result.__dict__, default=str), file=sys.stderr, flush=True)
-        results.append(result)
+        for epsilon in [1.0, *extra.get(name, [])]:
+            result = run_table(
+                args.data / f"{name}.csv",
+                args.method,
+                params,
+                args.seed,
+                args.max_marginals,
+                epsilon,
+            )
+            print(json.dumps(result.__dict__, default=str), file=sys.stderr, flush=True)
+            results.append(result)
     command = shlex.join(["python", "-m", "benchmarks.raw_tables", *raw])
     section = render(results, command, args.method, args.max_marginals)
     print(section)
