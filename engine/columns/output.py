@@ -20,9 +20,13 @@ FALSE_KEY = b"rhosynth.false"
 def text_column(array: pa.Array, field: pa.Field) -> pa.Array:
     """``array`` as CSV should show it (unchanged unless the field declares a rendering)."""
     metadata = field.metadata or {}
-    if FORMAT_KEY in metadata:
-        stamps = array.cast(pa.timestamp("s")) if pa.types.is_date(array.type) else array
-        return pc.strftime(stamps, format=metadata[FORMAT_KEY].decode())
+    if pa.types.is_timestamp(array.type):
+        # Whole seconds: Parquet stores timestamp[s] as milliseconds, and strftime's %S would
+        # then print "34.000"; without a declared format, ISO 8601 with a "T".
+        fmt = metadata.get(FORMAT_KEY, b"%Y-%m-%dT%H:%M:%S").decode()
+        return pc.strftime(array.cast(pa.timestamp("s"), safe=False), format=fmt)
+    if FORMAT_KEY in metadata:  # a date column with a declared format
+        return pc.strftime(array.cast(pa.timestamp("s")), format=metadata[FORMAT_KEY].decode())
     if TRUE_KEY in metadata and pa.types.is_boolean(array.type):
         true = pa.scalar(metadata[TRUE_KEY].decode())
         false = pa.scalar(metadata[FALSE_KEY].decode())
