@@ -39,7 +39,6 @@ from engine.discovery.quantiles import MECHANISM as QUANTILES_MECHANISM
 from engine.discovery.quantiles import (
     QuantileBins,
     QuantileGrid,
-    RangeTooNoisy,
     dp_quantile_edges_from_counts,
 )
 
@@ -303,21 +302,14 @@ def release(
     for allocation in allocations:
         request = allocation.request
         if isinstance(request, QuantileRequest):
-            try:
-                bins = dp_quantile_edges_from_counts(
-                    counts.cells[request.column],
-                    grid=request.grid,
-                    bins=request.bins,
-                    rho=allocation.rho,
-                    source=source,
-                    learn_range=request.learn_range,
-                )
-            except RangeTooNoisy as noisy:
-                raise DiscoveryRefused(
-                    f"column {request.column!r}: its rho is too small to learn the range of this "
-                    f"table's values ({noisy}): raise discovery_rho or the column's rho, or "
-                    "declare min and max"
-                ) from None
+            bins = dp_quantile_edges_from_counts(
+                counts.cells[request.column],
+                grid=request.grid,
+                bins=request.bins,
+                rho=allocation.rho,
+                source=source,
+                learn_range=request.learn_range,
+            )
             edges[request.column] = bins
             charged.append((bins.cost.rho, Fraction(0)))
         elif request.candidates is not None:

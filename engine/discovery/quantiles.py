@@ -39,7 +39,8 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.accounting import sigma2_for_rho
-from engine.discovery.cost import DiscoveryCost, exact_budget
+from engine.discovery.cost import DiscoveryCost, JsonScalar, exact_budget
+from engine.discovery.tails import smallest_tail_threshold
 from engine.noise import discrete_gaussian_noise
 
 FloatArray = npt.NDArray[np.float64]
@@ -202,12 +203,9 @@ def dp_quantile_edges_from_counts(
     """:func:`dp_quantile_edges` from the column's exact rows per cell of ``grid``
     (:meth:`QuantileGrid.count`, summed over batches); exactly ρ-zCDP.
 
-    ``learn_range``: the outer edges are learned too, instead of being the grid's bounds (which
-    are then only the public window searched): they are the first boundaries where the noisy CDF
-    reaches a tail fraction and 1 − that fraction, the fraction being the larger of 1/(2·bins)
-    and three standard deviations of the CDF's noise over the noisy total (post-processing of
-    the same release, so the cost is unchanged). The caller clamps values into the learned range
-    (a public transformation once it is released).
+    ``learn_range``: the outer edges are learned too (:func:`_learn_range_then_quantiles`):
+    the grid's bounds are then only the public window searched, and the caller clamps values into
+    the learned range (a public transformation once it is released).
 
     Privacy: L = ⌈log₂ cells⌉ + 1 histograms (the dyadic tree over the cells) of L2 sensitivity 1
     under add/remove-one-row (one row is in exactly one node per level), each with discrete
@@ -218,8 +216,7 @@ def dp_quantile_edges_from_counts(
     lo, hi = grid.lower, grid.upper
     boundaries = grid.boundaries
     cells = boundaries.size - 1
-    levels = (cells - 1).bit_length() + 1  # ⌈log₂ cells⌉ + 1, in integers
-    parameters = {
+    parameters: dict[str, JsonScalar] = {
         "lower": lo,
         "upper": hi,
         "bins": bins,
@@ -234,16 +231,24 @@ def dp_quantile_edges_from_counts(
         raise ValueError(f"leaf_counts must be {cells} integer counts, one per grid cell")
     if counts.size and int(counts.min()) < 0:
         raise ValueError("leaf_counts must be non-negative")
-    sigma2 = sigma2_for_rho(1, budget / levels)
-    tree = _tree_levels(counts.astype(np.int64))
+    counts = counts.astype(np.int64)
+    if learn_range:
+        first, last, tree_budget, extra = _learn_range(counts, grid, budget, source)
+        parameters.update(extra)
+        inside = counts[first:last].copy()
+        # Rows outside the learned range are clamped into its end cells, as the upload will do.
+        inside[0] += counts[:first].sum()
+        inside[-1] += counts[last:].sum()
+    else:
+        first, inside, tree_budget = 0, counts, budget
+    levels = (inside.size - 1).bit_length() + 1  # ⌈log₂ cells⌉ + 1, in integers
+    sigma2 = sigma2_for_rho(1, tree_budget / levels)
+    tree = _tree_levels(inside)
     if len(tree) != levels:
         raise AssertionError("the tree has an unexpected number of levels")
     noisy = [level + discrete_gaussian_noise(sigma2, level.size, source) for level in tree]
     leaves = _consistent_leaves(noisy, float(sigma2))
-    if learn_range:
-        edge_cells = _range_cells(leaves, bins, noise_rows=3 * math.sqrt(2 * levels * sigma2))
-    else:
-        edge_cells = _quantile_cells(leaves, bins)
+    edge_cells = first + _quantile_cells(leaves, bins)
     cost = DiscoveryCost(
         MECHANISM,
         budget,
@@ -256,6 +261,62 @@ def dp_quantile_edges_from_counts(
         },
     )
     return QuantileBins(tuple(boundaries[edge_cells].tolist()), bins, cost)
+
+
+RANGE_CELLS = 128
+"""Coarse cells of the public window a learned range is chosen from (for the default ±1e15
+symmetric-log window, each spans a factor of about 1.7 in magnitude)."""
+RANGE_SHARE = Fraction(1, 2)
+"""Of a learned-range discovery's ρ, what the coarse histogram gets (the tree gets the rest)."""
+RANGE_FALSE_HIT = Fraction(1, 20)
+"""The coarse threshold keeps any empty coarse cell with probability at most 5 % in all."""
+
+
+def _learn_range(
+    counts: IntArray, grid: QuantileGrid, budget: Fraction, source: random.Random | None
+) -> tuple[int, int, Fraction, dict[str, JsonScalar]]:
+    """Stage 1 of a learned range: which fine cells ``[first, last)`` the range covers.
+
+    The window is cut into :data:`RANGE_CELLS` coarse cells on the grid's own scale (equal in
+    asinh(x) for a log grid, so near 0 as well as far from it), and each fine cell belongs to the
+    coarse cell its lower boundary falls in (a public partition of the fine cells); the coarse
+    histogram gets N_Z(0, σ²) noise with σ² = 1/(2ρ₁), ρ₁ = :data:`RANGE_SHARE`·ρ (L2
+    sensitivity 1: one row is in one coarse cell). The range runs from the first to the last
+    coarse cell whose noisy count clears τ, the smallest integer with P(Z ≥ τ) ≤ 0.05/cells
+    (exact tail bound), so an empty cell is kept with probability at most
+    5 % in all; if none clears it, the cell with the largest noisy count. Everything after the
+    noise is post-processing, and no noise accumulates over the window (each cell is judged on
+    its own count), which is what keeps small tables and small budgets usable: 200 ages at
+    ρ = 0.011 had their tail-quantile range at −1e15 … 74 before this stage existed.
+
+    Stage 2 (the caller): the dyadic tree over the fine cells inside the range, with rows
+    outside clamped into its end cells, at ρ₂ = ρ − ρ₁. Given the released range that is again
+    one row in one node per level: ρ₂-zCDP. Stage 2's partition depends on stage 1's output
+    only, so adaptive composition gives ρ₁ + ρ₂ = ρ (Bun & Steinke 2016, Lemma 2.3).
+    """
+    cells = counts.size
+    coarse_bounds = grid_edges(grid.lower, grid.upper, RANGE_CELLS, scale=grid.scale)
+    owner = np.searchsorted(coarse_bounds, grid.boundaries[:-1], side="right") - 1
+    owner = np.clip(owner, 0, RANGE_CELLS - 1)  # non-decreasing in the fine cell's index
+    coarse = np.bincount(owner, weights=counts, minlength=RANGE_CELLS).astype(np.int64)
+    range_budget = budget * RANGE_SHARE
+    sigma2 = sigma2_for_rho(1, range_budget)
+    noisy = coarse + discrete_gaussian_noise(sigma2, coarse.size, source)
+    tau = smallest_tail_threshold(sigma2, RANGE_FALSE_HIT / coarse.size)
+    hits = np.flatnonzero(noisy >= tau)
+    if hits.size == 0:
+        hits = np.array([int(np.argmax(noisy))])  # first of the largest: post-processing
+    first = int(np.searchsorted(owner, hits[0], side="left"))
+    last = int(np.searchsorted(owner, hits[-1], side="right"))
+    if last <= first:  # a coarse cell without a fine cell (possible near 0 on integer grids)
+        last = min(cells, first + 1)
+        first = last - 1
+    extra: dict[str, JsonScalar] = {
+        "range_cells": int(coarse.size),
+        "range_rho": str(range_budget),
+        "range_threshold": tau,
+    }
+    return first, last, budget - range_budget, extra
 
 
 def _check_bounds(lower: float, upper: float, *, integer: bool) -> tuple[float, float]:
@@ -349,48 +410,3 @@ def _quantile_cells(leaves: FloatArray, bins: int) -> IntArray:
     interior = np.searchsorted(running, targets, side="left") + 1
     inner = np.unique(interior[interior < cells])
     return np.concatenate([[0], inner, [cells]]).astype(np.int64)
-
-
-MAX_TAIL = 0.25
-"""A learned range trims at most this fraction of the rows at each end (else it is refused)."""
-
-
-class RangeTooNoisy(ValueError):
-    """The noisy total is too small next to the noise for a meaningful learned range.
-
-    Decided from DP outputs only (the noisy total) and public parameters; ``noise_rows`` is
-    public (three standard deviations of a prefix count's noise).
-    """
-
-    def __init__(self, noise_rows: float) -> None:
-        super().__init__(f"the noise is about {noise_rows:.0f} rows per count")
-        self.noise_rows = noise_rows
-
-
-def _range_cells(leaves: FloatArray, bins: int, *, noise_rows: float) -> IntArray:
-    """Boundary indices of learned outer edges and the quantile edges between them.
-
-    The lower edge is the first boundary where the noisy CDF (running maximum) reaches the tail
-    fraction, the upper edge the first where it reaches 1 − tail; ``noise_rows`` (public: three
-    standard deviations of a prefix sum's noise) widens the tail so that noise alone rarely
-    moves an edge into an empty stretch of the window. At least one cell is kept. Post-processing
-    of the noisy leaves only."""
-    cells = leaves.size
-    total = float(leaves.sum())
-    if total <= 0 or noise_rows / total > MAX_TAIL:
-        # The noise swamps the table: a learned range would be noise (it was -1e15 … 74 for
-        # ages on 200 rows at ρ = 0.011). Refused rather than released as if it meant something.
-        raise RangeTooNoisy(noise_rows)
-    tail = max(1.0 / (2 * bins), noise_rows / total)
-    cdf = np.maximum.accumulate(np.cumsum(leaves) / total)
-    targets = np.concatenate([[tail], np.arange(1, bins, dtype=np.float64) / bins, [1 - tail]])
-    targets = np.sort(targets)
-    # Boundary i has cdf[i - 1] below it; a target reached in cell c puts its edge at c + 1.
-    found = np.searchsorted(cdf, targets, side="left") + 1
-    low = max(0, int(found[0]) - 1)  # the cell where the tail is reached belongs to the range
-    high = min(cells, int(found[-1]))
-    inner = [int(i) for i in found[1:-1] if low < i < high]
-    edges = np.unique(np.array([low, *inner, high], dtype=np.int64))
-    if edges.size < 2:
-        edges = np.array([low, min(cells, low + 1)], dtype=np.int64)
-    return edges
