@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import shutil
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -16,6 +15,7 @@ from starlette.datastructures import UploadFile
 from app.api.deps import AnalystKey, Database, DatabaseDep, OwnerKey, SettingsDep, StorageDep
 from app.api.errors import error_responses
 from app.api.limits import FiniteJSONRoute
+from app.api.uploads import spooled_file, storage_unavailable
 from app.auth.service import Principal
 from app.budget import repository as budget_repository
 from app.budget.service import BudgetLimitExceeded
@@ -131,9 +131,7 @@ async def create_dataset(
                 budget_delta,
                 discovery_rho,
             )
-            spooled = await run_in_threadpool(storage.temp_path, ".upload")
-            try:
-                await run_in_threadpool(copy_upload, upload, spooled)
+            async with spooled_file(storage, upload, ".upload") as spooled:
                 return await run_in_threadpool(
                     _store_upload,
                     db,
@@ -147,19 +145,10 @@ async def create_dataset(
                     schema=parsed.schema,
                     upload=spooled,
                 )
-            finally:
-                spooled.unlink(missing_ok=True)
     except UploadRejected as rejected:
         raise HTTPException(rejected.status_code, rejected.message) from None
     except OSError as error:
-        # The storage directory cannot be written (permissions, full disk, missing mount):
-        # the operator needs the cause, the uploader a retryable answer without it.
-        logger.error("upload: storage is not writable: %s", error, exc_info=True)
-        raise HTTPException(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            "the service cannot store uploads right now; retry later",
-            headers={"Retry-After": "60"},
-        ) from None
+        raise storage_unavailable("upload", error) from None
 
 
 def _store_upload(
@@ -195,13 +184,6 @@ def _store_upload(
         )
         state = service.account_of(session, dataset.id)
     return service.dataset_out(dataset, state, principal)
-
-
-def copy_upload(upload: UploadFile, target: Any) -> None:
-    """Spool a parsed multipart file to ``target`` (blocking: call it in a thread)."""
-    upload.file.seek(0)
-    with open(target, "wb") as handle:
-        shutil.copyfileobj(upload.file, handle, length=1024 * 1024)
 
 
 @router.get("", response_model=DatasetList)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request, status
+from fastapi import APIRouter, HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
 from app.api.deps import OwnerKey, SettingsDep, StorageDep
 from app.api.errors import error_responses
-from app.datasets.endpoints import copy_upload
+from app.api.uploads import spooled_file, storage_unavailable
 from app.datasets.ingest import UploadRejected
 from app.drafts import service
 from app.drafts.schemas import SchemaDraftOut
@@ -78,9 +78,7 @@ async def create_draft(
             missing_values = service.parse_missing_values(
                 missing_field if isinstance(missing_field, str) else None
             )
-            spooled = await run_in_threadpool(storage.temp_path, ".draft")
-            try:
-                await run_in_threadpool(copy_upload, upload, spooled)
+            async with spooled_file(storage, upload, ".draft") as spooled:
                 return await run_in_threadpool(
                     service.draft_for_upload,
                     spooled,
@@ -88,14 +86,7 @@ async def create_draft(
                     missing_values=missing_values,
                     show_values=show_field == "true",
                 )
-            finally:
-                spooled.unlink(missing_ok=True)
     except UploadRejected as rejected:
         raise HTTPException(rejected.status_code, rejected.message) from None
     except OSError as error:
-        logger.error("schema draft: storage is not writable: %s", error, exc_info=True)
-        raise HTTPException(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            "the service cannot read uploads right now; retry later",
-            headers={"Retry-After": "60"},
-        ) from None
+        raise storage_unavailable("schema draft", error) from None
