@@ -257,6 +257,12 @@ def main(argv: list[str] | None = None) -> None:
         help="run TABLE (also) at this ε (default: each table at ε = 1); repeatable",
     )
     parser.add_argument("--max-marginals", type=int, default=2000)
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        default=None,
+        help="JSON lines of earlier results (this script's stderr) to include before new runs",
+    )
     parser.add_argument("--update", type=Path, default=None, help="rewrite this Markdown section")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(raw)
@@ -269,7 +275,12 @@ def main(argv: list[str] | None = None) -> None:
         table, _, value = item.partition(":")
         extra.setdefault(table, []).append(float(value))
     results = []
-    for name in args.tables.split(","):
+    if args.reuse is not None:
+        for line in args.reuse.read_text().splitlines():
+            fields = json.loads(line)
+            fields["tvd"] = {int(k): v for k, v in fields["tvd"].items()}
+            results.append(Result(**fields))
+    for name in filter(None, args.tables.split(",")):
         params = parse_params(per_table.get(name, []))
         for epsilon in [1.0, *extra.get(name, [])]:
             result = run_table(
