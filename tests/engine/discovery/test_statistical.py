@@ -19,6 +19,7 @@ import pytest
 from scipy import stats
 
 import engine.discovery.categories as categories
+import engine.discovery.quantiles as quantiles
 from engine.discovery import discover_from_candidates, discover_open_set
 from engine.noise import discrete_gaussian_noise, discrete_gaussian_pmf
 
@@ -129,3 +130,52 @@ def test_open_set_rate_check_catches_a_wrong_sigma(
     monkeypatch.setattr(categories, "discrete_gaussian_noise", scaled_noise(factor))
     released, tau = singleton_releases(RATE_TRIALS, RATE_RHO, RATE_DELTA, 17)
     assert stats.binomtest(released, RATE_TRIALS, singleton_tail(tau)).pvalue < POWER_ALPHA
+
+
+# Learned ranges, stage 1: a coarse cell is in the range when its noisy count clears τ. With one
+# cell always in (10,000 rows at 100) and one cell of τ − 3 rows at 20, the range starts at or
+# before 20 exactly when cell 20, or an empty cell before it, clears τ:
+# P = 1 − (1 − P(Z ≥ τ))^20 · P(Z < 3), computed from the claimed discrete Gaussian.
+RANGE_RHO = Fraction(1, 8)  # ρ₁ = 1/16: σ² = 8
+RANGE_RUNS = 4000
+
+
+def _range_starts_early(seed: int) -> int:
+    grid = quantiles.QuantileGrid(0.0, 128.0, 128)
+    sigma2 = Fraction(1, 2) / (RANGE_RHO * quantiles.RANGE_SHARE)
+    tau = quantiles.smallest_tail_threshold(sigma2, quantiles.RANGE_FALSE_HIT / 128)
+    counts = np.zeros(128, dtype=np.int64)
+    counts[100], counts[20] = 10_000, tau - 3
+    source = random.Random(seed)
+    early = 0
+    for _ in range(RANGE_RUNS):
+        found = quantiles.dp_quantile_edges_from_counts(
+            counts, grid=grid, bins=2, rho=RANGE_RHO, source=source, learn_range=True
+        )
+        early += found.edges[0] <= 20
+    return early
+
+
+def _claimed_early_probability() -> float:
+    sigma2 = Fraction(1, 2) / (RANGE_RHO * quantiles.RANGE_SHARE)
+    tau = quantiles.smallest_tail_threshold(sigma2, quantiles.RANGE_FALSE_HIT / 128)
+    support = np.arange(-200, 201)
+    pmf = discrete_gaussian_pmf(float(sigma2), support)
+    empty_hit = float(pmf[support >= tau].sum())
+    cell_hit = float(pmf[support >= 3].sum())
+    return 1 - (1 - empty_hit) ** 20 * (1 - cell_hit)
+
+
+def test_learned_range_stage_one_has_the_claimed_noise() -> None:
+    early = _range_starts_early(21)
+    p = stats.binomtest(early, RANGE_RUNS, _claimed_early_probability()).pvalue
+    assert p > ALPHA, (early, _claimed_early_probability())
+
+
+@pytest.mark.parametrize("factor", [Fraction(7, 10), Fraction(13, 10)])
+def test_learned_range_check_catches_a_wrong_sigma(
+    monkeypatch: pytest.MonkeyPatch, factor: Fraction
+) -> None:
+    monkeypatch.setattr(quantiles, "discrete_gaussian_noise", scaled_noise(factor))
+    early = _range_starts_early(21)
+    assert stats.binomtest(early, RANGE_RUNS, _claimed_early_probability()).pvalue < POWER_ALPHA
