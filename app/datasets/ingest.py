@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from app.datasets.parquet_pages import ParquetRefused, plan_parquet_read
+from app.datasets.parquet_pages import ParquetRefused, ReadPlan, plan_parquet_read
 from engine.encoding import TableSchema, count_reasons, encode_values
 
 PARQUET_MAGIC = b"PAR1"
@@ -354,18 +354,12 @@ def _parquet_batches(
     if metadata.num_rows > limits.max_rows:
         raise UploadRejected(422, f"the table has more than {limits.max_rows} rows")
     try:
-        plan = plan_parquet_read(
+        plan = upload_read_plan(
             source,
             metadata,
             [arrow_schema.get_field_index(name) for name in schema.names],
-            text_columns=[arrow_schema.get_field_index(name) for name in text_columns],
-            max_cell_bytes=limits.max_cell_bytes,
-            stream_buffer_bytes=PARQUET_STREAM_BUFFER_BYTES,
-            pages_budget=PARQUET_PAGES_BUDGET,
-            batch_budget=PARQUET_BATCH_BUDGET,
-            cell_work_bytes=PARQUET_CELL_WORK_BYTES,
-            max_batch_rows=PARQUET_MAX_BATCH_ROWS,
-            max_dictionary_entries=max(metadata.num_rows, PARQUET_DICTIONARY_FLOOR),
+            [arrow_schema.get_field_index(name) for name in text_columns],
+            limits.max_cell_bytes,
         )
         # Text columns with short dictionaries are read as dictionaries: such a column is never
         # expanded into one copy of its value per row (the plan sizes batches for the others).
@@ -389,6 +383,27 @@ def _parquet_batches(
     except (pa.ArrowException, OSError):
         raise UploadRejected(422, "the Parquet file could not be read") from None
     _raise_cells(oversized, limits.max_cell_bytes)
+
+
+def upload_read_plan(
+    source: Path, metadata: Any, columns: list[int], text_columns: list[int], max_cell_bytes: int
+) -> ReadPlan:
+    """The page-checked plan for reading ``columns`` of an uploaded Parquet file within the
+    upload's budgets (:func:`app.datasets.parquet_pages.plan_parquet_read`); raises
+    :class:`~app.datasets.parquet_pages.ParquetRefused`."""
+    return plan_parquet_read(
+        source,
+        metadata,
+        columns,
+        text_columns=text_columns,
+        max_cell_bytes=max_cell_bytes,
+        stream_buffer_bytes=PARQUET_STREAM_BUFFER_BYTES,
+        pages_budget=PARQUET_PAGES_BUDGET,
+        batch_budget=PARQUET_BATCH_BUDGET,
+        cell_work_bytes=PARQUET_CELL_WORK_BYTES,
+        max_batch_rows=PARQUET_MAX_BATCH_ROWS,
+        max_dictionary_entries=max(metadata.num_rows, PARQUET_DICTIONARY_FLOOR),
+    )
 
 
 def check_parquet_footer(source: Path) -> None:

@@ -17,19 +17,14 @@ import pyarrow.parquet as pq
 
 from app.config import Settings
 from app.datasets.ingest import (
-    PARQUET_BATCH_BUDGET,
-    PARQUET_CELL_WORK_BYTES,
-    PARQUET_DICTIONARY_FLOOR,
     PARQUET_MAGIC,
-    PARQUET_MAX_BATCH_ROWS,
-    PARQUET_PAGES_BUDGET,
-    PARQUET_STREAM_BUFFER_BYTES,
     IngestLimits,
     UploadRejected,
     _read_csv_header,
     check_parquet_footer,
+    upload_read_plan,
 )
-from app.datasets.parquet_pages import ParquetRefused, plan_parquet_read
+from app.datasets.parquet_pages import ParquetRefused
 from app.drafts.schemas import DraftColumnReason, SchemaDraftOut
 from engine.schema_draft import DEFAULT_MISSING_VALUES, draft_schema
 from engine.schema_draft.inference import DraftError
@@ -105,18 +100,9 @@ def _parquet_plan(path: Path, settings: Settings) -> list[tuple[int, int]]:
     if metadata.num_rows > settings.max_rows:
         raise UploadRejected(422, f"the table has more than {settings.max_rows} rows")
     try:
-        plan = plan_parquet_read(
-            path,
-            metadata,
-            list(range(metadata.num_columns)),
-            text_columns=[],  # the draft decodes every column to plain values
-            max_cell_bytes=settings.max_cell_bytes,
-            stream_buffer_bytes=PARQUET_STREAM_BUFFER_BYTES,
-            pages_budget=PARQUET_PAGES_BUDGET,
-            batch_budget=PARQUET_BATCH_BUDGET,
-            cell_work_bytes=PARQUET_CELL_WORK_BYTES,
-            max_batch_rows=PARQUET_MAX_BATCH_ROWS,
-            max_dictionary_entries=max(metadata.num_rows, PARQUET_DICTIONARY_FLOOR),
+        # The draft decodes every column to plain values: no column is read as a dictionary.
+        plan = upload_read_plan(
+            path, metadata, list(range(metadata.num_columns)), [], settings.max_cell_bytes
         )
     except ParquetRefused as refused:
         raise UploadRejected(422, refused.message) from None
