@@ -32,7 +32,7 @@ _CHECK_MARGIN = Decimal("1e-40")
 """Slack the check leaves in log δ, far above the 80-digit rounding error of its few operations."""
 
 
-def _exact(value: Fraction | int | Decimal, name: str) -> Fraction:
+def exact_fraction(value: Fraction | int | Decimal, name: str) -> Fraction:
     """Convert an exact number to a Fraction; floats are refused so no rounding slips in."""
     if isinstance(value, bool) or not isinstance(value, Fraction | int | Decimal):
         raise TypeError(f"{name} must be a Fraction, int or Decimal, got {type(value).__name__}")
@@ -48,8 +48,8 @@ def gaussian_rho(sensitivity: Fraction | int, sigma2: Fraction) -> Fraction:
     query whose L2 sensitivity is Δ satisfies Δ²/(2σ²)-zCDP (Canonne, Kamath, Steinke 2020,
     Theorem 4 and its multivariate form, Theorem 14). The result is exact.
     """
-    delta = _exact(sensitivity, "sensitivity")
-    s2 = _exact(sigma2, "sigma2")
+    delta = exact_fraction(sensitivity, "sensitivity")
+    s2 = exact_fraction(sigma2, "sigma2")
     if delta <= 0:
         raise ValueError("sensitivity must be positive")
     if s2 <= 0:
@@ -59,8 +59,8 @@ def gaussian_rho(sensitivity: Fraction | int, sigma2: Fraction) -> Fraction:
 
 def sigma2_for_rho(sensitivity: Fraction | int, rho: Fraction) -> Fraction:
     """The σ² at which the discrete Gaussian on a sensitivity-Δ query is exactly ρ-zCDP: Δ²/(2ρ)."""
-    delta = _exact(sensitivity, "sensitivity")
-    r = _exact(rho, "rho")
+    delta = exact_fraction(sensitivity, "sensitivity")
+    r = exact_fraction(rho, "rho")
     if delta <= 0:
         raise ValueError("sensitivity must be positive")
     if r <= 0:
@@ -75,12 +75,12 @@ def split_rho(rho: Fraction, weights: Sequence[Fraction | int]) -> tuple[Fractio
     ρ_1, …, ρ_k-zCDP together are (ρ_1 + … + ρ_k)-zCDP, so a mechanism that spends these parts
     spends exactly ``rho``.
     """
-    total = _exact(rho, "rho")
+    total = exact_fraction(rho, "rho")
     if total <= 0:
         raise ValueError("rho must be positive")
     if not weights:
         raise ValueError("split_rho needs at least one weight")
-    exact_weights = [_exact(w, "weight") for w in weights]
+    exact_weights = [exact_fraction(w, "weight") for w in weights]
     if any(w <= 0 for w in exact_weights):
         raise ValueError("every weight must be positive")
     weight_sum = sum(exact_weights, Fraction(0))

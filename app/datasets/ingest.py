@@ -209,7 +209,7 @@ def _names(names: list[str], limit: int = 20) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def _read_csv_header(source: Path, limits: IngestLimits) -> tuple[list[str], bool]:
+def read_csv_header(source: Path, limits: IngestLimits) -> tuple[list[str], bool]:
     """The header row's field names, and whether the file has anything after it."""
     max_header = (limits.max_columns + 1) * (limits.max_cell_bytes + 3)
     with open(source, "rb") as handle:
@@ -258,7 +258,7 @@ def _raise_cells(oversized: Counter[str], limit: int) -> None:
 def _csv_batches(
     source: Path, schema: TableSchema, limits: IngestLimits
 ) -> Iterator[pa.RecordBatch]:
-    header, more = _read_csv_header(source, limits)
+    header, more = read_csv_header(source, limits)
     _check_columns(header, schema, limits)
     if not more:
         return

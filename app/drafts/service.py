@@ -20,8 +20,8 @@ from app.datasets.ingest import (
     PARQUET_MAGIC,
     IngestLimits,
     UploadRejected,
-    _read_csv_header,
     check_parquet_footer,
+    read_csv_header,
     upload_read_plan,
 )
 from app.datasets.parquet_pages import ParquetRefused
@@ -68,7 +68,7 @@ def draft_for_upload(
     plan = _parquet_plan(path, settings) if is_parquet else None
     if not is_parquet:  # the header's width is checked before the draft reads any row
         limits = IngestLimits(settings.max_columns, settings.max_rows, settings.max_cell_bytes)
-        header, _ = _read_csv_header(path, limits)
+        header, _ = read_csv_header(path, limits)
         if len(header) > settings.max_columns:
             raise UploadRejected(422, f"the file has more than {settings.max_columns} columns")
     try:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from engine.accounting import RHO_QUANTUM as ACCOUNTING_RHO_QUANTUM
 from engine.columns.base import (
     SchemaError,
     check_flag,
@@ -314,7 +315,7 @@ def _numeric(entry: Mapping[str, Any], name: str, keys: set[str], allow_pending:
     return NumericColumn(name, tuple(float(e) for e in spaced), decimals=decimals, **flags)
 
 
-RHO_QUANTUM = Fraction(1, 10**12)  # the ledger records ρ in these units, δ in 1e-18
+RHO_QUANTUM = Fraction(ACCOUNTING_RHO_QUANTUM)  # the ledger records ρ in these units, δ in 1e-18
 DELTA_QUANTUM = Fraction(1, 10**18)
 
 

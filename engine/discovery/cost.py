@@ -4,20 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from fractions import Fraction
 from types import MappingProxyType
+
+from engine.accounting import exact_fraction
 
 JsonScalar = str | int | float | bool | None
 
 
-def exact_budget(value: Fraction | int | Decimal, name: str) -> Fraction:
-    """``value`` as an exact Fraction; floats (and bools) are refused so no rounding slips in."""
-    if isinstance(value, bool) or not isinstance(value, Fraction | int | Decimal):
-        raise TypeError(f"{name} must be a Fraction, int or Decimal, got {type(value).__name__}")
-    if isinstance(value, Decimal) and not value.is_finite():
-        raise ValueError(f"{name} must be finite")
-    return Fraction(value)
+# Exact budgets: floats (and bools) are refused so no rounding slips in (engine/accounting.py).
+exact_budget = exact_fraction
 
 
 @dataclass(frozen=True)

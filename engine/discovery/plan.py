@@ -312,24 +312,23 @@ def release(
             )
             edges[request.column] = bins
             charged.append((bins.cost.rho, Fraction(0)))
-        elif request.candidates is not None:
-            found = discover_from_candidates(
-                counts.values[request.column],
-                candidates=request.candidates,
-                max_categories=request.max_categories,
-                rho=allocation.rho,
-                source=source,
-            )
-            categories[request.column] = found
-            charged.append((found.cost.rho, found.cost.delta))
         else:
-            found = discover_open_set(
-                counts.values[request.column],
-                max_categories=request.max_categories,
-                rho=allocation.rho,
-                delta=allocation.delta,
-                source=source,
-            )
+            if request.candidates is not None:
+                found = discover_from_candidates(
+                    counts.values[request.column],
+                    candidates=request.candidates,
+                    max_categories=request.max_categories,
+                    rho=allocation.rho,
+                    source=source,
+                )
+            else:
+                found = discover_open_set(
+                    counts.values[request.column],
+                    max_categories=request.max_categories,
+                    rho=allocation.rho,
+                    delta=allocation.delta,
+                    source=source,
+                )
             categories[request.column] = found
             charged.append((found.cost.rho, found.cost.delta))
     result = Discovered(edges, categories, tuple(allocations))
