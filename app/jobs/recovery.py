@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
+
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.budget import service as budget_service
 from app.config import Settings
@@ -32,6 +35,7 @@ from app.jobs.limits import time_limit_error
 logger = logging.getLogger(__name__)
 
 SYSTEM_ACTOR = "system"
+_PAGE = 100
 
 
 @dataclass
@@ -44,13 +48,30 @@ class RecoveryReport:
     expired: list[uuid.UUID] = field(default_factory=list)
 
 
+def _expired_leases(factory: sessionmaker[Session]) -> Iterator[uuid.UUID]:
+    """Every running job whose lease had run out when the walk started, in pages.
+
+    Keyset paging by (lease end, id) from a fixed ``now``: each job is seen once, however many
+    leases expired (a single page left the rest for the next run, and a backlog of more than a
+    page could starve a job's recovery indefinitely).
+    """
+    now = utcnow()
+    after: tuple[datetime, uuid.UUID] | None = None
+    while True:
+        with transaction(factory) as session:
+            page = repository.expired_running(session, now, limit=_PAGE, after=after)
+        for _, job_id in page:
+            yield job_id
+        if len(page) < _PAGE:
+            return
+        after = page[-1]
+
+
 def recover_jobs(settings: Settings) -> RecoveryReport:
     factory = get_session_factory(settings.sqlalchemy_url)
     report = RecoveryReport()
 
-    with transaction(factory) as session:
-        candidates = repository.expired_running(session, utcnow())
-    for job_id in candidates:
+    for job_id in _expired_leases(factory):
         with transaction(factory) as session:
             outcome = repository.recover_expired(
                 session,

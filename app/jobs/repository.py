@@ -18,7 +18,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy import ColumnElement, func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, aliased
@@ -429,15 +429,24 @@ def finish(
     return row is not None
 
 
-def expired_running(session: Session, now: datetime, limit: int = 100) -> list[uuid.UUID]:
-    return list(
-        session.scalars(
-            select(Job.id)
-            .where(Job.status == "running", Job.lease_expires_at < now)
-            .order_by(Job.lease_expires_at)
-            .limit(limit)
-        )
+def expired_running(
+    session: Session,
+    now: datetime,
+    limit: int = 100,
+    after: tuple[datetime, uuid.UUID] | None = None,
+) -> list[tuple[datetime, uuid.UUID]]:
+    """Running jobs whose lease ran out, oldest lease first, as (lease end, id) keys.
+
+    ``after`` is the last key of the previous page (keyset paging), so a caller walks every
+    expired lease, however many there are, in pages of ``limit``.
+    """
+    query = select(Job.lease_expires_at, Job.id).where(
+        Job.status == "running", Job.lease_expires_at < now
     )
+    if after is not None:
+        query = query.where(tuple_(Job.lease_expires_at, Job.id) > tuple_(*after))
+    rows = session.execute(query.order_by(Job.lease_expires_at, Job.id).limit(limit))
+    return [(lease, job_id) for lease, job_id in rows if lease is not None]
 
 
 def recover_expired(

@@ -6,10 +6,12 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import update
 
 from app.db.base import utcnow
 from app.db.session import get_session_factory
+from app.jobs import recovery
 from app.jobs.execution import claim_and_charge
 from app.jobs.models import Job
 from app.jobs.recovery import recover_jobs
@@ -151,3 +153,28 @@ def test_lost_attempt_before_its_deadline_is_retried(
     claim = claim_and_charge(factory, api_stack.settings, uuid.UUID(job_id))
     assert claim is not None and claim.attempt == 2
     assert _kinds(tenant, dataset["id"]) == ["grant", "reserve", "spend"]
+
+
+def test_every_expired_lease_is_recovered_however_long_the_backlog(
+    api_stack: Stack,
+    tenant: Tenant,
+    people_csv: bytes,
+    people_schema: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Pages of two: five lost jobs (plus whatever other tests left expired in this database)
+    # take several pages. One page per pass once left a job behind a backlog indefinitely.
+    monkeypatch.setattr(recovery, "_PAGE", 2)
+    dataset = create_dataset(tenant.owner, people_csv, people_schema)
+    factory = get_session_factory(api_stack.settings.sqlalchemy_url)
+    lost = []
+    for _ in range(5):
+        job_id = submit(tenant.analyst, dataset["id"], rho="0.1").json()["id"]
+        assert claim_and_charge(factory, api_stack.settings, uuid.UUID(job_id)) is not None
+        _set(api_stack, job_id, lease_expires_at=utcnow() - timedelta(seconds=1))
+        lost.append(uuid.UUID(job_id))
+    report = recover_jobs(api_stack.settings)
+    assert set(lost) <= set(report.requeued)
+    assert len(report.requeued) == len(set(report.requeued)), "each job is recovered once"
+    for job_id in lost:
+        assert tenant.analyst.get(f"/v1/jobs/{job_id}").json()["status"] == "queued"
