@@ -59,6 +59,8 @@ class Settings(BaseSettings):
 
     # Limits on releases.
     max_output_rows: int = Field(default=10_000_000, ge=1)
+    # Derived samples (free re-sampling) queued or running per tenant at once.
+    tenant_max_live_samples: int = Field(default=20, ge=1)
     # ≤ 9e6: SQLite keeps ρ as int64 counts of 1e-12 (app.db.types.MAX_STORABLE_RHO).
     max_budget_rho: int = Field(default=1_000_000, ge=1, le=9_000_000)
 

@@ -22,6 +22,8 @@ from app.datasets.endpoints import router as datasets_router
 from app.db.session import get_health_engine
 from app.drafts.endpoints import router as drafts_router
 from app.jobs.endpoints import router as jobs_router
+from app.reports.endpoints import router as reports_router
+from app.samples.endpoints import router as samples_router
 
 logger = logging.getLogger(__name__)
 HEALTH_DEADLINE_SECONDS = 1.0
@@ -64,6 +66,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(datasets_router)
     app.include_router(drafts_router)
     app.include_router(jobs_router)
+    app.include_router(reports_router)
+    app.include_router(samples_router)
     app.include_router(auth_router)
 
     def body_limit(scope: Scope) -> int:

@@ -60,8 +60,22 @@ def dataset_prefix(dataset_id: uuid.UUID) -> str:
     return f"datasets/{dataset_id}"
 
 
+def job_attempt_prefix(job_id: uuid.UUID, attempt: int) -> str:
+    """Where an attempt's artefacts live (app/reports/artefacts.py): its output's key without
+    ``.parquet``, so the published output names its artefacts' directory too."""
+    return f"outputs/{job_id}/attempt-{attempt}"
+
+
 def job_output_key(job_id: uuid.UUID, attempt: int) -> str:
-    return f"outputs/{job_id}/attempt-{attempt}.parquet"
+    return f"{job_attempt_prefix(job_id, attempt)}.parquet"
+
+
+def sample_prefix(sample_id: uuid.UUID) -> str:
+    return f"samples/{sample_id}"
+
+
+def sample_output_key(sample_id: uuid.UUID, attempt: int) -> str:
+    return f"{sample_prefix(sample_id)}/attempt-{attempt}.parquet"
 
 
 def job_output_prefix(job_id: uuid.UUID) -> str:

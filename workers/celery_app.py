@@ -18,6 +18,7 @@ from celery import Celery
 from app.config import JOB_HARD_GRACE_SECONDS, JOB_SOFT_GRACE_SECONDS, Settings
 
 RUN_JOB_TASK = "rhosynth.run_job"
+RUN_SAMPLE_TASK = "rhosynth.run_sample"
 
 _lock = threading.Lock()
 _apps: dict[tuple[str, str, bool], Celery] = {}

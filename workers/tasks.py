@@ -16,7 +16,9 @@ from app.jobs.execution import execute_job
 from app.jobs.limits import effective_memory_limit_mb, record_enforced_memory_limit
 from app.jobs.recovery import recover_jobs
 from app.jobs.sweep import sweep_storage
-from workers.celery_app import RUN_JOB_TASK, get_celery_app
+from app.samples.execution import execute_sample
+from app.samples.recovery import recover_samples
+from workers.celery_app import RUN_JOB_TASK, RUN_SAMPLE_TASK, get_celery_app
 from workers.limits import apply_memory_limit
 
 logger = logging.getLogger(__name__)
@@ -33,6 +35,14 @@ def run_job(job_id: str) -> str:
     """Run one attempt of a job. Returns the outcome; safe to deliver any number of times."""
     outcome = execute_job(get_settings(), uuid.UUID(job_id))
     return outcome.status
+
+
+@celery_app.task(
+    name=RUN_SAMPLE_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True
+)
+def run_sample(sample_id: str) -> str:
+    """Draw one derived sample from a job's model (no privacy cost). Safe to deliver again."""
+    return execute_sample(get_settings(), uuid.UUID(sample_id))
 
 
 @worker_init.connect
@@ -73,6 +83,10 @@ def _recovery_loop() -> None:
             recover_jobs(settings)
         except Exception:
             logger.exception("job recovery pass failed")
+        try:
+            recover_samples(settings)
+        except Exception:
+            logger.exception("sample recovery pass failed")
         if time.monotonic() >= next_sweep:
             next_sweep = time.monotonic() + settings.storage_sweep_interval_seconds
             try:

@@ -27,7 +27,8 @@ from app.datasets.schemas import BudgetOut, ColumnOut, DatasetOut
 from app.db.base import utcnow
 from app.db.session import after_commit
 from app.jobs import service as job_service
-from app.storage import Storage, dataset_prefix, dataset_table_key
+from app.samples import repository as sample_repository
+from app.storage import Storage, dataset_prefix, dataset_table_key, sample_prefix
 from engine.encoding import (
     SchemaError,
     SchemaLimits,
@@ -334,10 +335,14 @@ def delete_dataset(
     job_ids = job_service.stop_jobs_for_deleted_dataset(session, dataset_id, principal.actor)
     session.flush()
 
+    sample_ids = sample_repository.ids_for_dataset(session, dataset_id)
+
     def erase() -> None:
         storage.delete_tree(dataset_prefix(dataset_id))
         for job_id in job_ids:
             job_service.erase_outputs(storage, job_id)
+        for sample_id in sample_ids:
+            storage.delete_tree(sample_prefix(sample_id))
 
     after_commit(session, erase)
     return dataset

@@ -5,5 +5,6 @@ from app.budget import models as budget_models
 from app.datasets import models as dataset_models
 from app.db.base import Base
 from app.jobs import models as job_models
+from app.samples import models as sample_models
 
-__all__ = ["Base", "auth_models", "budget_models", "dataset_models", "job_models"]
+__all__ = ["Base", "auth_models", "budget_models", "dataset_models", "job_models", "sample_models"]

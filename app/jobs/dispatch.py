@@ -26,15 +26,18 @@ logger = logging.getLogger(__name__)
 DOORBELL_CAPACITY = 100_000
 
 
-def enqueue_job(settings: Settings, job_id: uuid.UUID) -> bool:
-    """Send the job's message now, in this thread (the recovery loop; tests). False on failure."""
+def enqueue_job(settings: Settings, job_id: uuid.UUID, task: str = RUN_JOB_TASK) -> bool:
+    """Send the job's message now, in this thread (the recovery loop; tests). False on failure.
+
+    ``task`` is the Celery task (a job, or a derived sample: ``RUN_SAMPLE_TASK``)."""
     try:
         get_celery_app(settings, publisher=True).send_task(
-            RUN_JOB_TASK, args=[str(job_id)], queue=settings.queue
+            task, args=[str(job_id)], queue=settings.queue
         )
     except Exception as error:
         logger.warning(
-            "could not enqueue job %s (%s: %s); the recovery loop will resend it",
+            "could not enqueue %s %s (%s: %s); the recovery loop will resend it",
+            task,
             job_id,
             type(error).__name__,
             error,
@@ -98,17 +101,18 @@ class Doorbell:
 
 
 _lock = threading.Lock()
-_doorbells: dict[tuple[str, str], Doorbell] = {}
+_doorbells: dict[tuple[str, str, str], Doorbell] = {}
 
 
-def ring(settings: Settings, job_id: uuid.UUID) -> None:
-    """Tell the workers about a committed job without waiting for the broker (the API's path)."""
-    key = (settings.celery_broker_url, settings.queue)
+def ring(settings: Settings, job_id: uuid.UUID, task: str = RUN_JOB_TASK) -> None:
+    """Tell the workers about a committed job (or sample, with its ``task``) without waiting
+    for the broker (the API's path)."""
+    key = (settings.celery_broker_url, settings.queue, task)
     with _lock:
         doorbell = _doorbells.get(key)
         if doorbell is None:
             doorbell = Doorbell(
-                lambda job: enqueue_job(settings, job),
+                lambda job: enqueue_job(settings, job, task),
                 pause_seconds=settings.broker_publish_timeout_seconds,
             )
             _doorbells[key] = doorbell

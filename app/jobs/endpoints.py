@@ -173,7 +173,12 @@ def list_methods(principal: AnalystKey) -> MethodList:
     """The synthesis methods and the JSON schema of each one's params."""
     return MethodList(
         items=[
-            MethodOut(name=m.name, description=m.description, params_schema=m.params_schema())
+            MethodOut(
+                name=m.name,
+                description=m.description,
+                params_schema=m.params_schema(),
+                resamplable=m.resamplable,
+            )
             for m in MECHANISMS.values()
         ]
     )

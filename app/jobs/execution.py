@@ -28,6 +28,7 @@ from fractions import Fraction
 
 import numpy as np
 import pyarrow.parquet as pq
+from engine.release.from_result import record_from_result
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.budget import service as budget_service
@@ -47,6 +48,7 @@ from app.jobs.limits import (
 from app.jobs.progress import PHASES, ProgressPoint, engine_point
 from app.jobs.repository import Claim
 from app.jobs.resources import output_rows_limit
+from app.reports.artefacts import ArtefactWriter, write_owner_report, write_release_artefacts
 from app.storage import Storage, job_output_key
 from engine.domain import Dataset as EngineDataset
 from engine.encoding import TableSchema
@@ -309,10 +311,11 @@ def _run_attempt(
     job_id = claim.job_id
     storage = Storage(settings.resolved_storage_dir)
     output_key = job_output_key(job_id, claim.attempt)
+    writer = ArtefactWriter(storage, job_id, claim.attempt)
     with _Lease(factory, settings, claim) as lease:
         progress = _Progress(factory, settings, claim, lease)
         try:
-            rows = _synthesize(factory, settings, storage, claim, progress, output_key)
+            rows = _synthesize(factory, settings, storage, claim, progress, output_key, writer)
             with transaction(factory) as session:
                 published = repository.complete(
                     session,
@@ -320,26 +323,27 @@ def _run_attempt(
                     claim.attempt,
                     output_key=output_key,
                     output_rows=rows,
+                    artefacts=writer.written,
                     now=utcnow(),
                 )
             if published:
                 logger.info("job %s attempt %d succeeded", job_id, claim.attempt)
                 return AttemptOutcome(job_id, "succeeded")
-            storage.delete(output_key)
+            _discard(storage, output_key, writer)
             return _finish_unpublished(factory, claim)
         except SynthesisCancelled:
-            storage.delete(output_key)
+            _discard(storage, output_key, writer)
             _finish(factory, claim, "cancelled", None)
             logger.info("job %s cancelled during attempt %d", job_id, claim.attempt)
             return AttemptOutcome(job_id, "cancelled")
         except LostOwnership:
-            storage.delete(output_key)
+            _discard(storage, output_key, writer)
             logger.warning(
                 "job %s attempt %d lost its lease; another attempt owns it", job_id, claim.attempt
             )
             return AttemptOutcome(job_id, "lost")
         except Exception as error:
-            storage.delete(output_key)
+            _discard(storage, output_key, writer)
             # Logged in full for the operator; the job record gets no data-derived text.
             reason: str
             if caused_by_memory_error(error):
@@ -375,6 +379,12 @@ def _run_attempt(
         gc.collect()
         _finish_failed(factory, claim, reason)
         return AttemptOutcome(job_id, "failed")
+
+
+def _discard(storage: Storage, output_key: str, writer: ArtefactWriter) -> None:
+    """Remove what an attempt that will not publish wrote (the sweep removes what this misses)."""
+    storage.delete(output_key)
+    writer.delete_all()
 
 
 def _ring_for_capped_jobs(factory: sessionmaker[Session], settings: Settings) -> None:
@@ -434,6 +444,7 @@ def _synthesize(
     claim: Claim,
     progress: _Progress,
     output_key: str,
+    writer: ArtefactWriter,
 ) -> int:
     with transaction(factory) as session:
         dataset = dataset_repository.get(session, claim.dataset_id)
@@ -480,4 +491,24 @@ def _synthesize(
         storage.put(temp, output_key)
     finally:
         temp.unlink(missing_ok=True)
+    del frame
+
+    # The release's artefacts: post-processing of what was released, then the owner tier, which
+    # reads the real table again (owner keys only; app/reports/artefacts.py).
+    progress.phase("report")
+    title = f"rhosynth release {claim.job_id} ({claim.method}, ρ = {claim.rho})"
+    record = record_from_result(
+        result, schema.domain(), mechanism.name, params, Fraction(claim.rho)
+    )
+    write_release_artefacts(writer, schema, record, result.model, synthetic, title)
+    del record, result
+    # Subsampling and the holdout split of the owner tier: post-processing, owners only.
+    write_owner_report(
+        writer,
+        schema,
+        lambda: read_encoded_table(storage.path(table_key), schema),
+        synthetic,
+        np.random.default_rng(claim.seed),
+        title,
+    )
     return int(synthetic.shape[0])

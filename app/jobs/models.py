@@ -84,6 +84,9 @@ class Job(Base):
 
     output_key: Mapped[str | None] = mapped_column(String(500), default=None)
     output_rows: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    # Names of the artefacts published with the output (app/reports/artefacts.py), stored under
+    # the published attempt's artefact prefix; None for jobs that succeeded before they existed.
+    artefacts: Mapped[list[str] | None] = mapped_column(JSON, default=None)
 
 
 class IdempotencyKey(Base):

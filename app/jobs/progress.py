@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from engine.mechanisms import get_mechanism
 
-ENGINE_SHARE = 0.95  # of the progress bar; the rest is decoding and writing the output
+ENGINE_SHARE = 0.95  # of the progress bar; the rest is the output and the release's artefacts
 
 
 class ProgressPoint(NamedTuple):
@@ -29,7 +29,11 @@ QUEUED = ProgressPoint(0.0, "queued")
 STARTING = ProgressPoint(0.0, "starting")
 DONE = ProgressPoint(1.0, "done")
 # The service's phases inside an attempt, around the engine's milestones.
-PHASES = {"load": ProgressPoint(0.0, "load"), "write": ProgressPoint(ENGINE_SHARE, "write")}
+PHASES = {
+    "load": ProgressPoint(0.0, "load"),
+    "write": ProgressPoint(ENGINE_SHARE, "write"),
+    "report": ProgressPoint(0.97, "report"),
+}
 # Owner-only detail of a job whose lost attempt was put back in the queue.
 REQUEUED_DETAIL = ProgressPoint(0.0, "requeued")
 
@@ -51,5 +55,6 @@ def public_schedule(method: str) -> tuple[ProgressPoint, ...]:
         PHASES["load"],
         *(engine_point(m.fraction, m.stage) for m in milestones),
         PHASES["write"],
+        PHASES["report"],
         DONE,
     )

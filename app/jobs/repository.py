@@ -13,6 +13,7 @@ per message; a message that finds nothing claimable does nothing.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -377,8 +378,10 @@ def complete(
     output_key: str,
     output_rows: int,
     now: datetime,
+    artefacts: Sequence[str] = (),
 ) -> bool:
-    """Publish the output, only if this attempt still owns the job and no cancel arrived."""
+    """Publish the output and the names of its artefacts, only if this attempt still owns the
+    job and no cancel arrived."""
     row = session.execute(
         update(Job)
         .where(
@@ -391,6 +394,7 @@ def complete(
             status="succeeded",
             output_key=output_key,
             output_rows=output_rows,
+            artefacts=list(artefacts),
             finished_at=now,
             lease_expires_at=None,
             progress_fraction=DONE.fraction,

@@ -114,6 +114,11 @@ class JobOut(BaseModel):
     finished_at: datetime | None
     error: str | None
     output_rows: int | None
+    artefacts: list[str] = Field(
+        default_factory=list,
+        description="the release's artefacts, published with its output (GET .../report, "
+        ".../measurements; the owner-tier report names are listed to owner keys only)",
+    )
 
 
 class JobList(BaseModel):
@@ -125,6 +130,10 @@ class MethodOut(BaseModel):
     name: str
     description: str
     params_schema: dict[str, Any]
+    resamplable: bool = Field(
+        description="whether a succeeded job keeps a fitted model that more rows can be drawn "
+        "from for free (POST /v1/jobs/{id}/samples)"
+    )
 
 
 class MethodList(BaseModel):

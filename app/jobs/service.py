@@ -28,6 +28,7 @@ from app.jobs import dispatch, repository
 from app.jobs.models import TERMINAL_STATUSES, Job
 from app.jobs.resources import ResourcesExceeded, check_resources
 from app.jobs.schemas import EpsilonDeltaBudgetIn, JobOut, JobRequest, ProgressOut
+from app.reports.names import visible
 from app.storage import Storage, job_output_prefix
 from engine.accounting import rho_from_epsilon_delta
 from engine.encoding import TableSchema
@@ -300,4 +301,5 @@ def job_out(job: Job, principal: Principal) -> JobOut:
         finished_at=job.finished_at if exact else _coarse(job.finished_at),
         error=job.error,
         output_rows=job.output_rows,
+        artefacts=visible(job.artefacts, owner=principal.is_owner),
     )

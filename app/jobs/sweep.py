@@ -91,7 +91,12 @@ def sweep_storage(settings: Settings, *, grace_seconds: float | None = None) -> 
             if job is None or job.deleted_at is not None:
                 keep = False
             elif job.status in TERMINAL_STATUSES:
-                keep = relative == job.output_key
+                # The published output and its attempt's artefacts (``attempt-<n>/``).
+                published = job.output_key
+                keep = published is not None and relative in (
+                    published,
+                    published.removesuffix(".parquet"),
+                )
             else:
                 keep = True  # a live attempt may still publish it
             if not keep and _age(output) > grace:

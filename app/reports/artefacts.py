@@ -1,0 +1,151 @@
+"""The artefacts a job attempt writes next to its output, and who may read each.
+
+An attempt writes them under ``outputs/<job>/attempt-<n>/`` before it publishes; the names of
+those that were written are published with the output in the same guarded UPDATE
+(``jobs.artefacts``), so an analyst never sees an artefact of an attempt that did not publish.
+
+Release artefacts (every key of the tenant) are built from the release alone: the record of the
+noisy measurements, the fitted model, the synthetic rows. They are DP post-processing and cost
+nothing. The owner tier of the report compares the release with the real table: it is built in
+the worker, stored under its own names and served to owner keys only (privacy rule 7).
+
+A release artefact that cannot be built (a bug) is left out and logged; the release itself is
+still published. What is left out depends only on the release (and, for the owner tier, which
+analysts never see listed, on the real table).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow.parquet as pq
+from engine.release.model import FittedModel
+from engine.reports.html import render_html
+from engine.reports.owner import build_owner_report
+from engine.reports.release import build_release_report
+
+from app.reports.names import (
+    MEASUREMENTS_JSON,
+    MEASUREMENTS_PARQUET,
+    MODEL,
+    OWNER_HTML,
+    OWNER_JSON,
+    RECORD,
+    RELEASE_HTML,
+    RELEASE_JSON,
+    artefact_key,
+)
+from app.storage import Storage, job_attempt_prefix
+from engine.encoding import TableSchema
+from engine.release.record import ReleaseRecord
+from engine.release.tables import TooLarge, measurements_arrow, measurements_json
+
+logger = logging.getLogger(__name__)
+
+
+class ArtefactWriter:
+    """Writes one attempt's artefacts; each goes to a temporary file, then into place."""
+
+    def __init__(self, storage: Storage, job_id: uuid.UUID, attempt: int) -> None:
+        self._storage = storage
+        self._job_id = job_id
+        self._attempt = attempt
+        self.written: list[str] = []
+
+    def put_file(self, name: str, write: Callable[[Any], None], suffix: str) -> None:
+        temp = self._storage.temp_path(suffix)
+        try:
+            write(temp)
+            self._storage.put(temp, artefact_key(self._job_id, self._attempt, name))
+        finally:
+            temp.unlink(missing_ok=True)
+        self.written.append(name)
+
+    def put_bytes(self, name: str, data: bytes) -> None:
+        self.put_file(name, lambda path: path.write_bytes(data), ".bin")
+
+    def put_text(self, name: str, text: str) -> None:
+        self.put_file(name, lambda path: path.write_text(text, encoding="utf-8"), ".txt")
+
+    def put_json(self, name: str, value: Any) -> None:
+        self.put_text(name, json.dumps(value, allow_nan=False, separators=(",", ":")))
+
+    def attempt(self, what: str, build: Callable[[], None]) -> bool:
+        """Run ``build``; a failure is logged for the operator and leaves the artefact out."""
+        try:
+            build()
+        except MemoryError:
+            raise
+        except Exception:
+            logger.exception(
+                "job %s attempt %d: could not build the %s", self._job_id, self._attempt, what
+            )
+            return False
+        return True
+
+    def delete_all(self) -> None:
+        self._storage.delete_tree(job_attempt_prefix(self._job_id, self._attempt))
+
+
+def write_release_artefacts(
+    writer: ArtefactWriter,
+    schema: TableSchema,
+    record: ReleaseRecord,
+    model: FittedModel | None,
+    synthetic: npt.NDArray[np.int64],
+    title: str,
+) -> None:
+    """The record, the model, the measurements as tables and the release tier of the report."""
+    writer.put_bytes(RECORD, record.to_bytes())
+    if model is not None:
+        writer.attempt("fitted model", lambda: writer.put_bytes(MODEL, model.to_bytes()))
+
+    def measurements() -> None:
+        table = measurements_arrow(record, schema)
+        writer.put_file(
+            MEASUREMENTS_PARQUET,
+            lambda path: pq.write_table(table, path, compression="zstd"),
+            ".parquet",
+        )
+        try:
+            writer.put_json(MEASUREMENTS_JSON, measurements_json(record, schema))
+        except TooLarge:
+            logger.info("job measurements too large for JSON; Parquet only")
+
+    writer.attempt("measurements", measurements)
+
+    def report() -> None:
+        built = build_release_report(
+            schema,
+            record,
+            synthetic,
+            model_marginal=model.marginal if model is not None else None,
+        )
+        writer.put_json(RELEASE_JSON, built)
+        writer.put_text(RELEASE_HTML, render_html(built, title=title))
+
+    writer.attempt("release report", report)
+
+
+def write_owner_report(
+    writer: ArtefactWriter,
+    schema: TableSchema,
+    load_real: Callable[[], npt.NDArray[np.int64]],
+    synthetic: npt.NDArray[np.int64],
+    rng: np.random.Generator,
+    title: str,
+) -> None:
+    """The owner tier: real against synthetic (reads the real table; owner keys only)."""
+
+    def report() -> None:
+        built = build_owner_report(schema, load_real(), synthetic, rng=rng)
+        writer.put_json(OWNER_JSON, built)
+        writer.put_text(OWNER_HTML, render_html(built, title=title))
+
+    writer.attempt("owner report", report)

@@ -1,0 +1,108 @@
+"""Running one attempt of a derived sample in a worker: claim, load the model, draw, publish.
+
+A sample reads no data: only the job's published model (a DP output) and the public schema. So
+unlike a job it has no charge, and a lost attempt is simply retried (the recovery loop puts it
+back in the queue); the same seed draws the same rows, whichever attempt publishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+import numpy as np
+import pyarrow.parquet as pq
+from engine.release.model import FittedModel
+
+from app.config import JOB_SOFT_GRACE_SECONDS, Settings
+from app.datasets import repository as dataset_repository
+from app.db.base import utcnow
+from app.db.session import get_session_factory, transaction
+from app.jobs import repository as job_repository
+from app.reports.names import MODEL, artefact_key
+from app.samples import repository
+from app.storage import Storage, sample_output_key
+from engine.encoding import TableSchema
+
+logger = logging.getLogger(__name__)
+
+SAMPLE_FAILED = (
+    "the sample could not be drawn (the operator's logs have the details); it cost nothing"
+)
+SAMPLE_GONE = "the release was erased with its dataset"
+
+
+@dataclass(frozen=True)
+class _Claimed:
+    sample_id: uuid.UUID
+    attempt: int
+    rows: int
+    seed: int
+    model_key: str
+    schema: TableSchema | None  # None: the dataset was erased
+
+
+def execute_sample(settings: Settings, sample_id: uuid.UUID) -> str:
+    """Answer one message for ``sample_id``. Returns the outcome; safe to deliver many times."""
+    factory = get_session_factory(settings.sqlalchemy_url)
+    storage = Storage(settings.resolved_storage_dir)
+    now = utcnow()
+    lease = timedelta(seconds=settings.job_time_limit_seconds + JOB_SOFT_GRACE_SECONDS)
+    with transaction(factory) as session:
+        sample = repository.claim(session, sample_id, now=now, lease_until=now + lease)
+        if sample is None:
+            return "skipped"
+        job = job_repository.get(session, sample.job_id)
+        dataset = dataset_repository.get(session, sample.dataset_id)
+        assert job is not None  # a sample is created for an existing job (foreign key)
+        erased = dataset is None or dataset.deleted_at is not None
+        claimed = _Claimed(
+            sample_id=sample.id,
+            attempt=sample.attempt,
+            rows=sample.rows,
+            seed=sample.seed,
+            model_key=artefact_key(job.id, job.attempt, MODEL),
+            schema=None if erased or dataset is None else TableSchema.from_json(dataset.schema),
+        )
+    if claimed.schema is None:
+        with transaction(factory) as session:
+            repository.fail(session, sample_id, claimed.attempt, error=SAMPLE_GONE, now=utcnow())
+        return "failed"
+    output_key = sample_output_key(sample_id, claimed.attempt)
+    try:
+        rows = _draw(storage, claimed, claimed.schema, output_key)
+        with transaction(factory) as session:
+            published = repository.complete(
+                session,
+                sample_id,
+                claimed.attempt,
+                output_key=output_key,
+                output_rows=rows,
+                now=utcnow(),
+            )
+        if not published:
+            storage.delete(output_key)
+            return "lost"
+        return "succeeded"
+    except Exception:
+        logger.exception("sample %s attempt %d failed", sample_id, claimed.attempt)
+        storage.delete(output_key)
+        with transaction(factory) as session:
+            repository.fail(session, sample_id, claimed.attempt, error=SAMPLE_FAILED, now=utcnow())
+        return "failed"
+
+
+def _draw(storage: Storage, claimed: _Claimed, schema: TableSchema, output_key: str) -> int:
+    model = FittedModel.from_bytes(storage.path(claimed.model_key).read_bytes())
+    rng = np.random.default_rng(claimed.seed)  # post-processing only; no DP noise is drawn here
+    codes = model.sample(claimed.rows, rng)
+    frame = schema.decode(codes, rng)
+    temp = storage.temp_path(".parquet")
+    try:
+        pq.write_table(schema.to_arrow(frame), temp, compression="zstd")
+        storage.put(temp, output_key)
+    finally:
+        temp.unlink(missing_ok=True)
+    return int(codes.shape[0])

@@ -1,0 +1,50 @@
+"""Recovering derived samples whose worker or message was lost (run with the jobs' recovery)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from app.config import Settings
+from app.db.base import utcnow
+from app.db.session import get_session_factory, transaction
+from app.jobs import dispatch
+from app.samples import repository
+from workers.celery_app import RUN_SAMPLE_TASK
+
+SAMPLE_LOST = "the sample's worker stopped responding on every attempt; it cost nothing"
+_PAGE = 100
+
+
+def recover_samples(settings: Settings) -> list[uuid.UUID]:
+    """Requeue (or fail, after ``job_max_attempts``) samples whose lease ran out, and resend the
+    messages of samples queued too long. Returns the samples whose message was sent."""
+    factory = get_session_factory(settings.sqlalchemy_url)
+    sent: list[uuid.UUID] = []
+    while True:
+        with transaction(factory) as session:
+            expired = repository.expired_running(session, utcnow(), _PAGE)
+        for sample_id in expired:
+            with transaction(factory) as session:
+                outcome = repository.recover_expired(
+                    session,
+                    sample_id,
+                    now=utcnow(),
+                    max_attempts=settings.job_max_attempts,
+                    error=SAMPLE_LOST,
+                )
+            if outcome == "requeued":
+                dispatch.enqueue_job(settings, sample_id, RUN_SAMPLE_TASK)
+                sent.append(sample_id)
+        # Each recovered sample leaves the expired set, so this ends.
+        if len(expired) < _PAGE:
+            break
+    with transaction(factory) as session:
+        now = utcnow()
+        stale = repository.touch_stale_queued(
+            session, now=now, older_than=now - timedelta(seconds=settings.requeue_after_seconds)
+        )
+    for sample_id in stale:
+        dispatch.enqueue_job(settings, sample_id, RUN_SAMPLE_TASK)
+        sent.append(sample_id)
+    return sent

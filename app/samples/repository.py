@@ -1,0 +1,159 @@
+"""All SQL of derived samples. Every state change is a guarded UPDATE on the sample's status and
+attempt, so two workers (or a worker and the recovery loop) can never both own an attempt."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from app.samples.models import Sample
+
+
+def add(session: Session, sample: Sample) -> Sample:
+    session.add(sample)
+    session.flush()
+    return sample
+
+
+def get_for_tenant(session: Session, sample_id: uuid.UUID, tenant_id: uuid.UUID) -> Sample | None:
+    return session.scalars(
+        select(Sample).where(Sample.id == sample_id, Sample.tenant_id == tenant_id)
+    ).one_or_none()
+
+
+def get(session: Session, sample_id: uuid.UUID) -> Sample | None:
+    return session.get(Sample, sample_id)
+
+
+def list_for_job(session: Session, job_id: uuid.UUID, *, limit: int, offset: int) -> list[Sample]:
+    return list(
+        session.scalars(
+            select(Sample)
+            .where(Sample.job_id == job_id)
+            .order_by(Sample.created_at, Sample.id)
+            .limit(limit)
+            .offset(offset)
+        )
+    )
+
+
+def count_live(session: Session, tenant_id: uuid.UUID) -> int:
+    return int(
+        session.scalar(
+            select(func.count())
+            .select_from(Sample)
+            .where(Sample.tenant_id == tenant_id, Sample.status.in_(("queued", "running")))
+        )
+        or 0
+    )
+
+
+def claim(
+    session: Session, sample_id: uuid.UUID, *, now: datetime, lease_until: datetime
+) -> Sample | None:
+    """queued → running with the next attempt; None if it is not queued (claimed elsewhere)."""
+    claimed = session.execute(
+        update(Sample)
+        .where(Sample.id == sample_id, Sample.status == "queued")
+        .values(
+            status="running",
+            attempt=Sample.attempt + 1,
+            started_at=now,
+            lease_expires_at=lease_until,
+        )
+        .returning(Sample.id)
+    ).one_or_none()
+    return None if claimed is None else session.get(Sample, sample_id, populate_existing=True)
+
+
+def complete(
+    session: Session,
+    sample_id: uuid.UUID,
+    attempt: int,
+    *,
+    output_key: str,
+    output_rows: int,
+    now: datetime,
+) -> bool:
+    """Publish a sample's rows, only if this attempt still owns it."""
+    row = session.execute(
+        update(Sample)
+        .where(Sample.id == sample_id, Sample.attempt == attempt, Sample.status == "running")
+        .values(
+            status="succeeded",
+            output_key=output_key,
+            output_rows=output_rows,
+            finished_at=now,
+            lease_expires_at=None,
+        )
+        .returning(Sample.id)
+    ).one_or_none()
+    return row is not None
+
+
+def fail(
+    session: Session, sample_id: uuid.UUID, attempt: int, *, error: str, now: datetime
+) -> None:
+    session.execute(
+        update(Sample)
+        .where(Sample.id == sample_id, Sample.attempt == attempt, Sample.status == "running")
+        .values(status="failed", error=error, finished_at=now, lease_expires_at=None)
+    )
+
+
+def expired_running(session: Session, now: datetime, limit: int) -> list[uuid.UUID]:
+    return list(
+        session.scalars(
+            select(Sample.id)
+            .where(Sample.status == "running", Sample.lease_expires_at < now)
+            .order_by(Sample.lease_expires_at, Sample.id)
+            .limit(limit)
+        )
+    )
+
+
+def recover_expired(
+    session: Session, sample_id: uuid.UUID, *, now: datetime, max_attempts: int, error: str
+) -> str | None:
+    """A running sample whose worker vanished: back to the queue, or failed after
+    ``max_attempts`` attempts. Re-sampling releases nothing new, so a retry is harmless."""
+    base = (Sample.id == sample_id, Sample.status == "running", Sample.lease_expires_at < now)
+    failed = session.execute(
+        update(Sample)
+        .where(*base, Sample.attempt >= max_attempts)
+        .values(status="failed", error=error, finished_at=now, lease_expires_at=None)
+        .returning(Sample.id)
+    ).one_or_none()
+    if failed is not None:
+        return "failed"
+    requeued = session.execute(
+        update(Sample)
+        .where(*base)
+        .values(status="queued", lease_expires_at=None, enqueued_at=now)
+        .returning(Sample.id)
+    ).one_or_none()
+    return None if requeued is None else "requeued"
+
+
+def touch_stale_queued(session: Session, *, now: datetime, older_than: datetime) -> list[uuid.UUID]:
+    """Queued samples whose message may be lost: stamp them and return them for a resend."""
+    stale = list(
+        session.scalars(
+            select(Sample.id)
+            .where(
+                Sample.status == "queued",
+                func.coalesce(Sample.enqueued_at, Sample.created_at) < older_than,
+            )
+            .limit(1000)
+        )
+    )
+    if stale:
+        session.execute(update(Sample).where(Sample.id.in_(stale)).values(enqueued_at=now))
+    return stale
+
+
+def ids_for_dataset(session: Session, dataset_id: uuid.UUID) -> list[uuid.UUID]:
+    return list(session.scalars(select(Sample.id).where(Sample.dataset_id == dataset_id)))

@@ -1,0 +1,145 @@
+"""Rules of derived samples: drawing more rows from a succeeded job's fitted model.
+
+Privacy. The model was published with the job (it holds only what the mechanism released and
+public information), so drawing rows from it is post-processing: a sample has no ρ, reserves
+nothing and writes no ledger entry, and nothing here imports the budget. Every refusal below is
+decided from public information (the job's method, params, status and the declared domain).
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from app.auth.service import Principal
+from app.config import Settings
+from app.datasets import repository as dataset_repository
+from app.db.base import utcnow
+from app.db.session import after_commit
+from app.jobs import dispatch
+from app.jobs import service as job_service
+from app.jobs.resources import output_rows_limit
+from app.reports.names import MODEL
+from app.samples import repository
+from app.samples.models import Sample
+from app.samples.schemas import SampleOut, SampleRequest
+from app.storage import Storage
+from engine.encoding import TableSchema
+from engine.mechanisms import get_mechanism
+from workers.celery_app import RUN_SAMPLE_TASK
+
+
+class SampleNotFound(Exception):
+    pass
+
+
+class InvalidSample(Exception):
+    """The request cannot be met (public message, 422)."""
+
+
+class TooManySamples(Exception):
+    """The tenant already has its limit of samples queued or running (429)."""
+
+
+def create_sample(
+    session: Session,
+    settings: Settings,
+    principal: Principal,
+    job_id: uuid.UUID,
+    request: SampleRequest,
+) -> Sample:
+    """Queue a derived sample of a succeeded job; its message is sent after the commit."""
+    job = job_service.get_job(session, principal, job_id)
+    if job.status != "succeeded":
+        raise job_service.JobConflict(
+            f"only a succeeded job can be re-sampled (status: {job.status})"
+        )
+    mechanism = get_mechanism(job.method)
+    if not mechanism.resamplable:
+        raise InvalidSample(
+            f"{job.method!r} keeps no reusable model (GET /v1/methods says which methods do)"
+        )
+    if MODEL not in (job.artefacts or []):
+        raise InvalidSample("this release has no saved model (it predates saved models)")
+    dataset = dataset_repository.get(session, job.dataset_id)
+    if dataset is None or dataset.deleted_at is not None:
+        raise job_service.OutputGone(job_id)
+    rows = request.rows if request.rows is not None else job.output_rows
+    if rows is None or rows < 1:
+        raise InvalidSample("give rows: the job's output has no rows to match")
+    domain = TableSchema.from_json(dataset.schema).domain()
+    params = mechanism.validate_params(job.params)
+    limit = output_rows_limit(settings, mechanism, domain, params)
+    if rows > limit:
+        raise InvalidSample(
+            f"rows = {rows} is above the limit of {limit} rows for {job.method!r} on this "
+            f"dataset (RHOSYNTH_MAX_OUTPUT_ROWS and the per-job memory limit)"
+        )
+    # Counted under no lock: a burst can pass the cap by a few; it bounds work, not privacy.
+    if repository.count_live(session, principal.tenant_id) >= settings.tenant_max_live_samples:
+        raise TooManySamples(settings.tenant_max_live_samples)
+    seed = request.seed if request.seed is not None else secrets.randbelow(2**53)
+    sample = repository.add(
+        session,
+        Sample(
+            tenant_id=principal.tenant_id,
+            dataset_id=job.dataset_id,
+            job_id=job.id,
+            rows=rows,
+            seed=seed,
+            status="queued",
+            attempt=0,
+            requested_by=principal.key_id,
+            created_at=utcnow(),
+            enqueued_at=utcnow(),
+        ),
+    )
+    sample_id = sample.id
+    after_commit(session, lambda: dispatch.ring(settings, sample_id, RUN_SAMPLE_TASK))
+    return sample
+
+
+def get_sample(session: Session, principal: Principal, sample_id: uuid.UUID) -> Sample:
+    sample = repository.get_for_tenant(session, sample_id, principal.tenant_id)
+    if sample is None:
+        raise SampleNotFound(sample_id)
+    return sample
+
+
+def list_samples(
+    session: Session, principal: Principal, job_id: uuid.UUID, *, limit: int, offset: int
+) -> list[Sample]:
+    job_service.get_job(session, principal, job_id)
+    return repository.list_for_job(session, job_id, limit=limit, offset=offset)
+
+
+def output_path(
+    session: Session, storage: Storage, principal: Principal, sample_id: uuid.UUID
+) -> tuple[Sample, Path]:
+    sample = get_sample(session, principal, sample_id)
+    if sample.status != "succeeded" or sample.output_key is None:
+        raise job_service.JobConflict(f"the sample has no output (status: {sample.status})")
+    dataset = dataset_repository.get(session, sample.dataset_id)
+    path = storage.path(sample.output_key)
+    if dataset is None or dataset.deleted_at is not None or not path.is_file():
+        raise job_service.OutputGone(sample_id)
+    return sample, path
+
+
+def sample_out(sample: Sample) -> SampleOut:
+    return SampleOut(
+        id=sample.id,
+        job_id=sample.job_id,
+        dataset_id=sample.dataset_id,
+        rows=sample.rows,
+        seed=sample.seed,
+        status=sample.status,
+        created_at=sample.created_at,
+        started_at=sample.started_at,
+        finished_at=sample.finished_at,
+        error=sample.error,
+        output_rows=sample.output_rows,
+    )
