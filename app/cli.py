@@ -1,5 +1,5 @@
 """The ``rhosynth`` command: serve the API, run workers, migrate, manage keys; and run the engine
-on local files (``synthesize``, ``evaluate``; see engine/cli.py).
+on local files (``synthesize``, ``evaluate``, ``report``; see engine/cli.py).
 
 Every command reads the same RHOSYNTH_* settings as the service. Without RHOSYNTH_DATABASE_URL
 they use the embedded defaults under RHOSYNTH_HOME (default ./var).
@@ -87,6 +87,11 @@ class _LazyGroup(click.Group):
 ENGINE_COMMANDS: dict[str, tuple[str, str, str]] = {
     # name: (module, attribute, the command's short help, repeated so --help need not import it)
     "evaluate": ("engine.cli", "evaluate", "Mean k-way marginal TVD between two tables, as JSON."),
+    "report": (
+        "engine.cli",
+        "report",
+        "Quality report of a synthetic table (HTML and JSON).",
+    ),
     "schema": ("engine.schema_draft.cli", "schema", "Draft a schema for a raw CSV/Parquet table."),
     "synthesize": (
         "engine.cli",

@@ -1,11 +1,13 @@
-"""``rhosynth synthesize`` and ``rhosynth evaluate``: the engine on local files, no service needed.
+"""``rhosynth synthesize``, ``evaluate`` and ``report``: the engine on local files, no service.
 
 ``synthesize`` reads a CSV or Parquet table, checks every value against the declared schema (the
 same rules as the service: missing, duplicate or extra columns and values outside the declared
 domain are refused, with messages that name columns and count rows but never quote a value),
 runs a mechanism from the registry with an exact ρ and writes the synthetic table in the original
 value space. ``evaluate`` encodes a real and a synthetic table with the same schema and prints
-their mean k-way marginal TVD (engine.evaluation) as JSON.
+their mean k-way marginal TVD (engine.evaluation) as JSON. ``report`` writes the quality report
+of engine.reports: the owner tier (it reads the real table), and the release tier from a release
+record when one is given.
 
 Privacy. DP noise comes from the operating system's CSPRNG inside the mechanism; ``--seed`` seeds
 post-processing only (sampling rows, drawing numeric values inside their bins), exactly as in the
@@ -42,6 +44,8 @@ import pyarrow.parquet as pq
 import pydantic
 
 from engine.accounting import RHO_QUANTUM, rho_from_epsilon_delta
+from engine.columns.categorical import as_float
+from engine.columns.numeric import NumericColumn
 from engine.columns.output import text_batch
 from engine.columns.spec import DELTA_QUANTUM
 from engine.columns.spec import RHO_QUANTUM as RHO_GRID
@@ -51,6 +55,8 @@ from engine.domain import Dataset
 from engine.encoding import SchemaError, SchemaSpec, TableSchema
 from engine.evaluation import mean_tvd
 from engine.mechanisms import MECHANISMS, Mechanism, get_mechanism
+from engine.release.record import RecordError, ReleaseRecord
+from engine.reports import build_owner_report, build_release_report, render_html
 
 PARQUET_MAGIC = b"PAR1"
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
@@ -349,6 +355,41 @@ def _parquet_frames(path: Path, schema: TableSchema, allow_extra: bool) -> Itera
         raise TableError("the Parquet file could not be read") from None
 
 
+def _table_frames(path: Path, schema: TableSchema, allow_extra: bool) -> Iterator[pd.DataFrame]:
+    """The file's rows in frames, as Parquet when it starts with Parquet's magic bytes, else CSV."""
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except FileNotFoundError:
+        raise TableError("the file does not exist") from None
+    except IsADirectoryError:
+        raise TableError("the path is a directory, not a file") from None
+    except OSError:
+        raise TableError("the file cannot be read") from None
+    if magic == PARQUET_MAGIC:
+        return _parquet_frames(path, schema, allow_extra)
+    return _csv_frames(path, schema, allow_extra)
+
+
+def load_numeric_values(path: Path, schema: TableSchema) -> pa.Table:
+    """The numeric columns of a table as float64 (missing or unparsable values as null), in the
+    same rows and order as :func:`load_table` encodes them (call it on a file that encoded).
+
+    Reports use them for Pearson/Spearman on values rather than bin codes; extra columns are
+    ignored."""
+    names = [c.name for c in schema.columns if isinstance(c, NumericColumn)]
+    parts: dict[str, list[npt.NDArray[np.float64]]] = {name: [] for name in names}
+    for frame in _table_frames(path, schema, True):
+        for name in names:
+            parts[name].append(as_float(frame[name]))
+    return pa.table(
+        {
+            name: pa.array(np.concatenate(chunks) if chunks else np.empty(0), from_pandas=True)
+            for name, chunks in parts.items()
+        }
+    )
+
+
 def load_table(path: Path, schema: TableSchema, *, allow_extra_columns: bool = False) -> IntArray:
     """Read a CSV or Parquet file and encode it with ``schema``: int64 codes, schema order.
 
@@ -359,23 +400,9 @@ def load_table(path: Path, schema: TableSchema, *, allow_extra_columns: bool = F
     has rows with the wrong number of fields, has no rows, or holds values outside the declared
     domain; the last is reported per column as a number of rows, never as values.
     """
-    try:
-        with open(path, "rb") as handle:
-            magic = handle.read(4)
-    except FileNotFoundError:
-        raise TableError("the file does not exist") from None
-    except IsADirectoryError:
-        raise TableError("the path is a directory, not a file") from None
-    except OSError:
-        raise TableError("the file cannot be read") from None
-    frames = (
-        _parquet_frames(path, schema, allow_extra_columns)
-        if magic == PARQUET_MAGIC
-        else _csv_frames(path, schema, allow_extra_columns)
-    )
     chunks: list[IntArray] = []
     problems: Counter[tuple[str, int]] = Counter()
-    for frame in frames:
+    for frame in _table_frames(path, schema, allow_extra_columns):
         if not len(frame):
             continue
         encoded = schema.encode(frame)
@@ -496,14 +523,14 @@ def _load_table_or_fail(
         raise CommandError(f"{label} ({path}): {error}") from None
 
 
-def _check_output(out: Path, inputs: Sequence[Path]) -> None:
+def _check_output(out: Path, inputs: Sequence[Path], option: str = "--out") -> None:
     if out.is_dir():
-        raise CommandError(f"--out {str(out)!r} is a directory")
+        raise CommandError(f"{option} {str(out)!r} is a directory")
     if not out.parent.is_dir():
-        raise CommandError(f"--out: the directory {str(out.parent)!r} does not exist")
+        raise CommandError(f"{option}: the directory {str(out.parent)!r} does not exist")
     for source in inputs:
         if out.exists() and source.exists() and out.samefile(source):
-            raise CommandError("--out must not overwrite an input file")
+            raise CommandError(f"{option} must not overwrite an input file")
 
 
 PathArgument = click.Path(path_type=Path, dir_okay=False)
@@ -718,7 +745,138 @@ def evaluate(
     click.echo(json.dumps(report))
 
 
-COMMANDS: tuple[click.Command, ...] = (synthesize, evaluate)
+def _write_text(out: Path, text: str, option: str) -> None:
+    temporary = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, out)
+    except OSError as error:
+        raise CommandError(f"{option}: cannot write {str(out)!r} ({error.strerror})") from None
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _load_record(path: Path, schema: TableSchema) -> ReleaseRecord:
+    try:
+        record = ReleaseRecord.from_bytes(path.read_bytes())
+    except OSError:
+        raise CommandError(f"--record ({path}): the file cannot be read") from None
+    except RecordError as error:
+        raise CommandError(f"--record ({path}): {error}") from None
+    if record.domain != schema.domain():
+        raise CommandError(f"--record ({path}): it was made for another domain than the schema's")
+    return record
+
+
+@click.command("report", short_help="Quality report of a synthetic table (HTML and JSON).")
+@click.argument("real", type=PathArgument)
+@click.argument("synth", type=PathArgument)
+@click.option(
+    "--schema", "schema_path", required=True, type=PathArgument, help="the declared schema (JSON)"
+)
+@click.option(
+    "--html", "html_out", required=True, type=PathArgument, help="the owner-tier report (HTML)"
+)
+@click.option("--json", "json_out", type=PathArgument, default=None, help="its numbers (JSON)")
+@click.option(
+    "--record",
+    "record_path",
+    type=PathArgument,
+    default=None,
+    help="the release record (ReleaseRecord file): also write the release tier",
+)
+@click.option(
+    "--release-html",
+    "release_html_out",
+    type=PathArgument,
+    default=None,
+    help="the release-tier report (HTML); required with --record",
+)
+@click.option(
+    "--release-json",
+    "release_json_out",
+    type=PathArgument,
+    default=None,
+    help="the release tier's numbers (JSON)",
+)
+@click.option(
+    "--max-rows-compared",
+    type=click.IntRange(min=2),
+    default=20_000,
+    show_default=True,
+    help="real rows used for correlations and the holdout split",
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="seeds subsampling and the holdout split",
+)
+def report(
+    real: Path,
+    synth: Path,
+    schema_path: Path,
+    html_out: Path,
+    json_out: Path | None,
+    record_path: Path | None,
+    release_html_out: Path | None,
+    release_json_out: Path | None,
+    max_rows_compared: int,
+    seed: int,
+) -> None:
+    """Write the owner-tier quality report of SYNTH against REAL to --html (docs/reports.md).
+
+    The owner tier reads REAL: keep it with the data owner. With --record (the release's
+    record), the release tier is written too, to its own files (--release-html, --release-json):
+    it is built from the record and SYNTH only, so it may be shared with analysts.
+    """
+    if record_path is not None and release_html_out is None:
+        raise CommandError("--record needs --release-html: the release tier is its own file")
+    if record_path is None and (release_html_out or release_json_out):
+        raise CommandError("--release-html and --release-json need --record")
+    inputs = [real, synth, schema_path, *([record_path] if record_path else [])]
+    outputs = [
+        (path, option)
+        for path, option in (
+            (html_out, "--html"),
+            (json_out, "--json"),
+            (release_html_out, "--release-html"),
+            (release_json_out, "--release-json"),
+        )
+        if path is not None
+    ]
+    for path, option in outputs:
+        _check_output(path, inputs, option)
+    schema = _load_schema_or_fail(schema_path)
+    record = None if record_path is None else _load_record(record_path, schema)
+    real_codes = _load_table_or_fail("REAL", real, schema, allow_extra_columns=True)
+    synth_codes = _load_table_or_fail("SYNTH", synth, schema, allow_extra_columns=True)
+    owner = build_owner_report(
+        schema,
+        real_codes,
+        synth_codes,
+        real_values=load_numeric_values(real, schema),
+        synthetic_values=load_numeric_values(synth, schema),
+        rng=np.random.default_rng(seed),
+        max_rows_compared=max_rows_compared,
+    )
+    _write_text(
+        html_out, render_html(owner, title=f"Quality report (owner): {synth.name}"), "--html"
+    )
+    if json_out is not None:
+        _write_text(json_out, json.dumps(owner, indent=1), "--json")
+    if record is not None and release_html_out is not None:
+        release_tier = build_release_report(schema, record, synth_codes)
+        title = f"Quality report (release): {synth.name}"
+        _write_text(release_html_out, render_html(release_tier, title=title), "--release-html")
+        if release_json_out is not None:
+            _write_text(release_json_out, json.dumps(release_tier, indent=1), "--release-json")
+    score = owner["marginals"]["k_marginal_score"]
+    click.echo(f"report: k-marginal score {score} -> {html_out}", err=True)
+
+
+COMMANDS: tuple[click.Command, ...] = (synthesize, evaluate, report)
 
 __all__ = [
     "COMMANDS",
@@ -726,10 +884,12 @@ __all__ = [
     "ProgressBar",
     "TableError",
     "evaluate",
+    "load_numeric_values",
     "load_schema",
     "load_table",
     "parse_params",
     "parse_rho",
+    "report",
     "rho_for_epsilon_delta",
     "synthesize",
     "write_table",

@@ -1,0 +1,162 @@
+"""Release tier (engine/reports/release.py): DP post-processing only, deterministic, no raw value."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.accounting import epsilon_from_rho_delta
+from engine.columns.categorical import CategoricalColumn, CodesColumn
+from engine.columns.numeric import NumericColumn
+from engine.domain import Dataset
+from engine.encoding import TableSchema
+from engine.marginals import measure_marginal
+from engine.release.record import Charge, MeasuredMarginal, ReleaseRecord
+from engine.reports import build_release_report, render_html
+
+DISTINCTIVE_TEXT = ("zebra-unique-771", "quokka-secret-042")
+DISTINCTIVE_NUMBERS = (98765.4321, 12345.6789)
+
+
+def _tiny() -> tuple[TableSchema, ReleaseRecord, np.ndarray]:
+    schema = TableSchema((CodesColumn("a", 3), CodesColumn("b", 3)))
+    one_way = MeasuredMarginal(("a",), np.array([50, 30, 20]), Fraction(4), Fraction(1, 8))
+    pair = MeasuredMarginal(
+        ("a", "b"), np.array([[40, 10, 0], [0, 30, 0], [5, 5, 10]]), Fraction(9), Fraction(1, 18)
+    )
+    charge = Charge("selection", "choose the pair", Fraction(1, 4) - Fraction(1, 18), 1.0, 0.5)
+    record = ReleaseRecord(
+        "test", {"k": 2}, Fraction(3, 8), schema.domain(), 100.0, (one_way, pair), (charge,)
+    )
+    a = np.repeat([0, 1, 2], [50, 30, 20])
+    b = np.array([0] * 40 + [1] * 10 + [1] * 30 + [0] * 5 + [1] * 5 + [2] * 10)
+    return schema, record, np.column_stack([a, b]).astype(np.int64)
+
+
+def test_the_builder_takes_no_real_data() -> None:
+    parameters = inspect.signature(build_release_report).parameters
+    assert list(parameters) == ["schema", "record", "synthetic", "model_marginal", "deltas"]
+
+
+def test_numbers_match_hand_values() -> None:
+    schema, record, synthetic = _tiny()
+    report = build_release_report(schema, record, synthetic)
+    assert report["tier"] == "release"
+    first, second = report["measurements"]
+    # σ = 2, 3 cells, noisy total 100: ½·2·√(2/π)·3/100.
+    assert first["expected_noise_tvd"] == pytest.approx(
+        0.5 * 2 * math.sqrt(2 / math.pi) * 3 / 100, rel=1e-5
+    )
+    assert first["rho_share"] == pytest.approx(1 / 3, rel=1e-5)
+    # The synthetic rows reproduce both measurements exactly.
+    assert first["model_residual_tvd"] == 0.0
+    assert second["model_residual_tvd"] == 0.0
+    assert report["charges"][0]["rho_share"] == pytest.approx((1 / 4 - 1 / 18) / (3 / 8), rel=1e-5)
+    a = report["distributions"][0]
+    assert a["noisy"] == [0.5, 0.3, 0.2]
+    assert a["error"] == pytest.approx([2 * 2 / 100] * 3)
+    assert report["distributions"][1]["noisy"] is None
+    assert report["privacy_profile"][0] == {
+        "delta": 1e-5,
+        "epsilon": pytest.approx(float(epsilon_from_rho_delta(Fraction(3, 8), 1e-5)), rel=1e-5),
+    }
+    pairs = report["pairs"]
+    assert pairs["connected_pairs"] == [["a", "b"]]
+    assert pairs["top_pairs"][0]["connected"] is True
+    assert 0 < pairs["top_pairs"][0]["normalised_mi"] <= 1
+
+
+def test_model_marginal_is_used_and_compressed_axes_are_mapped() -> None:
+    schema = TableSchema((CodesColumn("a", 4), CodesColumn("b", 2)))
+    # Codes 0 and 1 of a were measured together (MST-style compression).
+    merged = MeasuredMarginal(
+        ("a",), np.array([60, 30, 10]), Fraction(1), Fraction(1, 2), (np.array([0, 0, 1, 2]),)
+    )
+    record = ReleaseRecord("test", {}, Fraction(1, 2), schema.domain(), 100.0, (merged,))
+    synthetic = np.column_stack([np.repeat([0, 1, 2, 3], [30, 30, 30, 10]), np.zeros(100)]).astype(
+        np.int64
+    )
+    report = build_release_report(schema, record, synthetic)
+    a = report["distributions"][0]
+    assert a["labels"] == ["0 + 1", "2", "3"]
+    assert a["synthetic"] == [0.6, 0.3, 0.1]
+    assert report["measurements"][0]["model_residual_tvd"] == 0.0
+
+    def uniform(attrs: tuple[str, ...]) -> np.ndarray:
+        shape = schema.domain().project(attrs).sizes
+        return np.full(shape, 1.0 / math.prod(shape))
+
+    with_model = build_release_report(schema, record, synthetic, model_marginal=uniform)
+    assert with_model["fit_source"] == "model"
+    # Uniform on a → cells (0.5, 0.25, 0.25) against (0.6, 0.3, 0.1): TVD 0.15.
+    assert with_model["measurements"][0]["model_residual_tvd"] == pytest.approx(0.15)
+    assert with_model["pairs"]["top_pairs"][0]["mi_bits"] == 0.0
+    with pytest.raises(ValueError, match="shape"):
+        build_release_report(schema, record, synthetic, model_marginal=lambda _: np.ones(3))
+
+
+def test_a_record_of_another_domain_is_refused() -> None:
+    _, record, _ = _tiny()
+    other = TableSchema((CodesColumn("a", 3), CodesColumn("b", 4)))
+    with pytest.raises(ValueError, match="another domain"):
+        build_release_report(other, record, np.zeros((3, 2), dtype=np.int64))
+
+
+def _released_from_distinctive_table() -> tuple[TableSchema, ReleaseRecord, np.ndarray]:
+    """Encode a table with distinctive raw values, measure it with DP noise, sample from it."""
+    schema = TableSchema(
+        (
+            CategoricalColumn("pet", ("cat", "dog"), other="another pet"),
+            NumericColumn("income", (0.0, 50_000.0, 100_000.0, 200_000.0)),
+        )
+    )
+    rows = 400
+    frame = pd.DataFrame(
+        {
+            "pet": [("cat", "dog", *DISTINCTIVE_TEXT)[i % 4] for i in range(rows)],
+            "income": [
+                str((31_000.5, 72_000.25, *DISTINCTIVE_NUMBERS)[i % 4]) for i in range(rows)
+            ],
+        }
+    )
+    encoded = schema.encode(frame)
+    assert not encoded.problems
+    data = Dataset(schema.domain(), encoded.codes)
+    measurements = [
+        measure_marginal(data, attrs, Fraction(1, 4)) for attrs in (("pet",), ("pet", "income"))
+    ]
+    marginals = tuple(
+        MeasuredMarginal(m.attributes, m.noisy_counts, m.sigma2, m.rho) for m in measurements
+    )
+    record = ReleaseRecord("test", {}, Fraction(1, 2), schema.domain(), 401.0, marginals)
+    # Post-processing: sample synthetic rows from the noisy 2-way table.
+    table = np.clip(measurements[1].noisy_counts.astype(float), 0, None).ravel()
+    cells = np.random.default_rng(0).choice(table.size, size=rows, p=table / table.sum())
+    synthetic = np.column_stack(np.unravel_index(cells, schema.domain().sizes)).astype(np.int64)
+    return schema, record, synthetic
+
+
+def test_no_raw_value_reaches_the_json_or_the_html() -> None:
+    schema, record, synthetic = _released_from_distinctive_table()
+    report = build_release_report(schema, record, synthetic)
+    text = json.dumps(report)
+    page = render_html(report, title="release")
+    raw = [*DISTINCTIVE_TEXT, *(f"{n}" for n in DISTINCTIVE_NUMBERS), "98765", "12345.6"]
+    for value in raw:
+        assert value not in text
+        assert value not in page
+    # The other bucket's label (public) does appear: the check would see a leaked value.
+    assert "another pet" in text
+
+
+def test_identical_output_when_called_twice() -> None:
+    schema, record, synthetic = _released_from_distinctive_table()
+    first = json.dumps(build_release_report(schema, record, synthetic))
+    second = json.dumps(build_release_report(schema, record, synthetic))
+    assert first == second
