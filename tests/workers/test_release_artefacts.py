@@ -256,3 +256,53 @@ def test_erasing_the_dataset_erases_reports_and_samples(
     assert worker_tenant.analyst.get(f"/v1/samples/{sample_id}/output").status_code == 410
     again = worker_tenant.analyst.post(f"/v1/jobs/{job_id}/samples", json={"rows": 20})
     assert again.status_code == 410
+
+
+def test_a_lost_sample_attempt_is_retried_and_publishes_once(
+    worker_stack: Stack, worker_tenant: Tenant, released: dict[str, Any]
+) -> None:
+    """A worker that claimed a sample and died: the recovery loop puts it back in the queue and
+    the real worker draws it (the same rows as any attempt would: same seed)."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from app.db.base import utcnow
+    from app.samples import repository as sample_repository
+    from app.samples.models import Sample
+    from app.samples.recovery import recover_samples
+
+    job_id = released["job"]["id"]
+    settings = worker_stack.settings
+    # Claim it first, as a worker that then dies would: the real worker's message finds it
+    # running and skips it.
+    with worker_stack.session() as session:
+        job = session.get(Job, uuid.UUID(job_id))
+        assert job is not None
+        sample = Sample(
+            tenant_id=job.tenant_id,
+            dataset_id=job.dataset_id,
+            job_id=job.id,
+            rows=40,
+            seed=5,
+            requested_by=job.submitted_by,
+            status="queued",
+            attempt=0,
+        )
+        session.add(sample)
+        session.flush()
+        sample_id = sample.id
+        now = utcnow()
+        assert sample_repository.claim(session, sample_id, now=now, lease_until=now) is not None
+        session.execute(
+            update(Sample)
+            .where(Sample.id == sample_id)
+            .values(lease_expires_at=now - timedelta(seconds=1))
+        )
+    assert sample_id in recover_samples(settings)
+    done = _wait_sample(worker_tenant.analyst, str(sample_id))
+    assert done["status"] == "succeeded" and done["output_rows"] == 40
+    with worker_stack.session() as session:
+        stored = session.get(Sample, sample_id)
+        assert stored is not None and stored.attempt == 2
+        assert stored.output_key is not None and stored.output_key.endswith("attempt-2.parquet")
