@@ -87,6 +87,7 @@ class _LazyGroup(click.Group):
 ENGINE_COMMANDS: dict[str, tuple[str, str, str]] = {
     # name: (module, attribute, the command's short help, repeated so --help need not import it)
     "evaluate": ("engine.cli", "evaluate", "Mean k-way marginal TVD between two tables, as JSON."),
+    "sample": ("engine.cli", "sample", "Draw more rows from a saved model (no privacy cost)."),
     "schema": ("engine.schema_draft.cli", "schema", "Draft a schema for a raw CSV/Parquet table."),
     "synthesize": (
         "engine.cli",
