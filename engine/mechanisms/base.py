@@ -323,6 +323,23 @@ class SynthesisResult:
         return tuple(out)
 
 
+def _check_axes(name: str, result: SynthesisResult, domain: Domain) -> None:
+    """Every measured axis either has the attribute's size (identity) or an axis map from all
+    of its original codes: a mechanism that measured compressed codes must say so."""
+    maps = result.axis_maps or tuple((None,) * len(m.attributes) for m in result.measurements)
+    for m, entry in zip(result.measurements, maps, strict=True):
+        for axis, (attr, mapping) in enumerate(zip(m.attributes, entry, strict=True)):
+            if attr not in domain.attributes:
+                raise RuntimeError(f"mechanism {name!r} measured an unknown column")
+            size = domain.size(attr)
+            if (mapping is None and m.noisy_counts.shape[axis] != size) or (
+                mapping is not None and mapping.size != size
+            ):
+                raise RuntimeError(
+                    f"mechanism {name!r} measured {attr!r} on other codes without an axis map"
+                )
+
+
 def resolve_rows(rows: int | None, estimated_total: float, max_rows: int | None = None) -> int:
     """Rows to synthesise: ``rows`` if given, else max(1, round(N̂)) from the noisy total N̂,
     capped at ``max_rows`` when one is set (a service limit; post-processing).
@@ -546,8 +563,10 @@ class Mechanism(abc.ABC):
         ``on_milestone`` receives the public schedule ``milestones``: on a completed run exactly
         that sequence, whatever the data and the noise (see :class:`ProgressReporter`).
 
-        Raises ``RuntimeError`` if the mechanism's measurements do not add up to exactly ``rho``;
-        exceptions from ``progress`` and ``on_milestone`` propagate unchanged.
+        Raises ``RuntimeError`` if the mechanism's measurements do not add up to exactly ``rho``,
+        if a measured axis fits neither its attribute nor an axis map (``axis_maps``), or if the
+        result's ``model`` disagrees with :attr:`resamplable`; exceptions from ``progress`` and
+        ``on_milestone`` propagate unchanged.
         """
         if not isinstance(data, Dataset):
             raise TypeError("data must be a Dataset")
@@ -607,6 +626,7 @@ class Mechanism(abc.ABC):
             )
         if result.model is not None and result.model.domain != data.domain:
             raise RuntimeError(f"mechanism {self.name!r} returned a model of another domain")
+        _check_axes(self.name, result, data.domain)
         reporter.finish()
         return result
 

@@ -345,3 +345,26 @@ def test_a_graphical_model_with_bad_cliques_is_refused() -> None:
     for change in (rename, repeat):
         with pytest.raises(ModelError):
             FittedModel.from_bytes(_with_header(good, change))
+
+
+def test_run_refuses_a_compressed_measurement_without_its_axis_map(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mechanism that measured merged codes but did not say so is caught by ``run``."""
+    import engine.mechanisms.mst as mst
+
+    monkeypatch.setattr(mst, "measured_axis_maps", lambda *_args: None)
+    rng = np.random.default_rng(5)
+    domain = Domain(("x", "rare"), (2, 40))
+    rare = np.where(rng.random(2000) < 0.95, 0, rng.integers(1, 40, 2000))
+    data = Dataset(domain, np.column_stack([rng.integers(0, 2, 2000), rare]).astype(np.int64))
+    mechanism = MECHANISMS["mst"]
+    params = mechanism.validate_params({"iterations": 10, "selection_iterations": 5})
+    with pytest.raises(RuntimeError, match="without an axis map"):
+        mechanism.run(
+            data,
+            Fraction(1, 20),
+            params,
+            rng=np.random.default_rng(0),
+            noise_source=random.Random(3),
+        )
