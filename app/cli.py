@@ -1,5 +1,5 @@
 """The ``rhosynth`` command: serve the API, run workers, migrate, manage keys; and run the engine
-on local files (``synthesize``, ``evaluate``, ``report``; see engine/cli.py).
+on local files (``synthesize``, ``evaluate``; see engine/cli.py).
 
 Every command reads the same RHOSYNTH_* settings as the service. Without RHOSYNTH_DATABASE_URL
 they use the embedded defaults under RHOSYNTH_HOME (default ./var).
@@ -92,6 +92,7 @@ ENGINE_COMMANDS: dict[str, tuple[str, str, str]] = {
         "report",
         "Quality report of a synthetic table (HTML and JSON).",
     ),
+    "sample": ("engine.cli", "sample", "Draw more rows from a saved model (no privacy cost)."),
     "schema": ("engine.schema_draft.cli", "schema", "Draft a schema for a raw CSV/Parquet table."),
     "synthesize": (
         "engine.cli",

@@ -1,12 +1,15 @@
-"""``rhosynth synthesize``, ``evaluate`` and ``report``: the engine on local files, no service.
+"""``rhosynth synthesize``, ``evaluate``, ``sample`` and ``report``: the engine on local files,
+no service needed.
 
 ``synthesize`` reads a CSV or Parquet table, checks every value against the declared schema (the
 same rules as the service: missing, duplicate or extra columns and values outside the declared
 domain are refused, with messages that name columns and count rows but never quote a value),
 runs a mechanism from the registry with an exact ρ and writes the synthetic table in the original
 value space. ``evaluate`` encodes a real and a synthetic table with the same schema and prints
-their mean k-way marginal TVD (engine.evaluation) as JSON. ``report`` writes the quality report
-of engine.reports: the owner tier (it reads the real table), and the release tier from a release
+their mean k-way marginal TVD (engine.evaluation) as JSON. ``synthesize --save-model M`` also
+saves the fitted model with the schema; ``sample M`` draws more rows from it (post-processing: no
+data read, no budget spent), written the same way. ``report`` writes the quality report of
+engine.reports: the owner tier (it reads the real table), and the release tier from a release
 record when one is given.
 
 Privacy. DP noise comes from the operating system's CSPRNG inside the mechanism; ``--seed`` seeds
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 import numpy as np
@@ -55,6 +58,9 @@ from engine.domain import Dataset
 from engine.encoding import SchemaError, SchemaSpec, TableSchema
 from engine.evaluation import mean_tvd
 from engine.mechanisms import MECHANISMS, Mechanism, get_mechanism
+from engine.mechanisms.base import resolve_rows
+from engine.release.model import ModelError
+from engine.release.model_file import load_model_file, write_model_file
 from engine.release.record import RecordError, ReleaseRecord
 from engine.reports import build_owner_report, build_release_report, render_html
 
@@ -416,8 +422,15 @@ def load_table(path: Path, schema: TableSchema, *, allow_extra_columns: bool = F
     return np.concatenate(chunks)
 
 
-def write_table(frame: pd.DataFrame, out: Path, schema: TableSchema | None = None) -> None:
-    """Write ``frame`` as Parquet if ``out`` ends with .parquet, else as CSV; atomically.
+def write_table(
+    frame: pd.DataFrame,
+    out: Path,
+    schema: TableSchema | None = None,
+    *,
+    file_format: Literal["csv", "parquet"] | None = None,
+) -> None:
+    """Write ``frame`` as Parquet if ``out`` ends with .parquet (or ``file_format`` says so),
+    else as CSV; atomically.
 
     With ``schema`` (a decoded synthetic table), each column keeps its declared type: Parquet
     logical types, and CSV with integers as integers, dates ISO 8601 or in the declared format,
@@ -433,7 +446,12 @@ def write_table(frame: pd.DataFrame, out: Path, schema: TableSchema | None = Non
         else pa.Table.from_pandas(frame, preserve_index=False)
     )
     try:
-        if out.suffix.lower() == ".parquet":
+        parquet = (
+            file_format == "parquet"
+            if file_format is not None
+            else out.suffix.lower() == ".parquet"
+        )
+        if parquet:
             pq.write_table(table, temporary, compression="zstd")
         else:
             text = pa.Table.from_arrays(text_batch(table, table.schema), names=table.column_names)
@@ -533,6 +551,22 @@ def _check_output(out: Path, inputs: Sequence[Path], option: str = "--out") -> N
             raise CommandError(f"{option} must not overwrite an input file")
 
 
+def _write_rows(
+    codes: IntArray,
+    schema: TableSchema,
+    rng: np.random.Generator,
+    out: Path,
+    file_format: Literal["csv", "parquet"] | None = None,
+) -> None:
+    """Decode synthetic ``codes`` with ``schema`` (``rng``: values inside bins) and write them:
+    the one path from codes to a file, shared by ``synthesize`` and ``sample``."""
+    frame = schema.decode(codes, rng)
+    try:
+        write_table(frame, out, schema, file_format=file_format)
+    except OSError as error:
+        raise CommandError(f"--out: cannot write {str(out)!r} ({error.strerror})") from None
+
+
 PathArgument = click.Path(path_type=Path, dir_okay=False)
 
 
@@ -590,6 +624,14 @@ PathArgument = click.Path(path_type=Path, dir_okay=False)
     default=None,
     help="draw a progress bar on stderr (default: when stderr is a terminal)",
 )
+@click.option(
+    "--save-model",
+    "save_model",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="also save the fitted model (with the schema) here; `rhosynth sample` draws more rows "
+    "from it at no privacy cost",
+)
 def synthesize(
     data: Path,
     schema_path: Path,
@@ -604,6 +646,7 @@ def synthesize(
     discovery_rho_text: str | None,
     discovery_delta_text: str | None,
     show_progress: bool | None,
+    save_model: Path | None,
 ) -> None:
     """Synthesise a differentially private copy of DATA (CSV or Parquet) into --out.
 
@@ -613,6 +656,8 @@ def synthesize(
     The budget is --rho R, or --epsilon E with --delta D (converted to the largest ρ whose
     ρ-zCDP guarantee gives (E, D)-DP). Values outside the declared schema are refused. Every run
     spends its budget again: there is no ledger here.
+
+    --save-model M also writes the fitted model and the schema to M, for `rhosynth sample`.
     """
     started = time.perf_counter()
     epsilon: Decimal | None = None
@@ -630,11 +675,19 @@ def synthesize(
 
     mechanism = _mechanism(method)
     params = _validated_params(mechanism, parse_params(param_pairs))
+    if save_model is not None and not mechanism.resamplable:
+        raise CommandError(
+            f"--save-model: method {method!r} keeps no re-samplable model (docs/methods.md)"
+        )
     try:
         spec = load_spec(schema_path)
     except TableError as error:
         raise CommandError(str(error)) from None
     _check_output(out, [data, schema_path])
+    if save_model is not None:
+        _check_output(save_model, [data, schema_path], option="--save-model")
+        if save_model.resolve() == out.resolve():
+            raise CommandError("--save-model and --out must be different files")
     pool = None if discovery_rho_text is None else parse_rho(discovery_rho_text)
     discovery_delta = (
         Fraction(0) if discovery_delta_text is None else _parse_delta(discovery_delta_text)
@@ -668,11 +721,16 @@ def synthesize(
         raise CommandError(f"method {method!r} failed: {type(error).__name__}: {error}") from None
     bar.close()
 
-    frame = schema.decode(result.codes, rng)
-    try:
-        write_table(frame, out, schema)
-    except OSError as error:
-        raise CommandError(f"--out: cannot write {str(out)!r} ({error.strerror})") from None
+    _write_rows(result.codes, schema, rng, out)
+    if save_model is not None:
+        if result.model is None:  # run() checks this against resamplable; never reached
+            raise CommandError(f"method {method!r} returned no model")
+        try:
+            write_model_file(save_model, result.model, schema)
+        except OSError as error:
+            raise CommandError(
+                f"--save-model: cannot write {str(save_model)!r} ({error.strerror})"
+            ) from None
     budget = f"rho={_format_rho(rho)}"
     if epsilon is not None and delta is not None:
         if found is None:
@@ -743,6 +801,66 @@ def evaluate(
     if max_marginals is not None:
         report["max_marginals"] = max_marginals
     click.echo(json.dumps(report))
+
+
+@click.command("sample", short_help="Draw more rows from a saved model (no privacy cost).")
+@click.argument("model_path", metavar="MODEL", type=PathArgument)
+@click.option(
+    "--rows",
+    type=click.IntRange(min=0),
+    default=None,
+    help="rows to draw (default: the model's noisy estimate of the row count)",
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=None,
+    help="seeds the draw; the same model, rows and seed give the same file",
+)
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="output file",
+)
+@click.option(
+    "--format",
+    "file_format",
+    type=click.Choice(["csv", "parquet"]),
+    default=None,
+    help="output format (default: Parquet if --out ends with .parquet, else CSV)",
+)
+def sample(
+    model_path: Path, rows: int | None, seed: int | None, out: Path, file_format: str | None
+) -> None:
+    """Draw rows from MODEL (written by `synthesize --save-model`) into --out.
+
+    Post-processing of an earlier release: no data is read and no budget is spent. Rows are
+    decoded and written exactly as `synthesize` writes them. The same MODEL, --rows and --seed
+    give the same file; they need not reproduce the `synthesize` run's own output.
+    """
+    started = time.perf_counter()
+    _check_output(out, [model_path])
+    try:
+        model, schema = load_model_file(model_path)
+    except FileNotFoundError:
+        raise CommandError(f"MODEL {str(model_path)!r} does not exist") from None
+    except OSError as error:
+        raise CommandError(f"MODEL: cannot read {str(model_path)!r} ({error.strerror})") from None
+    except ModelError as error:
+        raise CommandError(f"MODEL ({model_path}): {error}") from None
+    count = resolve_rows(rows, model.estimated_total)
+    rng = np.random.default_rng(seed)
+    codes = model.sample(count, rng)
+    fmt: Literal["csv", "parquet"] | None = (
+        "parquet" if file_format == "parquet" else "csv" if file_format == "csv" else None
+    )
+    _write_rows(codes, schema, rng, out, fmt)
+    click.echo(
+        f"{model.method} model: {count} rows, {time.perf_counter() - started:.2f} s -> {out}",
+        err=True,
+    )
 
 
 def _write_text(out: Path, text: str, option: str) -> None:
@@ -876,7 +994,7 @@ def report(
     click.echo(f"report: k-marginal score {score} -> {html_out}", err=True)
 
 
-COMMANDS: tuple[click.Command, ...] = (synthesize, evaluate, report)
+COMMANDS: tuple[click.Command, ...] = (synthesize, evaluate, sample, report)
 
 __all__ = [
     "COMMANDS",
@@ -891,6 +1009,7 @@ __all__ = [
     "parse_rho",
     "report",
     "rho_for_epsilon_delta",
+    "sample",
     "synthesize",
     "write_table",
 ]

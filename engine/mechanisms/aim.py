@@ -28,7 +28,7 @@ from engine.mechanisms.base import (
     marginal_cells,
     resource_estimate,
 )
-from engine.mechanisms.compression import compress_after_one_ways
+from engine.mechanisms.compression import compress_after_one_ways, measured_axis_maps
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
 from engine.selection import epsilon_for_rho, exponential_mechanism
 
@@ -199,6 +199,7 @@ class AIMMechanism(Mechanism):
         "most accurate method here; slower than MST."
     )
     Params = AIMParams
+    resamplable = True
     milestones = ADAPTIVE_MILESTONES
 
     def check_domain(self, domain: Domain, params: BaseModel) -> None:
@@ -378,7 +379,8 @@ class AIMMechanism(Mechanism):
                     sigma2 /= 4
                     select_rho *= 4
 
-        codes, total = fit_and_sample(
+        codes, total, fitted, extra = fit_and_sample(
+            self.name,
             noisy,
             model,
             compression,
@@ -396,6 +398,9 @@ class AIMMechanism(Mechanism):
             rho_used=used,
             estimated_total=total,
             selections=tuple(selections),
+            axis_maps=measured_axis_maps(compression, measurements, len(original)),
+            model=fitted,
+            extra=extra,
         )
 
     @staticmethod

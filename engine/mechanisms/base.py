@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import abc
 import itertools
+import json
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -25,6 +27,9 @@ from pydantic import BaseModel
 from engine.accounting import gaussian_rho
 from engine.domain import Dataset, Domain
 from engine.marginals import Measurement
+from engine.release.model import FittedModel
+
+IntArray = npt.NDArray[np.int64]
 
 ProgressCallback = Callable[[float, str], None]
 """``progress(fraction, stage)``: fraction in [0, 1], non-decreasing, last call at 1.0.
@@ -221,7 +226,13 @@ class GaussianCharge:
 class SynthesisResult:
     """Synthetic codes (rows × attributes, domain order), the measurements that produced them,
     the charges of the data-dependent selections made on the way, and those of any other
-    discrete-Gaussian releases (``releases``)."""
+    discrete-Gaussian releases (``releases``).
+
+    ``axis_maps`` has one entry per measurement: for each of its attributes, the map from the
+    attribute's original codes to the index along the measured axis (``None``: identity), as
+    needed for measurements made on compressed codes; ``None`` overall means every axis is the
+    identity. ``model`` is the re-samplable model the rows were drawn from (``None`` for a method
+    that keeps none); ``extra`` holds JSON-able public facts (e.g. ``{"cliques": [...]}``)."""
 
     codes: npt.NDArray[np.int64]
     measurements: tuple[Measurement, ...]
@@ -229,6 +240,9 @@ class SynthesisResult:
     estimated_total: float
     selections: tuple[SelectionCharge, ...] = ()
     releases: tuple[GaussianCharge, ...] = ()
+    axis_maps: tuple[tuple[IntArray | None, ...], ...] | None = None
+    model: FittedModel | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def rho_spent(self) -> Fraction:
@@ -267,6 +281,63 @@ class SynthesisResult:
         object.__setattr__(self, "releases", releases)
         object.__setattr__(self, "rho_used", Fraction(self.rho_used))
         object.__setattr__(self, "estimated_total", estimated_total)
+        object.__setattr__(self, "axis_maps", self._checked_axis_maps(measurements))
+        if self.model is not None and not isinstance(self.model, FittedModel):
+            raise TypeError("model must be a FittedModel or None")
+        try:
+            extra = json.loads(json.dumps(dict(self.extra)))
+        except (TypeError, ValueError):
+            raise TypeError("extra must be a JSON-able mapping") from None
+        object.__setattr__(self, "extra", MappingProxyType(extra))
+
+    def _checked_axis_maps(
+        self, measurements: tuple[Measurement, ...]
+    ) -> tuple[tuple[IntArray | None, ...], ...] | None:
+        if self.axis_maps is None:
+            return None
+        maps = tuple(tuple(entry) for entry in self.axis_maps)
+        if len(maps) != len(measurements):
+            raise ValueError("one axis-map entry per measurement")
+        out: list[tuple[IntArray | None, ...]] = []
+        for m, entry in zip(measurements, maps, strict=True):
+            if len(entry) != len(m.attributes):
+                raise ValueError("one axis map (or None) per attribute of a measurement")
+            frozen: list[IntArray | None] = []
+            for axis, mapping in enumerate(entry):
+                if mapping is None:
+                    frozen.append(None)
+                    continue
+                values = np.asarray(mapping)
+                if (
+                    values.ndim != 1
+                    or values.size == 0
+                    or not np.issubdtype(values.dtype, np.integer)
+                    or values.min() < 0
+                    or values.max() >= m.noisy_counts.shape[axis]
+                ):
+                    raise ValueError("an axis map is an integer vector into its measured axis")
+                values = values.astype(np.int64, copy=True)
+                values.flags.writeable = False
+                frozen.append(values)
+            out.append(tuple(frozen))
+        return tuple(out)
+
+
+def _check_axes(name: str, result: SynthesisResult, domain: Domain) -> None:
+    """Every measured axis either has the attribute's size (identity) or an axis map from all
+    of its original codes: a mechanism that measured compressed codes must say so."""
+    maps = result.axis_maps or tuple((None,) * len(m.attributes) for m in result.measurements)
+    for m, entry in zip(result.measurements, maps, strict=True):
+        for axis, (attr, mapping) in enumerate(zip(m.attributes, entry, strict=True)):
+            if attr not in domain.attributes:
+                raise RuntimeError(f"mechanism {name!r} measured an unknown column")
+            size = domain.size(attr)
+            if (mapping is None and m.noisy_counts.shape[axis] != size) or (
+                mapping is not None and mapping.size != size
+            ):
+                raise RuntimeError(
+                    f"mechanism {name!r} measured {attr!r} on other codes without an axis map"
+                )
 
 
 def resolve_rows(rows: int | None, estimated_total: float, max_rows: int | None = None) -> int:
@@ -410,6 +481,9 @@ class Mechanism(abc.ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     Params: ClassVar[type[BaseModel]]
+    resamplable: ClassVar[bool] = False
+    """Whether a run returns a re-samplable :class:`~engine.release.model.FittedModel` in
+    ``SynthesisResult.model`` (checked by :meth:`run`); see docs/methods.md."""
     milestones: ClassVar[tuple[Milestone, ...]] = (Milestone("synthesize", 0.0),)
     """The public progress schedule: the stages an observer of the run may see, in order, each at
     a fixed fraction. A constant of the class (checked when the class is defined); the mechanism
@@ -489,8 +563,10 @@ class Mechanism(abc.ABC):
         ``on_milestone`` receives the public schedule ``milestones``: on a completed run exactly
         that sequence, whatever the data and the noise (see :class:`ProgressReporter`).
 
-        Raises ``RuntimeError`` if the mechanism's measurements do not add up to exactly ``rho``;
-        exceptions from ``progress`` and ``on_milestone`` propagate unchanged.
+        Raises ``RuntimeError`` if the mechanism's measurements do not add up to exactly ``rho``,
+        if a measured axis fits neither its attribute nor an axis map (``axis_maps``), or if the
+        result's ``model`` disagrees with :attr:`resamplable`; exceptions from ``progress`` and
+        ``on_milestone`` propagate unchanged.
         """
         if not isinstance(data, Dataset):
             raise TypeError("data must be a Dataset")
@@ -543,6 +619,14 @@ class Mechanism(abc.ABC):
             or np.any(result.codes.max(axis=0) >= np.asarray(data.domain.sizes))
         ):
             raise RuntimeError(f"mechanism {self.name!r} returned codes outside the domain")
+        if (result.model is not None) != self.resamplable:
+            raise RuntimeError(
+                f"mechanism {self.name!r} is {'' if self.resamplable else 'not '}resamplable "
+                f"but returned {'a' if result.model is not None else 'no'} model"
+            )
+        if result.model is not None and result.model.domain != data.domain:
+            raise RuntimeError(f"mechanism {self.name!r} returned a model of another domain")
+        _check_axes(self.name, result, data.domain)
         reporter.finish()
         return result
 

@@ -27,7 +27,6 @@ from scipy import sparse
 
 from engine.accounting import split_rho
 from engine.domain import Dataset, Domain
-from engine.estimation.synthesis import round_counts
 from engine.marginals import Measurement, measure_marginal
 from engine.mechanisms.base import (
     DomainRefused,
@@ -40,7 +39,8 @@ from engine.mechanisms.base import (
     resource_estimate,
 )
 from engine.mechanisms.independent import estimate_total
-from engine.sampling import sample_categorical
+from engine.mechanisms.models import JointModel
+from engine.release.model import FittedModel
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -636,19 +636,6 @@ def reconstruct(
 # ---------------------------------------------------------------------------------------------
 
 
-def _sample_cells(joint: FloatArray, n: int, synthesis: str, rng: np.random.Generator) -> IntArray:
-    """``n`` flat cell indices of ``joint`` (post-processing)."""
-    flat = joint.ravel()
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    if synthesis == "sample":
-        return sample_categorical(flat, n, rng)
-    counts = round_counts((n * flat)[None, :], np.array([n], dtype=np.int64), rng)[0]
-    cells = np.repeat(np.arange(flat.size, dtype=np.int64), counts)
-    rng.shuffle(cells)
-    return cells
-
-
 class CIPHERMechanism(Mechanism):
     """CIPHER (Eugenio & Liu, SAND2021-0088 C / arXiv:1812.05671): measure every ``order``-way
     marginal, rebuild the full joint by stepwise l2-regularised linear solves, sample rows.
@@ -694,6 +681,7 @@ class CIPHERMechanism(Mechanism):
         "stepwise ridge-regularised linear solves; refuses domains whose full joint is too large."
     )
     Params = CIPHERParams
+    resamplable = True
     milestones = (
         Milestone("measure_marginals", 0.0),
         Milestone("reconstruct", 0.1),
@@ -800,16 +788,18 @@ class CIPHERMechanism(Mechanism):
         progress.milestone("sample")
         progress(0.9, "sample")
         n_out = resolve_rows(rows, total, max_rows)
-        codes = np.zeros((n_out, len(domain)), dtype=np.int64)
-        if kept:
-            cells = _sample_cells(joint, n_out, params.synthesis, rng)
-            coords = np.unravel_index(cells, tuple(kept_sizes))
-            for column, values in zip(kept, coords, strict=True):
-                codes[:, column] = values
+        model = FittedModel(
+            method=self.name,
+            domain=domain,
+            estimated_total=total,
+            body=JointModel(tuple(names) if kept else (), joint, params.synthesis),
+        )
+        codes = model.sample(n_out, rng)
         progress(1.0, "sample")
         return SynthesisResult(
             codes=codes,
             measurements=tuple(measurements),
             rho_used=sum((m.rho for m in measurements), Fraction(0)),
             estimated_total=total,
+            model=model,
         )

@@ -90,6 +90,14 @@ class Compression:
         out[support] = np.arange(kept, dtype=np.int64)
         return out
 
+    def axis_maps(self, attributes: Sequence[str]) -> tuple[IntArray | None, ...]:
+        """For a marginal of ``attributes`` measured on compressed codes: each attribute's
+        original → compressed code map (:meth:`mapping`), ``None`` where nothing was merged."""
+        return tuple(
+            self.mapping(j) if self.merged(j) else None
+            for j in (self.original.index(name) for name in attributes)
+        )
+
     def compress_codes(self, codes: npt.NDArray[np.integer]) -> IntArray:
         out = np.empty(codes.shape, dtype=np.int64)
         for j in range(codes.shape[1]):
@@ -133,6 +141,17 @@ class Compression:
             result[is_rare] = rare[picks]
             out[:, j] = result
         return out
+
+
+def measured_axis_maps(
+    compression: Compression, measurements: Sequence[Measurement], on_original: int
+) -> tuple[tuple[IntArray | None, ...], ...]:
+    """``SynthesisResult.axis_maps`` of a run whose first ``on_original`` measurements were
+    made on the original codes (the one-ways) and the rest on ``compression``'s codes."""
+    return tuple(
+        (None,) * len(m.attributes) if i < on_original else compression.axis_maps(m.attributes)
+        for i, m in enumerate(measurements)
+    )
 
 
 def compress_after_one_ways(

@@ -32,7 +32,6 @@ from engine.mechanisms.base import (
 from engine.mechanisms.copula import (
     FloatArray,
     IntArray,
-    allocate_rows,
     association_order,
     block_correlation_grid_sums,
     kendall_to_correlation,
@@ -41,14 +40,15 @@ from engine.mechanisms.copula import (
     partition_keys,
     partition_margins,
     repair_correlation,
-    sample_copula,
     secure_order_keys,
     secure_uniform_integers,
     subsample_rows,
     tie_scales,
 )
 from engine.mechanisms.independent import project_to_simplex
+from engine.mechanisms.models import CopulaModel
 from engine.noise import SecureRandom, discrete_gaussian_noise
+from engine.release.model import FittedModel
 
 _DENOMINATOR = 10**6
 _SAFETY_SDS = 3
@@ -533,6 +533,7 @@ class DPCopulaMechanism(Mechanism):
         "small-domain attributes. Fast; keeps monotone pairwise dependence, not interactions."
     )
     Params = DPCopulaParams
+    resamplable = True
     milestones = (
         Milestone("measure_margins", 0.0),
         Milestone("correlate", 0.3),
@@ -722,28 +723,24 @@ class DPCopulaMechanism(Mechanism):
         progress.milestone("sample")
         progress(0.7, "sample")
         n_out = resolve_rows(rows, total, max_rows)
-        allocation = allocate_rows(partition_totals, n_out)
-        out = np.empty((n_out, len(domain)), dtype=np.int64)
-        copula_columns = [domain.index(a) for a in copula]
-        key_columns = [domain.index(a) for a in keys]
-        key_sizes = [domain.size(a) for a in keys]
-        start = 0
-        for p in range(n_partitions):
-            count = int(allocation[p])
-            block = slice(start, start + count)
-            if copula:
-                sampled = sample_copula(
-                    correlations[p], [margin[p] for margin in margins], count, rng
-                )
-                for j, order in orders.items():
-                    sampled[:, j] = order[sampled[:, j]]
-                out[block, copula_columns] = sampled
-            if keys:
-                key_codes = np.unravel_index(p, key_sizes)
-                out[block, key_columns] = np.array([int(c) for c in key_codes], dtype=np.int64)
-            start += count
-            progress(0.7 + 0.3 * (p + 1) / n_partitions, "sample")
-        out = out[rng.permutation(n_out)] if n_partitions > 1 else out
+        model = FittedModel(
+            method=self.name,
+            domain=domain,
+            estimated_total=total,
+            body=CopulaModel(
+                keys=tuple(keys),
+                copula=tuple(copula),
+                partition_totals=partition_totals,
+                margins=tuple(
+                    np.stack(margin).reshape(n_partitions, domain.size(a))
+                    for margin, a in zip(margins, copula, strict=True)
+                ),
+                correlations=np.stack(correlations).reshape(n_partitions, len(copula), len(copula)),
+                orders=tuple(orders.get(j) for j in range(len(copula))),
+            ),
+        )
+        out = model.sample(n_out, rng)
+        progress(1.0, "sample")
 
         return SynthesisResult(
             codes=out,
@@ -752,4 +749,5 @@ class DPCopulaMechanism(Mechanism):
             + sum((r.rho for r in releases), Fraction(0)),
             estimated_total=total,
             releases=tuple(releases),
+            model=model,
         )

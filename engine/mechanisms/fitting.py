@@ -11,6 +11,8 @@ import numpy.typing as npt
 from engine.estimation import GraphicalModel, NoisyMarginal, estimate
 from engine.mechanisms.base import ProgressReporter, resolve_rows
 from engine.mechanisms.compression import Compression
+from engine.mechanisms.models import GraphicalModelKind
+from engine.release.model import FittedModel
 
 
 def estimation_progress(
@@ -27,7 +29,30 @@ def estimation_progress(
     return callback
 
 
+def graphical_fitted_model(
+    method: str,
+    model: GraphicalModel,
+    compression: Compression,
+    synthesis: Literal["balanced", "round", "sample"],
+) -> FittedModel:
+    """The saved form of a graphical-model method's final ``model`` (on the compressed domain)
+    with its ``compression``: a :class:`FittedModel` of kind ``"graphical"`` over the original
+    domain. Post-processing of the noisy measurements the model was fitted to."""
+    return FittedModel(
+        method=method,
+        domain=compression.original,
+        estimated_total=float(model.total),
+        body=GraphicalModelKind.from_fit(model, compression, synthesis),
+    )
+
+
+def graphical_extra(model: GraphicalModel) -> dict[str, list[list[str]]]:
+    """The public facts a graphical-model run reports: its junction tree's maximal cliques."""
+    return {"cliques": [list(clique) for clique in model.cliques]}
+
+
 def fit_and_sample(
+    method: str,
     noisy: Sequence[NoisyMarginal],
     warm: GraphicalModel,
     compression: Compression,
@@ -39,13 +64,15 @@ def fit_and_sample(
     rng: np.random.Generator,
     synthesis: Literal["balanced", "round", "sample"],
     progress: ProgressReporter,
-) -> tuple[npt.NDArray[np.int64], float]:
+) -> tuple[npt.NDArray[np.int64], float, FittedModel, dict[str, list[list[str]]]]:
     """The last stage of the model-based mechanisms (AIM, PPSyn, PrivMRF): a warm-started final
     fit on every noisy measurement (progress 0.88 → 0.97), then ``rows`` (or the model's total)
     synthetic rows in the original codes. Post-processing only: ``rng`` is the job's seed.
     Reports the milestones ``final_fit`` and ``sample``, which the callers declare.
 
-    Returns the codes and the model's estimated total."""
+    The rows are drawn from the saved model (:func:`graphical_fitted_model`), so they are a
+    sample of exactly what the run keeps. Returns the codes, the model's estimated total, the
+    saved model and the run's public facts (:func:`graphical_extra`)."""
     progress.milestone("final_fit")
     progress(0.88, "estimate")
     model = estimate(
@@ -59,5 +86,6 @@ def fit_and_sample(
     progress.milestone("sample")
     progress(0.97, "sample")
     n_out = resolve_rows(rows, model.total, max_rows)
-    codes = compression.decompress_codes(model.synthetic_data(n_out, rng, method=synthesis), rng)
-    return codes, float(model.total)
+    fitted = graphical_fitted_model(method, model, compression, synthesis)
+    codes = fitted.sample(n_out, rng)
+    return codes, float(model.total), fitted, graphical_extra(model)

@@ -19,7 +19,8 @@ from engine.mechanisms.base import (
     SynthesisResult,
     resolve_rows,
 )
-from engine.sampling import sample_categorical
+from engine.mechanisms.models import IndependentModel
+from engine.release.model import FittedModel
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -83,6 +84,7 @@ class IndependentMechanism(Mechanism):
         "sampled independently, so no correlation between columns is kept."
     )
     Params = IndependentParams
+    resamplable = True
     milestones = (
         Milestone("measure_one_way", 0.0),
         Milestone("estimate", 0.6),
@@ -120,15 +122,19 @@ class IndependentMechanism(Mechanism):
         progress.milestone("sample")
         progress(0.7, "sample")
         n_out = resolve_rows(rows, total, max_rows)
-        codes = np.empty((n_out, d), dtype=np.int64)
-        for j, marginal in enumerate(marginals):
-            weights = marginal if marginal.sum() > 0 else np.ones_like(marginal)
-            codes[:, j] = sample_categorical(weights, n_out, rng)
-            progress(0.7 + 0.3 * (j + 1) / d, "sample")
+        model = FittedModel(
+            method=self.name,
+            domain=data.domain,
+            estimated_total=total,
+            body=IndependentModel(tuple(marginals)),
+        )
+        codes = model.sample(n_out, rng)
+        progress(1.0, "sample")
 
         return SynthesisResult(
             codes=codes,
             measurements=tuple(measurements),
             rho_used=sum((m.rho for m in measurements), Fraction(0)),
             estimated_total=total,
+            model=model,
         )

@@ -27,8 +27,12 @@ from engine.mechanisms.base import (
     resolve_rows,
     resource_estimate,
 )
-from engine.mechanisms.compression import compress_after_one_ways
-from engine.mechanisms.fitting import estimation_progress
+from engine.mechanisms.compression import compress_after_one_ways, measured_axis_maps
+from engine.mechanisms.fitting import (
+    estimation_progress,
+    graphical_extra,
+    graphical_fitted_model,
+)
 from engine.selection import epsilon_for_rho, exponential_mechanism
 
 
@@ -99,6 +103,7 @@ class MSTMechanism(Mechanism):
         "them. Fast; keeps the strongest pairwise correlations."
     )
     Params = MSTParams
+    resamplable = True
     milestones = (
         Milestone("measure_one_way", 0.0),
         Milestone("select_pairs", 0.1),
@@ -218,8 +223,8 @@ class MSTMechanism(Mechanism):
         progress.milestone("sample")
         progress(0.9, "sample")
         n_out = resolve_rows(rows, model.total, max_rows)
-        small_codes = model.synthetic_data(n_out, rng, method=params.synthesis)
-        codes = compression.decompress_codes(small_codes, rng)
+        fitted = graphical_fitted_model(self.name, model, compression, params.synthesis)
+        codes = fitted.sample(n_out, rng)
         progress(1.0, "sample")
         measurements = tuple(one_way + two_way)
         return SynthesisResult(
@@ -229,4 +234,7 @@ class MSTMechanism(Mechanism):
             + sum((s.rho for s in selections), Fraction(0)),
             estimated_total=float(model.total),
             selections=tuple(selections),
+            axis_maps=measured_axis_maps(compression, measurements, d),
+            model=fitted,
+            extra=graphical_extra(model),
         )

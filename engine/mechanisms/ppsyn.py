@@ -42,7 +42,7 @@ from engine.mechanisms.base import (
     marginal_cells,
     resource_estimate,
 )
-from engine.mechanisms.compression import compress_after_one_ways
+from engine.mechanisms.compression import compress_after_one_ways, measured_axis_maps
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
 from engine.mechanisms.partition import NOISE_L1, NoiseRule, Partition, partition_counts
 from engine.noise import discrete_gaussian_noise
@@ -251,6 +251,7 @@ class PPSynMechanism(Mechanism):
         "model), fitted with Private-PGM."
     )
     Params = PPSynParams
+    resamplable = True
     milestones = ADAPTIVE_MILESTONES
 
     def check_domain(self, domain: Domain, params: BaseModel) -> None:
@@ -450,7 +451,8 @@ class PPSynMechanism(Mechanism):
             ):
                 round_rho *= 4
 
-        codes, total = fit_and_sample(
+        codes, total, fitted, extra = fit_and_sample(
+            self.name,
             noisy,
             model,
             compression,
@@ -468,6 +470,9 @@ class PPSynMechanism(Mechanism):
             rho_used=used,
             estimated_total=total,
             selections=tuple(selections),
+            axis_maps=measured_axis_maps(compression, measurements, len(original)),
+            model=fitted,
+            extra=extra,
             releases=tuple(releases),
         )
 

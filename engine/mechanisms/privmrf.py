@@ -40,7 +40,11 @@ from engine.mechanisms.base import (
     marginal_cells,
     resource_estimate,
 )
-from engine.mechanisms.compression import Compression, compress_after_one_ways
+from engine.mechanisms.compression import (
+    Compression,
+    compress_after_one_ways,
+    measured_axis_maps,
+)
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
 from engine.mechanisms.partition import NOISE_L1
 from engine.mechanisms.privmrf_parts import (
@@ -266,6 +270,7 @@ class PrivMRFMechanism(Mechanism):
         "marginals the model gets most wrong (Gaussian noisy max)."
     )
     Params = PrivMRFParams
+    resamplable = True
     milestones = (
         Milestone("measure_one_way", 0.0),
         Milestone("dependency_scores", 0.01),
@@ -551,7 +556,8 @@ class PrivMRFMechanism(Mechanism):
                 noisy.append(NoisyMarginal.from_measurement(mm))
 
         # 5. Final fit and sampling.
-        codes, total = fit_and_sample(
+        codes, total, fitted, extra = fit_and_sample(
+            self.name,
             noisy,
             model,
             compression,
@@ -572,6 +578,11 @@ class PrivMRFMechanism(Mechanism):
             rho_used=used,
             estimated_total=total,
             releases=tuple(releases),
+            axis_maps=measured_axis_maps(
+                compression, measurements, len(original) if params.compress else 0
+            ),
+            model=fitted,
+            extra=extra,
         )
 
     @staticmethod

@@ -3,6 +3,7 @@ He, Chen, Zhang, USENIX Security 2021)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -32,14 +33,14 @@ from engine.mechanisms.base import (
     resolve_rows,
     resource_estimate,
 )
-from engine.mechanisms.compression import Compression
+from engine.mechanisms.compression import Compression, measured_axis_maps
+from engine.mechanisms.models import GUMModel
 from engine.mechanisms.privsyn_parts import (
     INDIF_SENSITIVITY,
     FloatArray,
     GUMSettings,
     IntArray,
     NoisyTable,
-    Target,
     coarse_shape,
     coarsen,
     combine_marginals,
@@ -49,9 +50,9 @@ from engine.mechanisms.privsyn_parts import (
     indif_floor,
     make_consistent,
     refine_coarse,
-    synthesize_records,
 )
 from engine.noise import discrete_gaussian_noise
+from engine.release.model import FittedModel
 
 _DENOMINATOR = 10**6
 
@@ -328,6 +329,7 @@ class PrivSynMechanism(Mechanism):
         "updating a synthetic table (GUM). No graphical model; scales to wide tables."
     )
     Params = PrivSynParams
+    resamplable = True
     milestones = (
         Milestone("measure_one_way", 0.0),
         Milestone("dependency_scores", 0.05),
@@ -554,11 +556,11 @@ class PrivSynMechanism(Mechanism):
         progress(0.2, "sample")
         n_out = resolve_rows(rows, total, max_rows)
         targets = [
-            Target(s, table)
+            (s, table)
             for s, table in zip(selected_sets, consistent[d:], strict=True)
             if len(s) >= 2
         ] + [
-            Target(
+            (
                 (a, b),
                 refine_coarse(noisy, groupings[a], groupings[b], consistent[a], consistent[b]),
             )
@@ -576,15 +578,14 @@ class PrivSynMechanism(Mechanism):
             tree_init=params.tree_init,
             order=params.gum_order,
         )
-        small_codes = synthesize_records(
-            consistent[:d],
-            targets,
-            n_out,
-            settings,
-            rng,
-            callback=lambda f: progress(0.2 + 0.75 * f, "sample"),
+        gum = GUMModel(
+            compression=compression,
+            one_way=tuple(consistent[:d]),
+            targets=tuple(targets),
+            settings=dataclasses.asdict(settings),
         )
-        codes = compression.decompress_codes(small_codes, rng)
+        model = FittedModel(method=self.name, domain=original, estimated_total=total, body=gum)
+        codes = gum.synthesize(n_out, rng, callback=lambda f: progress(0.2 + 0.75 * f, "sample"))
         progress(1.0, "sample")
         measurements = tuple(one_way + measured)
         return SynthesisResult(
@@ -594,4 +595,7 @@ class PrivSynMechanism(Mechanism):
             + sum((r.rho for r in releases), Fraction(0)),
             estimated_total=total,
             releases=tuple(releases),
+            axis_maps=measured_axis_maps(compression, measurements, d),
+            model=model,
+            extra={"cliques": [[attributes[a] for a in s] for s in selected_sets]},
         )

@@ -599,7 +599,7 @@ def test_the_noise_source_not_rng_drives_the_private_randomness(
         captured.append(np.asarray(correlation).ravel().tolist())
         return original(correlation, margins, rows, rng)
 
-    monkeypatch.setattr("engine.mechanisms.dpcopula.sample_copula", spy)
+    monkeypatch.setattr("engine.mechanisms.copula.sample_copula", spy)
     data = gaussian_data(3000, 9, size=15)
     for params in (
         {"kendall_max_rows": 200, "hybrid": False},
