@@ -30,6 +30,7 @@ _DESCRIPTIONS = {
     413: "request body over the limit",
     415: "unsupported content type or file format",
     422: "invalid request (nothing was changed)",
+    429: "too many requests of this kind in progress; retry after the Retry-After delay",
     503: "temporarily unavailable; retry after the Retry-After delay",
 }
 
