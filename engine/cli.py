@@ -60,6 +60,7 @@ from engine.evaluation import mean_tvd
 from engine.mechanisms import MECHANISMS, Mechanism, get_mechanism
 from engine.mechanisms.base import resolve_rows
 from engine.release.model import ModelError
+from engine.release.from_result import record_from_result
 from engine.release.model_file import load_model_file, write_model_file
 from engine.release.record import RecordError, ReleaseRecord
 from engine.reports import build_owner_report, build_release_report, render_html
@@ -632,6 +633,14 @@ PathArgument = click.Path(path_type=Path, dir_okay=False)
     help="also save the fitted model (with the schema) here; `rhosynth sample` draws more rows "
     "from it at no privacy cost",
 )
+@click.option(
+    "--save-record",
+    "save_record",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="also save the release record (the noisy measurements and charges) here, for "
+    "`rhosynth report --record`",
+)
 def synthesize(
     data: Path,
     schema_path: Path,
@@ -647,6 +656,7 @@ def synthesize(
     discovery_delta_text: str | None,
     show_progress: bool | None,
     save_model: Path | None,
+    save_record: Path | None,
 ) -> None:
     """Synthesise a differentially private copy of DATA (CSV or Parquet) into --out.
 
@@ -657,7 +667,8 @@ def synthesize(
     ρ-zCDP guarantee gives (E, D)-DP). Values outside the declared schema are refused. Every run
     spends its budget again: there is no ledger here.
 
-    --save-model M also writes the fitted model and the schema to M, for `rhosynth sample`.
+    --save-model M also writes the fitted model and the schema to M, for `rhosynth sample`;
+    --save-record R writes the release record (its noisy measurements), for `rhosynth report`.
     """
     started = time.perf_counter()
     epsilon: Decimal | None = None
@@ -686,8 +697,15 @@ def synthesize(
     _check_output(out, [data, schema_path])
     if save_model is not None:
         _check_output(save_model, [data, schema_path], option="--save-model")
-        if save_model.resolve() == out.resolve():
-            raise CommandError("--save-model and --out must be different files")
+    if save_model is not None and save_model.resolve() == out.resolve():
+        raise CommandError("--save-model and --out must be different files")
+    if save_record is not None:
+        _check_output(save_record, [data, schema_path], option="--save-record")
+        if save_record.resolve() in {
+            out.resolve(),
+            *([save_model.resolve()] if save_model else []),
+        }:
+            raise CommandError("--save-record must be a file of its own")
     pool = None if discovery_rho_text is None else parse_rho(discovery_rho_text)
     discovery_delta = (
         Fraction(0) if discovery_delta_text is None else _parse_delta(discovery_delta_text)
@@ -731,6 +749,9 @@ def synthesize(
             raise CommandError(
                 f"--save-model: cannot write {str(save_model)!r} ({error.strerror})"
             ) from None
+    if save_record is not None:
+        record = record_from_result(result, schema.domain(), mechanism.name, params, rho)
+        _write_bytes(save_record, record.to_bytes(), "--save-record")
     budget = f"rho={_format_rho(rho)}"
     if epsilon is not None and delta is not None:
         if found is None:
@@ -864,9 +885,13 @@ def sample(
 
 
 def _write_text(out: Path, text: str, option: str) -> None:
+    _write_bytes(out, text.encode("utf-8"), option)
+
+
+def _write_bytes(out: Path, data: bytes, option: str) -> None:
     temporary = out.with_name(f".{out.name}.{os.getpid()}.partial")
     try:
-        temporary.write_text(text, encoding="utf-8")
+        temporary.write_bytes(data)
         os.replace(temporary, out)
     except OSError as error:
         raise CommandError(f"{option}: cannot write {str(out)!r} ({error.strerror})") from None

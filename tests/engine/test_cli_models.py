@@ -194,3 +194,34 @@ def test_sample_is_registered_in_the_rhosynth_group() -> None:
     result = invoke("sample", "--help")
     assert result.exit_code == 0
     assert "--rows" in result.output and "--format" in result.output
+
+
+def test_save_record_feeds_the_release_tier_of_report(table: tuple[Path, Path]) -> None:
+    from engine.release.record import ReleaseRecord
+
+    data, schema = table
+    folder = data.parent
+    out, record = folder / "synthetic.csv", folder / "release.npz"
+    result = invoke(
+        "synthesize", data, "--schema", schema, "--method", "mst", "--rho", "1",
+        "--param", "iterations=20", "--seed", "3", "--out", out, "--save-record", record,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    loaded = ReleaseRecord.from_bytes(record.read_bytes())
+    assert loaded.method == "mst" and str(loaded.rho) == "1"
+    assert {m.attributes for m in loaded.marginals if len(m.attributes) == 1} == {
+        (name,) for name in ("city", "age", "member", "tier")
+    }
+    pages = [folder / name for name in ("owner.html", "release.html", "release.json")]
+    result = invoke(
+        "report", data, out, "--schema", schema, "--html", pages[0], "--record", record,
+        "--release-html", pages[1], "--release-json", pages[2],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    release = json.loads(pages[2].read_text())
+    assert release["tier"] == "release" and release["method"] == "mst"
+    same_file = invoke(
+        "synthesize", data, "--schema", schema, "--method", "independent", "--rho", "1",
+        "--out", out, "--save-record", out,
+    )  # fmt: skip
+    assert_refused(same_file, "--save-record")
