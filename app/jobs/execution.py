@@ -28,7 +28,6 @@ from fractions import Fraction
 
 import numpy as np
 import pyarrow.parquet as pq
-from engine.release.from_result import record_from_result
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.budget import service as budget_service
@@ -54,6 +53,7 @@ from engine.domain import Dataset as EngineDataset
 from engine.encoding import TableSchema
 from engine.mechanisms import get_mechanism
 from engine.mechanisms.base import SynthesisCancelled
+from engine.release.from_result import record_from_result
 
 logger = logging.getLogger(__name__)
 

@@ -25,10 +25,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow.parquet as pq
-from engine.release.model import FittedModel
-from engine.reports.html import render_html
-from engine.reports.owner import build_owner_report
-from engine.reports.release import build_release_report
 
 from app.reports.names import (
     MEASUREMENTS_JSON,
@@ -43,8 +39,12 @@ from app.reports.names import (
 )
 from app.storage import Storage, job_attempt_prefix
 from engine.encoding import TableSchema
+from engine.release.model import FittedModel
 from engine.release.record import ReleaseRecord
 from engine.release.tables import TooLarge, measurements_arrow, measurements_json
+from engine.reports.html import render_html
+from engine.reports.owner import build_owner_report
+from engine.reports.release import build_release_report
 
 logger = logging.getLogger(__name__)
 

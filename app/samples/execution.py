@@ -14,7 +14,6 @@ from datetime import timedelta
 
 import numpy as np
 import pyarrow.parquet as pq
-from engine.release.model import FittedModel
 
 from app.config import JOB_SOFT_GRACE_SECONDS, Settings
 from app.datasets import repository as dataset_repository
@@ -25,6 +24,7 @@ from app.reports.names import MODEL, artefact_key
 from app.samples import repository
 from app.storage import Storage, sample_output_key
 from engine.encoding import TableSchema
+from engine.release.model import FittedModel
 
 logger = logging.getLogger(__name__)
 

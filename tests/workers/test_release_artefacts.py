@@ -15,14 +15,14 @@ from typing import Any
 import httpx
 import numpy as np
 import pyarrow.parquet as pq
-from engine.release.model import FittedModel
-from engine.reports.release import build_release_report
 
 from app.jobs.models import Job
 from app.reports import names
 from engine.cli import load_table
 from engine.encoding import TableSchema
+from engine.release.model import FittedModel
 from engine.release.record import ReleaseRecord
+from engine.reports.release import build_release_report
 from tests.conftest import Tenant
 from tests.support.ledger import assert_reconciled
 from tests.support.stack import Stack
