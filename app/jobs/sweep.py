@@ -2,8 +2,9 @@
 
 Three kinds of leftovers can exist after crashes: temporary files of an upload or an attempt that
 died before its rename; the table and outputs of a dataset whose deletion committed but whose
-process died before erasing them; and outputs of attempts that were written but never published
-(the job was cancelled, or another attempt owned it). Only files older than a grace period are
+process died before erasing them; and outputs and artefacts of attempts (of jobs and of derived
+samples) that were written but never published (the job was cancelled, or another attempt owned
+it). Only files older than a grace period are
 touched, so nothing that a live request or attempt is still writing is removed.
 """
 
@@ -12,15 +13,18 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
 from app.datasets.models import Dataset
 from app.db.session import get_session_factory, transaction
 from app.jobs.models import TERMINAL_STATUSES, Job
+from app.samples.models import Sample
 from app.storage import Storage
 
 logger = logging.getLogger(__name__)
@@ -32,7 +36,13 @@ class SweepReport:
 
 
 def _age(path: Path) -> float:
-    return time.time() - path.stat().st_mtime
+    """Seconds since anything in ``path`` last changed (an attempt's artefact directory counts
+    from its newest file, not from the directory's own time)."""
+    newest = max(
+        (p.stat().st_mtime for p in path.rglob("*") if p.is_file()),
+        default=path.stat().st_mtime,
+    )
+    return time.time() - newest
 
 
 def _as_uuid(name: str) -> uuid.UUID | None:
@@ -75,24 +85,41 @@ def sweep_storage(settings: Settings, *, grace_seconds: float | None = None) -> 
         elif _age(path) > grace:  # an upload puts its file just before its row commits
             remove(path)
 
-    job_dirs = sorted((root / "outputs").iterdir()) if (root / "outputs").is_dir() else []
-    job_ids = [i for i in (_as_uuid(p.name) for p in job_dirs) if i]
+    _sweep_outputs(factory, root, "outputs", Job, grace, remove)
+    # Derived samples (app/samples): the same rule, their statuses are a subset of a job's.
+    _sweep_outputs(factory, root, "samples", Sample, grace, remove)
+    if report.removed:
+        logger.info("storage sweep removed %d leftover files", len(report.removed))
+    return report
+
+
+def _sweep_outputs(
+    factory: sessionmaker[Session],
+    root: Path,
+    folder: str,
+    model: type[Job] | type[Sample],
+    grace: float,
+    remove: Callable[[Path], None],
+) -> None:
+    """``<folder>/<id>/…`` of jobs or samples: keep what a live attempt may still publish and,
+    once finished, the published output and its attempt's artefacts (``attempt-<n>/``)."""
+    directories = sorted((root / folder).iterdir()) if (root / folder).is_dir() else []
+    ids = [i for i in (_as_uuid(p.name) for p in directories) if i]
     with transaction(factory) as session:
-        job_rows = session.execute(
-            select(Job.id, Job.status, Job.output_key, Dataset.deleted_at)
-            .join(Dataset, Dataset.id == Job.dataset_id)
-            .where(Job.id.in_(job_ids))
+        rows = session.execute(
+            select(model.id, model.status, model.output_key, Dataset.deleted_at)
+            .join(Dataset, Dataset.id == model.dataset_id)
+            .where(model.id.in_(ids))
         ).all()
-    jobs = {row.id: row for row in job_rows}
-    for directory in job_dirs:
-        job = jobs.get(_as_uuid(directory.name) or uuid.uuid4())
+    owners = {row.id: row for row in rows}
+    for directory in directories:
+        owner = owners.get(_as_uuid(directory.name) or uuid.uuid4())
         for output in sorted(directory.glob("*")):
             relative = str(output.relative_to(root))
-            if job is None or job.deleted_at is not None:
+            if owner is None or owner.deleted_at is not None:
                 keep = False
-            elif job.status in TERMINAL_STATUSES:
-                # The published output and its attempt's artefacts (``attempt-<n>/``).
-                published = job.output_key
+            elif owner.status in TERMINAL_STATUSES:
+                published = owner.output_key
                 keep = published is not None and relative in (
                     published,
                     published.removesuffix(".parquet"),
@@ -101,6 +128,3 @@ def sweep_storage(settings: Settings, *, grace_seconds: float | None = None) -> 
                 keep = True  # a live attempt may still publish it
             if not keep and _age(output) > grace:
                 remove(output)
-    if report.removed:
-        logger.info("storage sweep removed %d leftover files", len(report.removed))
-    return report

@@ -43,3 +43,53 @@ def test_sweep(api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schem
     assert live_attempt.exists(), "a job that is not finished may still publish it"
     assert len(report.removed) == 3
     fresh_tmp.unlink()
+
+
+def test_sweep_keeps_only_the_published_attempt_with_its_artefacts(
+    api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str
+) -> None:
+    from sqlalchemy import update
+
+    from app.jobs.models import Job
+    from app.samples.models import Sample
+
+    root = api_stack.settings.resolved_storage_dir
+    dataset = create_dataset(tenant.owner, people_csv, people_schema)
+    job_id = submit(tenant.analyst, dataset["id"]).json()["id"]
+    outputs = root / "outputs" / job_id
+    with api_stack.session() as session:
+        session.execute(
+            update(Job)
+            .where(Job.id == uuid.UUID(job_id))
+            .values(
+                status="succeeded",
+                attempt=2,
+                output_key=f"outputs/{job_id}/attempt-2.parquet",
+                artefacts=["record.npz"],
+            )
+        )
+        job = session.get(Job, uuid.UUID(job_id))
+        assert job is not None
+        failed_sample = Sample(
+            tenant_id=job.tenant_id,
+            dataset_id=job.dataset_id,
+            job_id=job.id,
+            rows=5,
+            seed=1,
+            requested_by=job.submitted_by,
+            status="failed",
+            attempt=1,
+        )
+        session.add(failed_sample)
+        session.flush()
+        sample_id = failed_sample.id
+    lost_output = _touch(outputs / "attempt-1.parquet", age=100)
+    lost_artefact = _touch(outputs / "attempt-1" / "record.npz", age=100)
+    published = _touch(outputs / "attempt-2.parquet", age=100)
+    published_artefact = _touch(outputs / "attempt-2" / "record.npz", age=100)
+    lost_sample = _touch(root / "samples" / str(sample_id) / "attempt-1.parquet", age=100)
+
+    sweep_storage(api_stack.settings, grace_seconds=50)
+    assert published.exists() and published_artefact.exists()
+    assert not lost_output.exists() and not lost_artefact.exists()
+    assert not lost_sample.exists()
