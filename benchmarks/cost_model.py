@@ -9,14 +9,18 @@ does not). A run that passes ``--cap`` seconds is killed and recorded as "skippe
 
 Then, with the runs:
 
-* ``--fit`` prints, per method, the least-squares fit in log space of the measured seconds and
-  peak memory on the public features of :func:`engine.costs.cost_features`, and the factor it
-  achieves: the table to paste into :data:`engine.costs.COST_COEFFICIENTS`;
+* ``--fit`` prints the coefficients fitted on them (:func:`fit`: seconds by least squares in
+  log space, memory by non-negative least squares, on the public features of
+  :func:`engine.costs.cost_features`) and the factor each achieves: the table to paste into
+  :data:`engine.costs.COST_COEFFICIENTS`;
 * always: the predictions of :func:`engine.costs.predict_cost` as the code has them now against
   the measurements, written to ``--json`` (docs/cost_model.json) and as the section "Cost preview:
   predicted vs measured" of ``--out`` (docs/benchmarks.md; only that section is replaced).
 
-``--from-json FILE`` reuses the runs saved in FILE instead of measuring again.
+``--from-json FILE [FILE …]`` reuses the runs saved in those files instead of measuring again
+(e.g. a run measured alone with a longer ``--cap``). The section also gets a second table: the
+same predictions against the runs of the "Engine quality and speed" table of ``--out`` (ε = 0.1,
+1 and 10, not fitted on).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.optimize import nnls
 
 from benchmarks.quality import (
     BenchDataset,
@@ -46,7 +51,7 @@ from benchmarks.quality import (
     run_child,
 )
 from engine.accounting import rho_from_epsilon_delta
-from engine.costs import COST_COEFFICIENTS, cost_features, predict_cost
+from engine.costs import COST_COEFFICIENTS, CostFeatures, cost_features, predict_cost
 from engine.domain import Domain
 from engine.mechanisms import MECHANISMS
 
@@ -118,46 +123,79 @@ def measure(
     return runs
 
 
-def _features(run: CostRun, domains: dict[str, Domain]) -> tuple[float, float]:
+def _features(run: CostRun, domains: dict[str, Domain]) -> CostFeatures:
     mechanism = MECHANISMS[run.method]
-    domain = domains[run.dataset]
-    params = mechanism.validate_params({})
     rows = run.rows_out if run.rows_out is not None else run.rows_in
-    return cost_features(mechanism, domain, params, rows)
+    return cost_features(mechanism, domains[run.dataset], mechanism.validate_params({}), rows)
+
+
+def _ratio_factor(predicted: np.ndarray, measured: np.ndarray) -> float:
+    """The largest ratio either way, rounded up to 2 decimals (so the stated factor holds)."""
+    worst = float(np.max(np.maximum(predicted / measured, measured / predicted)))
+    return math.ceil(worst * 100) / 100
 
 
 def fit(runs: Sequence[CostRun], domains: dict[str, Domain]) -> dict[str, dict[str, float]]:
-    """Per method: log(seconds) = a + b·log(time feature), log(peak) = c + d·log(memory feature),
-    least squares; with fewer than three runs the slope is fixed at 1, and a negative slope is
-    replaced by a constant (the geometric mean). Factors: the largest ratio either way over the
-    runs fitted."""
+    """The coefficients of :data:`engine.costs.COST_COEFFICIENTS` (see engine.costs).
+
+    Per method with at least three runs: log(seconds) = a + b·log(C) by least squares (the
+    calibration runs use the default params, where the work ratio is 1); memory = base +
+    per_cell·C + weight·E by non-negative least squares of the relative error. A method with
+    fewer runs gets b = 1, the median memory base and per-cell cost of the others, and the
+    weight that meets its run; its factors are then the worst of the other methods', since
+    one run cannot state an error."""
     fitted: dict[str, dict[str, float]] = {}
     for method in MECHANISMS:
         mine = [r for r in runs if r.method == method and r.status == "measured"]
-        if not mine:
+        if len(mine) < 3:
             continue
-        features = np.array([_features(r, domains) for r in mine], dtype=float)
+        features = [_features(r, domains) for r in mine]
+        cells = np.array([max(f.cells, 1) for f in features], dtype=float)
+        extra = np.array([f.bound_extra_bytes for f in features], dtype=float)
         seconds = np.array([r.seconds for r in mine], dtype=float)
         memory = np.array([r.peak_rss_bytes for r in mine], dtype=float)
-        coefficients: dict[str, float] = {}
-        for label, x, y in (
-            ("seconds", features[:, 0], seconds),
-            ("memory", features[:, 1], memory),
-        ):
-            lx, ly = np.log(x), np.log(y)
-            if len(mine) >= 3 and np.ptp(lx) > 0:
-                slope, intercept = np.polyfit(lx, ly, 1)
-            else:
-                slope, intercept = 1.0, float(np.mean(ly - lx))
-            if slope < 0:  # more work or memory bound never predicts less: a constant instead
-                slope, intercept = 0.0, float(np.mean(ly))
-            intercept, slope = round(float(intercept), 4), round(float(slope), 4)
-            residual = ly - (intercept + slope * lx)
-            factor = math.exp(float(np.max(np.abs(residual))))
-            coefficients[f"{label}_log_scale"] = intercept
-            coefficients[f"{label}_exponent"] = slope
-            coefficients[f"{label}_factor"] = math.ceil(factor * 100) / 100  # rounded up
-        fitted[method] = coefficients
+        slope, intercept = np.polyfit(np.log(cells), np.log(seconds), 1)
+        slope = max(round(float(slope), 4), 0.0)  # more rows never predict less time
+        intercept = round(float(np.mean(np.log(seconds) - slope * np.log(cells))), 4)
+        design = np.column_stack([np.ones_like(cells), cells, extra])
+        weights, _ = nnls(design / memory[:, None], np.ones_like(memory))
+        base, per_cell, weight = (
+            round(float(w), k) for w, k in zip(weights, (0, 3, 4), strict=True)
+        )
+        fitted[method] = {
+            "seconds_log_scale": intercept,
+            "seconds_cells_exponent": slope,
+            "seconds_factor": _ratio_factor(np.exp(intercept) * cells**slope, seconds),
+            "memory_base_bytes": base,
+            "memory_bytes_per_cell": per_cell,
+            "memory_bound_weight": weight,
+            "memory_factor": _ratio_factor(base + per_cell * cells + weight * extra, memory),
+        }
+    if not fitted:
+        return fitted
+    median_base = float(np.median([c["memory_base_bytes"] for c in fitted.values()]))
+    median_cell = float(np.median([c["memory_bytes_per_cell"] for c in fitted.values()]))
+    worst_seconds = max(c["seconds_factor"] for c in fitted.values())
+    worst_memory = max(c["memory_factor"] for c in fitted.values())
+    for method in MECHANISMS:
+        mine = [r for r in runs if r.method == method and r.status == "measured"]
+        if not mine or method in fitted:
+            continue
+        features = [_features(r, domains) for r in mine]
+        cells = np.array([max(f.cells, 1) for f in features], dtype=float)
+        extra = np.array([max(f.bound_extra_bytes, 1) for f in features], dtype=float)
+        seconds = np.array([r.seconds for r in mine], dtype=float)
+        memory = np.array([r.peak_rss_bytes for r in mine], dtype=float)
+        left = np.maximum(memory - median_base - median_cell * cells, 0.0)
+        fitted[method] = {
+            "seconds_log_scale": round(float(np.mean(np.log(seconds / cells))), 4),
+            "seconds_cells_exponent": 1.0,
+            "seconds_factor": worst_seconds,
+            "memory_base_bytes": round(median_base),
+            "memory_bytes_per_cell": round(median_cell, 3),
+            "memory_bound_weight": round(float(np.mean(left / extra)), 4),
+            "memory_factor": worst_memory,
+        }
     return fitted
 
 
@@ -198,12 +236,15 @@ def _mib(value: float) -> str:
     return f"{value / 2**20:,.0f}"
 
 
-def render(compared: Sequence[dict[str, Any]], command: str, date: str, load: str) -> str:
+def render(
+    compared: Sequence[dict[str, Any]], command: str, date: str, load: str, rendered_by: str
+) -> str:
     lines = [
         SECTION,
         "",
-        f"Generated by `{command}` on {date} (load average at start {load}; the machine is "
-        "shared, so the seconds are noisy). Each run: default params, ε = 1, δ = 1e-9, one "
+        f"Measured by `{command}` on {date} (load average at start {load}; the machine is "
+        f"shared, so the seconds are noisy); predictions and this section by `{rendered_by}`. "
+        "Each run: default params, ε = 1, δ = 1e-9, one "
         "child process at a time; *seconds* is `Mechanism.run` alone, *peak* the resident "
         "memory of the run with the loaded table (VmHWM reset after loading). Predictions are "
         "`engine.costs.predict_cost` from the public domain, the params and the row count, "
@@ -322,6 +363,30 @@ def replace_section(document: str, section: str) -> str:
     return document[:start] + section + tail
 
 
+def load_runs(paths: Sequence[Path]) -> tuple[list[CostRun], str, str, str]:
+    """The runs saved in ``paths`` (later files replace earlier runs of the same pair, order
+    kept), and the commands, dates and load averages that measured them, joined."""
+    fields = set(CostRun.__dataclass_fields__)
+    runs: dict[tuple[str, str], CostRun] = {}
+    commands: list[str] = []
+    dates: list[str] = []
+    loads: list[str] = []
+    for path in paths:
+        saved = json.loads(path.read_text())
+        for raw in saved["runs"]:
+            run = CostRun(**{k: v for k, v in raw.items() if k in fields})
+            runs[(run.dataset, run.method)] = run
+        for key, into in (("command", commands), ("date", dates), ("loadavg", loads)):
+            if saved[key] not in into:
+                into.append(saved[key])
+    return (
+        list(runs.values()),
+        "`, then `".join(commands),
+        " and ".join(dates),
+        " and ".join(loads),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="laid out like ../shared/data")
@@ -330,7 +395,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cap", type=float, default=DEFAULT_CAP_SECONDS, help="seconds per run")
     parser.add_argument("--methods", nargs="*", default=None, help="default: every method")
     parser.add_argument("--datasets", nargs="*", default=None, help="default: every dataset")
-    parser.add_argument("--from-json", type=Path, default=None, help="reuse these runs")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="reuse the runs saved in these files (a later file's run of the same dataset and "
+        "method replaces an earlier one)",
+    )
     parser.add_argument("--fit", action="store_true", help="print fitted coefficients")
     args = parser.parse_args(argv)
 
@@ -339,11 +411,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.datasets:
         datasets = [d for d in datasets if d.name in set(args.datasets)]
     domains = {d.name: _domain(d) for d in datasets}
-    if args.from_json is not None:
-        saved = json.loads(args.from_json.read_text())
-        fields = set(CostRun.__dataclass_fields__)
-        runs = [CostRun(**{k: v for k, v in r.items() if k in fields}) for r in saved["runs"]]
-        command, date, load = saved["command"], saved["date"], saved["loadavg"]
+    if args.from_json:
+        runs, command, date, load = load_runs(args.from_json)
     else:
         rho = str(rho_from_epsilon_delta(EPSILON, DELTA))
         methods = args.methods or list(MECHANISMS)
@@ -371,7 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.out.is_file():
         document = args.out.read_text()
-        section = render(compared, command, date, load)
+        rendered_by = shlex.join(["python", "-m", "benchmarks.cost_model", *raw_args])
+        section = render(compared, command, date, load, rendered_by)
         section += render_out_of_sample(out_of_sample(document, domains))
         args.out.write_text(replace_section(document, section))
     return 0

@@ -60,9 +60,23 @@ def test_more_rows_never_predict_less(method: str) -> None:
     assert small is not None and large is not None
     assert large.seconds >= small.seconds
     assert large.peak_memory_bytes >= small.peak_memory_bytes
-    assert cost_features(mechanism, domain, params, 1_000_000) > cost_features(
-        mechanism, domain, params, 1_000
-    )
+    assert cost_features(mechanism, domain, params, 1_000_000).cells == 4_000_000
+
+
+def test_params_scale_time_as_the_work_bound_does() -> None:
+    """Twice the fitting iterations of mst: the work bound grows, and the predicted time with it
+    by the same ratio; the default params have ratio 1."""
+    mechanism = get_mechanism("mst")
+    domain = Domain.from_mapping({"a": 20, "b": 30, "c": 40})
+    default = mechanism.validate_params({})
+    more = mechanism.validate_params({"iterations": 2 * default.iterations})  # type: ignore[attr-defined]
+    assert cost_features(mechanism, domain, default, 5_000).work_ratio == 1
+    ratio = cost_features(mechanism, domain, more, 5_000).work_ratio
+    assert ratio > 1
+    base = predict_cost(mechanism, domain, default, 5_000)
+    scaled = predict_cost(mechanism, domain, more, 5_000)
+    assert base is not None and scaled is not None
+    assert scaled.seconds == pytest.approx(base.seconds * ratio)
 
 
 def test_rows_must_be_a_count() -> None:
