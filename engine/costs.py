@@ -39,8 +39,9 @@ from engine.domain import Domain
 from engine.mechanisms.base import Mechanism, resource_estimate
 
 # Fitted by `python -m benchmarks.cost_model --data ../shared/data --from-json docs/cost_model.json
-# --fit` on the runs measured by `python -m benchmarks.cost_model --data ../shared/data` on
-# 2026-11-26 (docs/benchmarks.md, "Cost preview: predicted vs measured").
+# --fit` on the runs measured by `python -m benchmarks.cost_model --data ../shared/data` and, for
+# ppsyn on temporal-match2 (past the 300 s cap), `… --datasets temporal-match2 --methods ppsyn
+# --cap 1500` on 2026-11-26 (docs/benchmarks.md, "Cost preview: predicted vs measured").
 COST_COEFFICIENTS: Final[dict[str, dict[str, float]]] = {
     "independent": {
         "seconds_log_scale": -13.2023,
@@ -79,13 +80,13 @@ COST_COEFFICIENTS: Final[dict[str, dict[str, float]]] = {
         "memory_factor": 1.03,
     },
     "ppsyn": {
-        "seconds_log_scale": -5.0825,
-        "seconds_cells_exponent": 0.5802,
-        "seconds_factor": 1.48,
-        "memory_base_bytes": 208295726.0,
-        "memory_bytes_per_cell": 86.689,
-        "memory_bound_weight": 0.138,
-        "memory_factor": 1.06,
+        "seconds_log_scale": -7.5291,
+        "seconds_cells_exponent": 0.7909,
+        "seconds_factor": 3.66,
+        "memory_base_bytes": 185213676.0,
+        "memory_bytes_per_cell": 113.296,
+        "memory_bound_weight": 0.1719,
+        "memory_factor": 1.23,
     },
     "privmrf": {
         "seconds_log_scale": -4.6215,
@@ -112,7 +113,7 @@ COST_COEFFICIENTS: Final[dict[str, dict[str, float]]] = {
         "memory_base_bytes": 236313787.0,
         "memory_bytes_per_cell": 51.316,
         "memory_bound_weight": 0.2237,
-        "memory_factor": 1.13,
+        "memory_factor": 1.23,
     },
 }
 """Per method: ``seconds_log_scale`` (a), ``seconds_cells_exponent`` (b), ``seconds_factor``,
