@@ -231,16 +231,19 @@ def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def run_child(command: str, spec: dict[str, Any]) -> dict[str, Any]:
+def run_child(
+    command: str, spec: dict[str, Any], *, timeout: float = CHILD_TIMEOUT_SECONDS
+) -> dict[str, Any]:
     """Run ``benchmarks._child COMMAND`` in a fresh interpreter and parse its JSON answer; the
     answer gains ``process_seconds``, the child's wall time from spawn to exit (interpreter
-    start-up, imports, load, run and write included)."""
+    start-up, imports, load, run and write included). A child still running after ``timeout``
+    seconds is killed (``subprocess.TimeoutExpired``)."""
     started = time.perf_counter()
     completed = subprocess.run(  # noqa: S603 - our own argv, no shell
         [sys.executable, "-m", "benchmarks._child", command, json.dumps(spec)],
         capture_output=True,
         text=True,
-        timeout=CHILD_TIMEOUT_SECONDS,
+        timeout=timeout,
         check=False,
         cwd=Path(__file__).resolve().parents[1],
     )

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import burst, quality, service_load
+from benchmarks import burst, cost_model, quality, service_load
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -335,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     if burst_section is not None:
         text = text.rstrip("\n") + "\n\n" + burst_section
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.out.is_file():
+        # The cost-preview section is written by benchmarks.cost_model; keep it.
+        text = cost_model.replace_section(text, cost_model.current_section(args.out.read_text()))
     args.out.write_text(text)
     _log(f"wrote {args.out}")
     if args.json:

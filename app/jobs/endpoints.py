@@ -12,9 +12,17 @@ from app.api.deps import AnalystKey, DatabaseDep, SettingsDep, StorageDep
 from app.api.errors import ErrorOut, error_responses
 from app.api.limits import FiniteJSONRoute
 from app.budget.service import BudgetExceeded
-from app.jobs import service
+from app.jobs import preview, service
 from app.jobs.export import stream_csv, stream_file
-from app.jobs.schemas import JobList, JobOut, JobRequest, MethodList, MethodOut, OverBudgetOut
+from app.jobs.schemas import (
+    JobList,
+    JobOut,
+    JobPreview,
+    JobRequest,
+    MethodList,
+    MethodOut,
+    OverBudgetOut,
+)
 from engine.mechanisms import MECHANISMS
 
 router = APIRouter(
@@ -34,6 +42,10 @@ def _job_not_found() -> HTTPException:
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobOut,
     responses={
+        200: {
+            "model": JobPreview,
+            "description": "dry_run=true: what the job would cost; nothing reserved or written",
+        },
         409: {
             "model": OverBudgetOut | ErrorOut,
             "description": "over budget (OverBudgetOut), key reused, or dataset deleted",
@@ -50,10 +62,22 @@ def submit_job(
         str | None,
         Header(max_length=255, description="repeat a request safely: same key + body = same job"),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        Query(
+            description="validate exactly as a submission and answer 200 with the job's cost "
+            "(ρ, (ε, δ), remaining budget, first noise, predicted time and memory); nothing is "
+            "reserved or written and the Idempotency-Key is ignored"
+        ),
+    ] = False,
 ) -> JobOut | JSONResponse:
-    """Ask for a synthetic release. Reserves the job's ρ now; a worker charges it when it starts."""
+    """Ask for a synthetic release. Reserves the job's ρ now; a worker charges it when it starts.
+    With ``dry_run=true``, only say what it would cost."""
     try:
         with db.transaction() as session:
+            if dry_run:
+                cost = preview.preview_job(session, settings, principal, dataset_id, body)
+                return JSONResponse(cost.model_dump(mode="json"), status_code=status.HTTP_200_OK)
             job, _created = service.submit_job(
                 session, settings, principal, dataset_id, body, idempotency_key
             )

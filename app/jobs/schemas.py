@@ -144,3 +144,64 @@ class OverBudgetOut(BaseModel):
     detail: str
     requested_rho: RhoOut
     remaining_rho: RhoOut
+
+
+class NoisePreviewOut(BaseModel):
+    description: str = Field(description="what is released, in public words")
+    attributes: list[str]
+    sensitivity: float
+    sigma: float = Field(description="standard deviation of the discrete Gaussian noise")
+    rho: float = Field(description="the ρ this release costs (a share of the job's ρ)")
+
+
+class EpsilonAtDeltaOut(BaseModel):
+    delta: str
+    epsilon: str = Field(description="the smallest ε the job's ρ guarantees at this δ (CKS)")
+
+
+class CostPredictionOut(BaseModel):
+    rows: int = Field(description="the row count the prediction is for (rows in and out)")
+    seconds: float = Field(description="predicted wall seconds of the synthesis")
+    seconds_factor: float = Field(
+        description="stated error: the calibration runs lay within ×/÷ this factor"
+    )
+    peak_memory_bytes: int
+    memory_factor: float
+
+
+class JobLimitsOut(BaseModel):
+    memory_limit_bytes: int
+    time_limit_seconds: int
+    max_output_rows: int
+    memory_upper_bound_bytes: int = Field(
+        description="the deliberate upper bound submissions are refused on (422 above the limit)"
+    )
+
+
+class JobPreview(BaseModel):
+    """What a submission would cost; nothing was reserved or written."""
+
+    method: str
+    params: dict[str, Any] = Field(description="validated, defaults filled in")
+    rows: int | None
+    rho: RhoOut = Field(description="the ρ a submission would reserve")
+    epsilon: str | None = Field(description="the ε the budget was given in, if any")
+    delta: str | None = Field(description="the δ the budget was given in, if any")
+    privacy_profile: list[EpsilonAtDeltaOut] = Field(
+        description="the (ε, δ) guarantees of ρ at several δ"
+    )
+    remaining_rho: RhoOut = Field(description="the dataset's remaining ρ now")
+    remaining_rho_after: RhoOut | None = Field(
+        description="remaining ρ after this job (null when it would exceed the budget)"
+    )
+    would_exceed_budget: bool = Field(
+        description="true: a submission would be refused with 409 (requested ρ > remaining ρ)"
+    )
+    first_noise: list[NoisePreviewOut] = Field(
+        description="the first releases the method makes and their noise, from the budget split"
+    )
+    prediction: CostPredictionOut | None = Field(
+        description="predicted time and peak memory (docs/benchmarks.md); null when the row "
+        "count is not known to the caller (give rows) or the method is not calibrated"
+    )
+    limits: JobLimitsOut

@@ -15,13 +15,14 @@ from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 
 from app.auth.service import Principal
 from app.budget import service as budget_service
 from app.config import Settings
 from app.datasets import repository as dataset_repository
+from app.datasets.models import Dataset
 from app.db.base import utcnow
 from app.db.session import after_commit
 from app.jobs import dispatch, repository
@@ -31,8 +32,15 @@ from app.jobs.schemas import EpsilonDeltaBudgetIn, JobOut, JobRequest, ProgressO
 from app.reports.names import visible
 from app.storage import Storage, job_output_prefix
 from engine.accounting import rho_from_epsilon_delta
+from engine.domain import Domain
 from engine.encoding import TableSchema
-from engine.mechanisms import MECHANISMS, DomainRefused, get_mechanism
+from engine.mechanisms import (
+    MECHANISMS,
+    DomainRefused,
+    Mechanism,
+    ResourceEstimate,
+    get_mechanism,
+)
 
 SYSTEM_ACTOR = "system"
 
@@ -92,19 +100,32 @@ def fingerprint(dataset_id: uuid.UUID, request: JobRequest) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def submit_job(
+@dataclass(frozen=True)
+class ValidatedSubmission:
+    """A request that passed every check a submission makes before reserving: the mechanism,
+    its validated params, the budget, the dataset (locked for share) and its public domain,
+    and the resource bound it was admitted on."""
+
+    mechanism: Mechanism
+    params: BaseModel
+    budget: ResolvedBudget
+    dataset: Dataset
+    domain: Domain
+    estimate: ResourceEstimate
+
+
+def validate_submission(
     session: Session,
     settings: Settings,
     principal: Principal,
     dataset_id: uuid.UUID,
     request: JobRequest,
-    idempotency_key: str | None,
-) -> tuple[Job, bool]:
-    """Create a queued job and reserve its budget. Returns (job, created).
+) -> ValidatedSubmission:
+    """Every check that can be made without the data, in the order a submission makes them;
+    changes nothing. Used by :func:`submit_job` and by the dry run (app.jobs.preview), so both
+    refuse the same requests with the same messages.
 
-    Everything that can be checked without the data is checked before anything is reserved.
-    Raises InvalidJob, DatasetNotFound-like LookupError, DatasetUnavailable,
-    IdempotencyMismatch or BudgetExceeded; in each case nothing is changed.
+    Raises InvalidJob, LookupError (no such dataset for this tenant) or DatasetUnavailable.
     """
     try:
         mechanism = get_mechanism(request.method)
@@ -139,9 +160,28 @@ def submit_job(
     except DomainRefused as refused:
         raise InvalidJob(f"{request.method!r} cannot run on this dataset: {refused}") from None
     try:
-        check_resources(settings, mechanism, domain, params, request.rows)
+        estimate = check_resources(settings, mechanism, domain, params, request.rows)
     except ResourcesExceeded as exceeded:
         raise InvalidJob(str(exceeded)) from None
+    return ValidatedSubmission(mechanism, params, budget, dataset, domain, estimate)
+
+
+def submit_job(
+    session: Session,
+    settings: Settings,
+    principal: Principal,
+    dataset_id: uuid.UUID,
+    request: JobRequest,
+    idempotency_key: str | None,
+) -> tuple[Job, bool]:
+    """Create a queued job and reserve its budget. Returns (job, created).
+
+    Everything that can be checked without the data is checked before anything is reserved
+    (:func:`validate_submission`). Raises InvalidJob, DatasetNotFound-like LookupError,
+    DatasetUnavailable, IdempotencyMismatch or BudgetExceeded; in each case nothing is changed.
+    """
+    checked = validate_submission(session, settings, principal, dataset_id, request)
+    mechanism, params, budget = checked.mechanism, checked.params, checked.budget
 
     now = utcnow()
     job_id = uuid.uuid4()
@@ -171,8 +211,8 @@ def submit_job(
             method=mechanism.name,
             params=params.model_dump(mode="json"),
             rho=budget.rho,
-            epsilon=_text(budget.epsilon),
-            delta=_text(budget.delta),
+            epsilon=decimal_text(budget.epsilon),
+            delta=decimal_text(budget.delta),
             rows=request.rows,
             seed=request.seed,
             status="queued",
@@ -194,7 +234,8 @@ def _enqueue(settings: Settings, job_id: uuid.UUID) -> None:
     dispatch.ring(settings, job_id)
 
 
-def _text(value: Decimal | None) -> str | None:
+def decimal_text(value: Decimal | None) -> str | None:
+    """A Decimal as the plain text a job keeps (no exponent), or None."""
     return None if value is None else format(value.normalize(), "f")
 
 

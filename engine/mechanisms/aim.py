@@ -30,6 +30,7 @@ from engine.mechanisms.base import (
 )
 from engine.mechanisms.compression import compress_after_one_ways, measured_axis_maps
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
+from engine.mechanisms.preview import NoisePreview, one_way_previews
 from engine.selection import epsilon_for_rho, exponential_mechanism
 
 Clique = tuple[str, ...]
@@ -148,6 +149,22 @@ ADAPTIVE_MILESTONES = (
 (however many the noise leads to: no milestone inside them), the final fit, sampling."""
 
 
+def first_one_way_rhos(domain: Domain, params: AIMParams, rho: Fraction) -> tuple[Fraction, ...]:
+    """ρ of each first one-way marginal: together the cost of ``columns`` measurements at the
+    rounds' σ² = T/(2·(1 − selection_share)·ρ), or ``one_way_share``·ρ; split equally or
+    ∝ size^(2/3) (``one_way_split``)."""
+    rounds = params.rounds or 16 * len(domain)
+    sigma2 = Fraction(rounds) / (2 * (1 - exact_share(params.selection_share)) * rho)
+    one_way_total = len(domain) / (2 * sigma2)
+    if params.one_way_share is not None:
+        one_way_total = exact_share(params.one_way_share) * rho
+    if params.one_way_split == "size":
+        weights = [Fraction(size ** (2 / 3)).limit_denominator(10**6) for size in domain.sizes]
+    else:
+        weights = [Fraction(1)] * len(domain)
+    return split_rho(one_way_total, weights)
+
+
 def _downward_closure(cliques: Sequence[Clique]) -> set[frozenset[str]]:
     closure: set[frozenset[str]] = set()
     for clique in cliques:
@@ -257,6 +274,14 @@ class AIMMechanism(Mechanism):
             extra_work=rounds * tables,
         )
 
+    def first_noise(
+        self, domain: Domain, params: BaseModel, rho: Fraction
+    ) -> tuple[NoisePreview, ...]:
+        """The first one-way marginal of every column (:func:`first_one_way_rhos`)."""
+        if not isinstance(params, AIMParams):
+            raise TypeError("params must be AIMParams")
+        return one_way_previews(domain.attributes, first_one_way_rhos(domain, params, rho))
+
     def _synthesize(
         self,
         data: Dataset,
@@ -279,16 +304,7 @@ class AIMMechanism(Mechanism):
         select_rho = select_share * rho / rounds
         used = Fraction(0)
 
-        one_way_total = len(original) / (2 * sigma2)
-        if params.one_way_share is not None:
-            one_way_total = exact_share(params.one_way_share) * rho
-        if params.one_way_split == "size":
-            weights = [
-                Fraction(size ** (2 / 3)).limit_denominator(10**6) for size in original.sizes
-            ]
-        else:
-            weights = [Fraction(1)] * len(original)
-        one_way_rhos = split_rho(one_way_total, weights)
+        one_way_rhos = first_one_way_rhos(original, params, rho)
 
         progress.milestone("measure_one_way")
         progress(0.0, "measure")

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from engine.accounting import gaussian_rho
 from engine.domain import Dataset, Domain
 from engine.marginals import Measurement
+from engine.mechanisms.preview import NoisePreview
 from engine.release.model import FittedModel
 
 IntArray = npt.NDArray[np.int64]
@@ -534,6 +535,16 @@ class Mechanism(abc.ABC):
         the one-way marginals and the output (mechanisms with a model override this)."""
         del params
         return resource_estimate(domain, rows)
+
+    def first_noise(
+        self, domain: Domain, params: BaseModel, rho: Fraction
+    ) -> tuple[NoisePreview, ...]:
+        """The first noisy releases a run with budget ``rho`` makes, in the order the run makes
+        them, with their exact σ² (:class:`NoisePreview`); public information only. Mechanisms
+        override it with the same budget-split code their run uses; the default, ``()``, states
+        nothing."""
+        del domain, params, rho
+        return ()
 
     def params_schema(self) -> dict[str, Any]:
         """JSON schema of ``Params`` (for the API's documentation and the UI)."""

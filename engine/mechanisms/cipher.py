@@ -40,6 +40,7 @@ from engine.mechanisms.base import (
 )
 from engine.mechanisms.independent import estimate_total
 from engine.mechanisms.models import JointModel
+from engine.mechanisms.preview import NoisePreview, marginal_preview
 from engine.release.model import FittedModel
 
 FloatArray = npt.NDArray[np.float64]
@@ -73,6 +74,20 @@ _CG_MAX_ITER = 300
 """Iteration cap per batch (reached only with ``clip_mid=False``, whose systems can be badly
 conditioned; the clipped systems converge in 30–90 iterations)."""
 _CHUNK_ELEMENTS = 1 << 20
+
+
+def measured_queries(
+    domain: Domain, params: CIPHERParams
+) -> tuple[list[int], list[tuple[int, ...]]]:
+    """(the columns with more than one value, the marginals measured as tuples of positions in
+    that list): every ``order``-subset, the whole kept set if smaller, or the first column's
+    one-way marginal when no column varies. Each gets an equal part of ρ."""
+    kept = [i for i, size in enumerate(domain.sizes) if size > 1]
+    if not kept:
+        return kept, [(0,)]
+    if params.order >= len(kept):
+        return kept, [tuple(range(len(kept)))]
+    return kept, list(itertools.combinations(range(len(kept)), params.order))
 
 
 class CIPHERParams(BaseModel):
@@ -732,6 +747,20 @@ class CIPHERMechanism(Mechanism):
             domain, rows, table_cells=4 * joint + work, extra_work=_CG_MAX_ITER * work
         )
 
+    def first_noise(
+        self, domain: Domain, params: BaseModel, rho: Fraction
+    ) -> tuple[NoisePreview, ...]:
+        """Every marginal CIPHER measures (:func:`measured_queries`), at equal parts of ρ."""
+        if not isinstance(params, CIPHERParams):
+            raise TypeError("params must be CIPHERParams")
+        kept, queries = measured_queries(domain, params)
+        shares = split_rho(rho, [1] * len(queries))
+        names = [domain.attributes[i] for i in kept] if kept else [domain.attributes[0]]
+        return tuple(
+            marginal_preview([names[i] for i in query], share)
+            for query, share in zip(queries, shares, strict=True)
+        )
+
     def _synthesize(
         self,
         data: Dataset,
@@ -746,15 +775,9 @@ class CIPHERMechanism(Mechanism):
     ) -> SynthesisResult:
         assert isinstance(params, CIPHERParams)
         domain = data.domain
-        kept = [i for i, size in enumerate(domain.sizes) if size > 1]
+        kept, queries = measured_queries(domain, params)
         names = [domain.attributes[i] for i in kept]
         kept_sizes = [domain.sizes[i] for i in kept]
-        if not kept:
-            queries: list[tuple[int, ...]] = [(0,)]
-        elif params.order >= len(kept):
-            queries = [tuple(range(len(kept)))]
-        else:
-            queries = list(itertools.combinations(range(len(kept)), params.order))
 
         progress.milestone("measure_marginals")
         progress(0.0, "measure")

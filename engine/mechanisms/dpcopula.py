@@ -47,6 +47,7 @@ from engine.mechanisms.copula import (
 )
 from engine.mechanisms.independent import project_to_simplex
 from engine.mechanisms.models import CopulaModel
+from engine.mechanisms.preview import NoisePreview, marginal_preview, one_way_previews
 from engine.noise import SecureRandom, discrete_gaussian_noise
 from engine.release.model import FittedModel
 
@@ -575,6 +576,28 @@ class DPCopulaMechanism(Mechanism):
             table_cells=tables,
             extra_work=partitions * pairs * largest_cells(domain, 2),
         )
+
+    def first_noise(
+        self, domain: Domain, params: BaseModel, rho: Fraction
+    ) -> tuple[NoisePreview, ...]:
+        """The first measurement: the whole table when every column is a partition key; else
+        the histogram of the candidate keys (``partition_share``·ρ); else, with no candidate,
+        the one-way margin of every column (the margins' share ∝ size^(2/3)). Which keys are
+        kept after the first one depends on its noisy total, so nothing later is previewed."""
+        if not isinstance(params, DPCopulaParams):
+            raise TypeError("params must be DPCopulaParams")
+        candidates = (
+            partition_keys(domain, params.small_domain, params.max_partitions)
+            if params.hybrid
+            else ()
+        )
+        if len(candidates) == len(domain):
+            return (marginal_preview(candidates, rho),)
+        if candidates:
+            return (marginal_preview(candidates, rho * _fraction(params.partition_share)),)
+        budget = _split_budget(rho, params, False, True, _has_pairs(list(domain.sizes)))
+        parts = split_rho(budget.margins, [_c23(size) for size in domain.sizes])
+        return one_way_previews(domain.attributes, parts)
 
     def _synthesize(
         self,

@@ -10,7 +10,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
 from engine.accounting import split_rho
-from engine.domain import Dataset
+from engine.domain import Dataset, Domain
 from engine.marginals import Measurement, measure_marginal
 from engine.mechanisms.base import (
     Mechanism,
@@ -20,6 +20,7 @@ from engine.mechanisms.base import (
     resolve_rows,
 )
 from engine.mechanisms.models import IndependentModel
+from engine.mechanisms.preview import NoisePreview, one_way_previews
 from engine.release.model import FittedModel
 
 FloatArray = npt.NDArray[np.float64]
@@ -29,6 +30,11 @@ class IndependentParams(BaseModel):
     """The independent mechanism takes no parameters."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def one_way_rhos(domain: Domain, rho: Fraction) -> tuple[Fraction, ...]:
+    """ρ per one-way marginal: equal parts of ``rho``, one per column."""
+    return split_rho(rho, [1] * len(domain))
 
 
 def estimate_total(measurements: tuple[Measurement, ...]) -> float:
@@ -91,6 +97,13 @@ class IndependentMechanism(Mechanism):
         Milestone("sample", 0.7),
     )
 
+    def first_noise(
+        self, domain: Domain, params: BaseModel, rho: Fraction
+    ) -> tuple[NoisePreview, ...]:
+        """The one-way marginal of every column, at equal parts of ρ."""
+        del params
+        return one_way_previews(domain.attributes, one_way_rhos(domain, rho))
+
     def _synthesize(
         self,
         data: Dataset,
@@ -109,7 +122,8 @@ class IndependentMechanism(Mechanism):
         progress.milestone("measure_one_way")
         progress(0.0, "measure")
         measurements: list[Measurement] = []
-        for i, (attr, rho_attr) in enumerate(zip(attributes, split_rho(rho, [1] * d), strict=True)):
+        parts = one_way_rhos(data.domain, rho)
+        for i, (attr, rho_attr) in enumerate(zip(attributes, parts, strict=True)):
             measurements.append(measure_marginal(data, [attr], rho_attr, noise_source))
             progress(0.6 * (i + 1) / d, "measure")
 

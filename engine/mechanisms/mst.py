@@ -33,6 +33,7 @@ from engine.mechanisms.fitting import (
     graphical_extra,
     graphical_fitted_model,
 )
+from engine.mechanisms.preview import NoisePreview, one_way_previews
 from engine.selection import epsilon_for_rho, exponential_mechanism
 
 
@@ -56,6 +57,15 @@ class MSTParams(BaseModel):
         description="'balanced' (controlled rounding, values spread evenly across the attributes "
         "drawn before), 'round' (controlled rounding) or 'sample' (i.i.d. rows)",
     )
+
+
+def budget_split(columns: int, rho: Fraction) -> tuple[Fraction, Fraction, Fraction]:
+    """ρ → (one-way marginals, pair selection, pair marginals): thirds, or all of ρ to the one
+    one-way marginal when there is a single column."""
+    if columns < 2:
+        return rho, Fraction(0), Fraction(0)
+    one_way, select, two_way = split_rho(rho, [1, 1, 1])
+    return one_way, select, two_way
 
 
 class _UnionFind:
@@ -133,6 +143,16 @@ class MSTMechanism(Mechanism):
             extra_work=params.selection_iterations * one_ways,
         )
 
+    def first_noise(
+        self, domain: Domain, params: BaseModel, rho: Fraction
+    ) -> tuple[NoisePreview, ...]:
+        """The one-way marginal of every column, at a third of ρ (all of it with one column)
+        split equally."""
+        del params
+        d = len(domain)
+        one_way_rho = budget_split(d, rho)[0]
+        return one_way_previews(domain.attributes, [one_way_rho / d] * d)
+
     def _synthesize(
         self,
         data: Dataset,
@@ -150,10 +170,7 @@ class MSTMechanism(Mechanism):
         attributes = list(domain.attributes)
         d = len(attributes)
         edges_needed = d - 1
-        if edges_needed == 0:
-            one_way_rho, select_rho, two_way_rho = rho, Fraction(0), Fraction(0)
-        else:
-            one_way_rho, select_rho, two_way_rho = split_rho(rho, [1, 1, 1])
+        one_way_rho, select_rho, two_way_rho = budget_split(d, rho)
 
         progress.milestone("measure_one_way")
         progress(0.0, "measure")

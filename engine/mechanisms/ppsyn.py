@@ -45,6 +45,7 @@ from engine.mechanisms.base import (
 from engine.mechanisms.compression import compress_after_one_ways, measured_axis_maps
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
 from engine.mechanisms.partition import NOISE_L1, NoiseRule, Partition, partition_counts
+from engine.mechanisms.preview import NoisePreview, one_way_previews
 from engine.noise import discrete_gaussian_noise
 from engine.selection import epsilon_for_rho, exponential_mechanism
 
@@ -180,6 +181,11 @@ def partition_contribution(
     return float(np.abs(np.bincount(np.asarray(groups).ravel(), weights=diff)).sum())
 
 
+def one_way_parts(domain: Domain, one_way_total: Fraction) -> tuple[Fraction, ...]:
+    """The one-way marginals' ρ (``one_way_share``·ρ) split ∝ size^(2/3)."""
+    return split_rho(one_way_total, [_frac(size ** (2 / 3)) for size in domain.sizes])
+
+
 def _frac(value: float) -> Fraction:
     return Fraction(value).limit_denominator(_DENOMINATOR)
 
@@ -292,6 +298,15 @@ class PPSynMechanism(Mechanism):
             extra_work=rounds * tables,
         )
 
+    def first_noise(
+        self, domain: Domain, params: BaseModel, rho: Fraction
+    ) -> tuple[NoisePreview, ...]:
+        """The one-way marginal of every column: ``one_way_share``·ρ split ∝ size^(2/3)."""
+        if not isinstance(params, PPSynParams):
+            raise TypeError("params must be PPSynParams")
+        one_way_total = exact_share(params.one_way_share) * rho
+        return one_way_previews(domain.attributes, one_way_parts(domain, one_way_total))
+
     def _synthesize(
         self,
         data: Dataset,
@@ -317,12 +332,11 @@ class PPSynMechanism(Mechanism):
         measure_left = rho - one_way_total - select_left
         round_rho = measure_left / rounds
 
-        weights = [_frac(size ** (2 / 3)) for size in original.sizes]
         progress.milestone("measure_one_way")
         progress(0.0, "measure")
         measurements: list[Measurement] = []
         for attr, one_way_rho in zip(
-            original.attributes, split_rho(one_way_total, weights), strict=True
+            original.attributes, one_way_parts(original, one_way_total), strict=True
         ):
             measurements.append(measure_marginal(data, [attr], one_way_rho, noise_source))
         used = sum((m.rho for m in measurements), Fraction(0))

@@ -47,6 +47,7 @@ from engine.mechanisms.compression import (
 )
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
 from engine.mechanisms.partition import NOISE_L1
+from engine.mechanisms.preview import NoisePreview, one_way_previews
 from engine.mechanisms.privmrf_parts import (
     R_SCORE_SENSITIVITY,
     SELECTION_SENSITIVITY,
@@ -66,6 +67,19 @@ from engine.noise import SecureRandom, discrete_gaussian_noise
 
 _DENOMINATOR = 10**6
 ANSWER_CACHE_CELLS = 200_000
+
+
+def one_way_parts(domain: Domain, one_way_rho: Fraction) -> tuple[Fraction, ...]:
+    """With ``compress``: the one-way marginals' ρ (``one_way_share``·ρ) split ∝ size^(2/3)."""
+    return split_rho(one_way_rho, [_fraction(size ** (2 / 3)) for size in domain.sizes])
+
+
+def r_score_noise(pairs: int, grid: int, rho_r: Fraction) -> tuple[Fraction, Fraction]:
+    """(sensitivity, σ²) of each of the ``pairs`` noisy R-scores on the ``grid`` (integer units)
+    that share ``rho_r``: each score has sensitivity Δ = ``R_SCORE_SENSITIVITY``·grid and gets
+    σ² = Δ²·pairs/(2·rho_r), so each costs rho_r/pairs."""
+    sensitivity = Fraction(R_SCORE_SENSITIVITY * grid)
+    return sensitivity, sensitivity**2 * pairs / (2 * rho_r)
 
 
 def _fraction(value: float) -> Fraction:
@@ -335,6 +349,33 @@ class PrivMRFMechanism(Mechanism):
             extra_work=rounds * scored,
         )
 
+    def first_noise(
+        self, domain: Domain, params: BaseModel, rho: Fraction
+    ) -> tuple[NoisePreview, ...]:
+        """With ``compress`` (the default): the one-way marginal of every column
+        (``one_way_share``·ρ ∝ size^(2/3)); without: the noisy R-score of every pair."""
+        if not isinstance(params, PrivMRFParams):
+            raise TypeError("params must be PrivMRFParams")
+        attributes = domain.attributes
+        if params.compress:
+            one_way = one_way_parts(domain, exact_share(params.one_way_share) * rho)
+            return one_way_previews(attributes, one_way)
+        pairs = all_pairs(len(domain))
+        if not pairs:
+            return ()
+        rho_r = exact_share(params.r_share) * rho
+        sensitivity, sigma2 = r_score_noise(len(pairs), params.score_grid, rho_r)
+        return tuple(
+            NoisePreview(
+                description=f"R-score of ({attributes[a]}, {attributes[b]})",
+                attributes=(attributes[a], attributes[b]),
+                sensitivity=sensitivity,
+                sigma2=sigma2,
+                rho=rho_r / len(pairs),
+            )
+            for a, b in pairs
+        )
+
     def _synthesize(
         self,
         data: Dataset,
@@ -374,10 +415,9 @@ class PrivMRFMechanism(Mechanism):
         if params.compress:
             progress.milestone("measure_one_way")
             progress(0.0, "measure")
-            weights = [_fraction(size ** (2 / 3)) for size in original.sizes]
             one_way = [
                 measure_marginal(data, [attr], part, source)
-                for attr, part in zip(attributes, split_rho(rho_1, weights), strict=True)
+                for attr, part in zip(attributes, one_way_parts(original, rho_1), strict=True)
             ]
             compression, data, one_way_noisy = compress_after_one_ways(
                 data, one_way, True, params.compress_sigmas
@@ -391,8 +431,7 @@ class PrivMRFMechanism(Mechanism):
         progress(0.0, "select")
         noisy_r = np.zeros(m)
         if m:
-            sens_r = Fraction(R_SCORE_SENSITIVITY * grid)
-            sigma2_r = sens_r**2 * m / (2 * rho_r)
+            sens_r, sigma2_r = r_score_noise(m, grid, rho_r)
             floored = np.array(
                 [
                     r_score_floor(count_marginal(data, (attributes[a], attributes[b])), grid)

@@ -35,6 +35,7 @@ from engine.mechanisms.base import (
 )
 from engine.mechanisms.compression import Compression, measured_axis_maps
 from engine.mechanisms.models import GUMModel
+from engine.mechanisms.preview import NoisePreview, one_way_previews
 from engine.mechanisms.privsyn_parts import (
     INDIF_SENSITIVITY,
     FloatArray,
@@ -64,6 +65,29 @@ def _fraction(value: float) -> Fraction:
 def _c23(cells: int) -> Fraction:
     """c^(2/3) as a positive exact weight for split_rho (the rounding only moves the split)."""
     return max(_fraction(cells ** (2 / 3)), Fraction(1, _DENOMINATOR))
+
+
+def first_budget_split(
+    columns: int, params: PrivSynParams, rho: Fraction
+) -> tuple[Fraction, Fraction]:
+    """ρ → (one-way marginals, InDif scores): their shares of ρ, or all of ρ to the one-ways
+    when there is no pair of columns; the marginals get the rest."""
+    if columns < 2:
+        return rho, Fraction(0)
+    one_way_rho, indif_rho, _ = split_rho(
+        rho,
+        [
+            exact_share(params.one_way_share),
+            exact_share(params.indif_share),
+            1 - exact_share(params.one_way_share) - exact_share(params.indif_share),
+        ],
+    )
+    return one_way_rho, indif_rho
+
+
+def one_way_parts(domain: Domain, one_way_rho: Fraction) -> tuple[Fraction, ...]:
+    """The one-way marginals' ρ split ∝ size^(2/3)."""
+    return split_rho(one_way_rho, [_c23(size) for size in domain.sizes])
 
 
 def _finer(current: IntArray, counts: FloatArray, groups: int) -> IntArray:
@@ -380,6 +404,15 @@ class PrivSynMechanism(Mechanism):
             + params.iterations * (targets * rows + tables),
         )
 
+    def first_noise(
+        self, domain: Domain, params: BaseModel, rho: Fraction
+    ) -> tuple[NoisePreview, ...]:
+        """The one-way marginal of every column (:func:`first_budget_split`, ∝ size^(2/3))."""
+        if not isinstance(params, PrivSynParams):
+            raise TypeError("params must be PrivSynParams")
+        one_way_rho = first_budget_split(len(domain), params, rho)[0]
+        return one_way_previews(domain.attributes, one_way_parts(domain, one_way_rho))
+
     def _synthesize(
         self,
         data: Dataset,
@@ -398,23 +431,13 @@ class PrivSynMechanism(Mechanism):
         d = len(attributes)
         pairs = list(itertools.combinations(range(d), 2))
         m = len(pairs)
-        if m:
-            one_way_rho, indif_rho, _ = split_rho(
-                rho,
-                [
-                    exact_share(params.one_way_share),
-                    exact_share(params.indif_share),
-                    1 - exact_share(params.one_way_share) - exact_share(params.indif_share),
-                ],
-            )
-        else:
-            one_way_rho, indif_rho = rho, Fraction(0)
+        one_way_rho, indif_rho = first_budget_split(d, params, rho)
         marginal_rho = rho - one_way_rho - indif_rho
 
         # 1. Noisy one-way marginals, ρ₁ ∝ c^(2/3); filter and merge (post-processing).
         progress.milestone("measure_one_way")
         progress(0.0, "measure")
-        one_way_rhos = split_rho(one_way_rho, [_c23(size) for size in original.sizes])
+        one_way_rhos = one_way_parts(original, one_way_rho)
         one_way: list[Measurement] = []
         for j, (attr, part) in enumerate(zip(attributes, one_way_rhos, strict=True)):
             one_way.append(measure_marginal(data, [attr], part, noise_source))

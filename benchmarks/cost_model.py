@@ -1,0 +1,470 @@
+"""Calibrate and check the cost preview (:mod:`engine.costs`) against measured runs.
+
+``python -m benchmarks.cost_model --data ../shared/data`` runs every registered method with its
+default params at ε = 1, δ = 1e-9 (ρ from ``engine.accounting.rho_from_epsilon_delta``, as
+:mod:`benchmarks.quality` does) on every dataset under ``--data``, one run at a time, each in a
+fresh child process (:func:`benchmarks._child.synthesize`: wall seconds of ``Mechanism.run`` and
+the peak RSS of the run, VmHWM reset after loading so the loaded table counts but the CSV parsing
+does not). A run that passes ``--cap`` seconds is killed and recorded as "skipped (time cap)".
+
+Then, with the runs:
+
+* ``--fit`` prints the coefficients fitted on them (:func:`fit`: seconds by least squares in
+  log space, memory by non-negative least squares, on the public features of
+  :func:`engine.costs.cost_features`) and the factor each achieves: the table to paste into
+  :data:`engine.costs.COST_COEFFICIENTS`;
+* always: the predictions of :func:`engine.costs.predict_cost` as the code has them now against
+  the measurements, written to ``--json`` (docs/cost_model.json) and as the section "Cost preview:
+  predicted vs measured" of ``--out`` (docs/benchmarks.md; only that section is replaced).
+
+``--from-json FILE [FILE …]`` reuses the runs saved in those files instead of measuring again
+(e.g. a run measured alone with a longer ``--cap``). The section also gets a second table: the
+same predictions against the runs of the "Engine quality and speed" table of ``--out`` (ε = 0.1,
+1 and 10, not fitted on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import nnls
+
+from benchmarks.quality import (
+    BenchDataset,
+    derive_seed,
+    discover_datasets,
+    refused,
+    run_child,
+)
+from engine.accounting import rho_from_epsilon_delta
+from engine.costs import COST_COEFFICIENTS, CostFeatures, cost_features, predict_cost
+from engine.domain import Domain
+from engine.mechanisms import MECHANISMS
+
+EPSILON = Decimal(1)
+DELTA = Decimal("1e-9")
+DEFAULT_CAP_SECONDS = 300.0
+SECTION = "## Cost preview: predicted vs measured"
+
+
+@dataclass
+class CostRun:
+    """One measured run (or why there is none)."""
+
+    dataset: str
+    method: str
+    rows_in: int
+    columns: int
+    status: str  # "measured", "skipped (time cap)", "refused: …", "failed: …"
+    seconds: float | None = None
+    peak_rss_bytes: int | None = None
+    rows_out: int | None = None
+
+
+def _log(message: str) -> None:
+    print(f"[cost] {message}", file=sys.stderr, flush=True)
+
+
+def _domain(dataset: BenchDataset) -> Domain:
+    raw = json.loads(dataset.domain.read_text())
+    return Domain.from_mapping(raw)
+
+
+def measure(
+    datasets: Sequence[BenchDataset], methods: Sequence[str], rho: str, cap: float
+) -> list[CostRun]:
+    """One child-process run per (dataset, method), sequentially."""
+    runs: list[CostRun] = []
+    with tempfile.TemporaryDirectory(prefix="rhosynth-cost-") as workdir:
+        for dataset in datasets:
+            for method in methods:
+                run = CostRun(dataset.name, method, dataset.rows, dataset.columns, "measured")
+                refusal = refused(dataset, method, {})
+                if refusal is not None:
+                    run.status = f"refused: {refusal}"
+                    runs.append(run)
+                    continue
+                spec = {
+                    "csv": str(dataset.csv),
+                    "domain": str(dataset.domain),
+                    "method": method,
+                    "params": {},
+                    "rho": rho,
+                    "seed": derive_seed("cost", dataset.name, method),
+                    "out_csv": str(Path(workdir) / "synthetic.csv"),
+                }
+                _log(f"{dataset.name} {method}")
+                try:
+                    answer = run_child("synthesize", spec, timeout=cap)
+                except subprocess.TimeoutExpired:
+                    run.status = "skipped (time cap)"
+                except Exception as error:  # recorded, the calibration goes on
+                    run.status = f"failed: {str(error)[-200:]}"
+                else:
+                    run.seconds = float(answer["synthesis_seconds"])
+                    run.peak_rss_bytes = int(answer["peak_rss_kib"]) * 1024
+                    run.rows_out = int(answer["rows_out"])
+                _log(f"  {run.status} {run.seconds} s {run.peak_rss_bytes} B")
+                runs.append(run)
+    return runs
+
+
+def _features(run: CostRun, domains: dict[str, Domain]) -> CostFeatures:
+    mechanism = MECHANISMS[run.method]
+    rows = run.rows_out if run.rows_out is not None else run.rows_in
+    return cost_features(mechanism, domains[run.dataset], mechanism.validate_params({}), rows)
+
+
+def _ratio_factor(predicted: np.ndarray, measured: np.ndarray) -> float:
+    """The largest ratio either way, rounded up to 2 decimals (so the stated factor holds)."""
+    worst = float(np.max(np.maximum(predicted / measured, measured / predicted)))
+    return math.ceil(worst * 100 - 1e-9) / 100  # 1e-9: float fuzz of an exact fit
+
+
+def fit(runs: Sequence[CostRun], domains: dict[str, Domain]) -> dict[str, dict[str, float]]:
+    """The coefficients of :data:`engine.costs.COST_COEFFICIENTS` (see engine.costs).
+
+    Per method with at least three runs: log(seconds) = a + b·log(C) by least squares (the
+    calibration runs use the default params, where the work ratio is 1); memory = base +
+    per_cell·C + weight·E by non-negative least squares of the relative error. A method with
+    fewer runs gets b = 1, the median memory base and per-cell cost of the others, and the
+    weight that meets its run; its factors are then the worst of the other methods', since
+    one run cannot state an error."""
+    fitted: dict[str, dict[str, float]] = {}
+    for method in MECHANISMS:
+        mine = [r for r in runs if r.method == method and r.status == "measured"]
+        if len(mine) < 3:
+            continue
+        features = [_features(r, domains) for r in mine]
+        cells = np.array([max(f.cells, 1) for f in features], dtype=float)
+        extra = np.array([f.bound_extra_bytes for f in features], dtype=float)
+        seconds = np.array([r.seconds for r in mine], dtype=float)
+        memory = np.array([r.peak_rss_bytes for r in mine], dtype=float)
+        slope, intercept = np.polyfit(np.log(cells), np.log(seconds), 1)
+        slope = max(round(float(slope), 4), 0.0)  # more rows never predict less time
+        intercept = round(float(np.mean(np.log(seconds) - slope * np.log(cells))), 4)
+        design = np.column_stack([np.ones_like(cells), cells, extra])
+        weights, _ = nnls(design / memory[:, None], np.ones_like(memory))
+        base, per_cell, weight = (
+            round(float(w), k) for w, k in zip(weights, (0, 3, 4), strict=True)
+        )
+        fitted[method] = {
+            "seconds_log_scale": intercept,
+            "seconds_cells_exponent": slope,
+            "seconds_factor": _ratio_factor(np.exp(intercept) * cells**slope, seconds),
+            "memory_base_bytes": base,
+            "memory_bytes_per_cell": per_cell,
+            "memory_bound_weight": weight,
+            "memory_factor": _ratio_factor(base + per_cell * cells + weight * extra, memory),
+        }
+    if not fitted:
+        return fitted
+    median_base = float(np.median([c["memory_base_bytes"] for c in fitted.values()]))
+    median_cell = float(np.median([c["memory_bytes_per_cell"] for c in fitted.values()]))
+    worst_seconds = max(c["seconds_factor"] for c in fitted.values())
+    worst_memory = max(c["memory_factor"] for c in fitted.values())
+    for method in MECHANISMS:
+        mine = [r for r in runs if r.method == method and r.status == "measured"]
+        if not mine or method in fitted:
+            continue
+        features = [_features(r, domains) for r in mine]
+        cells = np.array([max(f.cells, 1) for f in features], dtype=float)
+        extra = np.array([max(f.bound_extra_bytes, 1) for f in features], dtype=float)
+        seconds = np.array([r.seconds for r in mine], dtype=float)
+        memory = np.array([r.peak_rss_bytes for r in mine], dtype=float)
+        left = np.maximum(memory - median_base - median_cell * cells, 0.0)
+        fitted[method] = {
+            "seconds_log_scale": round(float(np.mean(np.log(seconds / cells))), 4),
+            "seconds_cells_exponent": 1.0,
+            "seconds_factor": worst_seconds,
+            "memory_base_bytes": round(median_base),
+            "memory_bytes_per_cell": round(median_cell, 3),
+            "memory_bound_weight": round(float(np.mean(left / extra)), 4),
+            "memory_factor": worst_memory,
+        }
+    return fitted
+
+
+def compare(runs: Sequence[CostRun], domains: dict[str, Domain]) -> list[dict[str, Any]]:
+    """Every run with the code's prediction beside it (the ratios are measured / predicted)."""
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        entry: dict[str, Any] = asdict(run)
+        if run.status == "measured" and run.method in COST_COEFFICIENTS:
+            mechanism = MECHANISMS[run.method]
+            params = mechanism.validate_params({})
+            rows_used = run.rows_out if run.rows_out is not None else run.rows_in
+            predicted = predict_cost(mechanism, domains[run.dataset], params, rows_used)
+            if predicted is None or run.seconds is None or run.peak_rss_bytes is None:
+                rows.append(entry)
+                continue
+            entry |= {
+                "predicted_seconds": predicted.seconds,
+                "predicted_peak_memory_bytes": predicted.peak_memory_bytes,
+                "seconds_ratio": run.seconds / predicted.seconds,
+                "memory_ratio": run.peak_rss_bytes / predicted.peak_memory_bytes,
+                "seconds_factor": predicted.seconds_factor,
+                "memory_factor": predicted.memory_factor,
+                "seconds_within": _within(run.seconds, predicted.seconds, predicted.seconds_factor),
+                "memory_within": _within(
+                    run.peak_rss_bytes, predicted.peak_memory_bytes, predicted.memory_factor
+                ),
+            }
+        rows.append(entry)
+    return rows
+
+
+def _within(measured: float, predicted: float, factor: float) -> bool:
+    return predicted / factor <= measured <= predicted * factor
+
+
+def _mib(value: float) -> str:
+    return f"{value / 2**20:,.0f}"
+
+
+def render(
+    compared: Sequence[dict[str, Any]], command: str, date: str, load: str, rendered_by: str
+) -> str:
+    lines = [
+        SECTION,
+        "",
+        f"Measured by `{command}` on {date} (load average at start {load}; the machine is "
+        f"shared, so the seconds are noisy); predictions and this section by `{rendered_by}`. "
+        "Each run: default params, ε = 1, δ = 1e-9, one "
+        "child process at a time; *seconds* is `Mechanism.run` alone, *peak* the resident "
+        "memory of the run with the loaded table (VmHWM reset after loading). Predictions are "
+        "`engine.costs.predict_cost` from the public domain, the params and the row count, "
+        "with the coefficients in `engine.costs.COST_COEFFICIENTS` fitted on these runs "
+        "(`--fit`); the factor is the stated error: the prediction is within ×/÷ factor of "
+        "every measurement it was fitted on. A method measured on fewer than three datasets "
+        "(cipher refuses all but nltcs) cannot state an error from its runs: it borrows the "
+        "worst factors of the others. The model (engine/costs.py): seconds = e^a · C^b · "
+        "W(params)/W(defaults) and memory = base + per_cell · C + weight · E(params), with "
+        "C = rows × columns and W, E the work and memory bounds of the method's "
+        "`estimate_resources`; the runs use default params, so how params scale the time is "
+        "the work bound's assumption, not a measurement. Raw figures: docs/cost_model.json.",
+        "",
+        "| dataset | method | seconds measured | seconds predicted | ratio | factor | "
+        "peak MiB measured | peak MiB predicted | ratio | factor | within |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for row in compared:
+        if "predicted_seconds" not in row:
+            status = row["status"]
+            status = status if len(status) < 80 else status[:77] + "…"
+            lines.append(f"| {row['dataset']} | {row['method']} | {status} | | | | | | | | |")
+            continue
+        within = "yes" if row["seconds_within"] and row["memory_within"] else "**no**"
+        lines.append(
+            f"| {row['dataset']} | {row['method']} | {row['seconds']:.3f} | "
+            f"{row['predicted_seconds']:.3f} | {row['seconds_ratio']:.2f} | "
+            f"{row['seconds_factor']:.2f} | {_mib(row['peak_rss_bytes'])} | "
+            f"{_mib(row['predicted_peak_memory_bytes'])} | {row['memory_ratio']:.2f} | "
+            f"{row['memory_factor']:.2f} | {within} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def quality_table_runs(document: str) -> list[dict[str, Any]]:
+    """The runs of the "Engine quality and speed" table of docs/benchmarks.md (medians over its
+    repeats): dataset, ε, method, rows out, synthesis seconds, peak RSS bytes."""
+    runs: list[dict[str, Any]] = []
+    for line in document.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 10 or "×" not in cells[1]:
+            continue
+        try:
+            runs.append(
+                {
+                    "dataset": cells[0],
+                    "epsilon": float(cells[2]),
+                    "method": cells[3],
+                    "rows_out": int(cells[4].split()[0].replace(",", "")),
+                    "seconds": float(cells[6].split()[0]),
+                    "peak_rss_bytes": int(float(cells[9].split()[0]) * 2**20),
+                }
+            )
+        except ValueError:
+            continue
+    return runs
+
+
+def out_of_sample(
+    document: str, domains: dict[str, Domain]
+) -> list[tuple[str, float, int, int, float, float]]:
+    """Per (method, ε) of the quality table: runs, runs within both factors, and the largest
+    ratio either way for seconds and for memory, of the runs on datasets in ``domains``."""
+    grouped: dict[tuple[str, float], list[tuple[bool, float, float]]] = {}
+    for run in quality_table_runs(document):
+        if run["dataset"] not in domains or run["method"] not in MECHANISMS:
+            continue
+        mechanism = MECHANISMS[run["method"]]
+        predicted = predict_cost(
+            mechanism, domains[run["dataset"]], mechanism.validate_params({}), run["rows_out"]
+        )
+        if predicted is None:
+            continue
+        within = _within(run["seconds"], predicted.seconds, predicted.seconds_factor) and _within(
+            run["peak_rss_bytes"], predicted.peak_memory_bytes, predicted.memory_factor
+        )
+        seconds = max(run["seconds"] / predicted.seconds, predicted.seconds / run["seconds"])
+        memory = run["peak_rss_bytes"] / predicted.peak_memory_bytes
+        grouped.setdefault((run["method"], run["epsilon"]), []).append(
+            (within, seconds, max(memory, 1 / memory))
+        )
+    return [
+        (
+            method,
+            epsilon,
+            len(items),
+            sum(1 for i in items if i[0]),
+            max(i[1] for i in items),
+            max(i[2] for i in items),
+        )
+        for (method, epsilon), items in sorted(grouped.items())
+    ]
+
+
+def render_out_of_sample(rows: Sequence[tuple[str, float, int, int, float, float]]) -> str:
+    lines = [
+        "",
+        'The same predictions against the runs of "Engine quality and speed" above (medians of '
+        "its repeats, measured by the same child process at ε = 0.1, 1 and 10): not fitted on, so "
+        "this is how far the ε = 1 calibration carries. ρ changes the work of the adaptive "
+        "methods (aim, ppsyn and privsyn run more rounds or larger models at large ε), which the "
+        "model does not see. That table was measured at the commit named in its Run section: a "
+        "different import footprint of the interpreter shifts every peak by the same tens of "
+        "MiB, and the seconds are from another day's machine load.",
+        "",
+        "| method | ε | runs | within both factors | worst seconds ratio | worst memory ratio |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for method, epsilon, count, within, seconds, memory in rows:
+        lines.append(
+            f"| {method} | {epsilon:g} | {count} | {within} | {seconds:.2f} | {memory:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def current_section(document: str) -> str:
+    """The "Cost preview" section of ``document`` (to the next level-2 heading), or ""."""
+    start = document.find(SECTION)
+    if start < 0:
+        return ""
+    end = document.find("\n## ", start + len(SECTION))
+    return document[start:] if end < 0 else document[start : end + 1]
+
+
+def replace_section(document: str, section: str) -> str:
+    """``document`` with its "Cost preview" section replaced by ``section`` (appended if absent);
+    the section ends at the next level-2 heading."""
+    start = document.find(SECTION)
+    if not section:
+        return document
+    if start < 0:
+        return document.rstrip("\n") + "\n\n" + section
+    end = document.find("\n## ", start + len(SECTION))
+    tail = "" if end < 0 else document[end:]
+    return document[:start] + section + tail
+
+
+def load_runs(paths: Sequence[Path]) -> tuple[list[CostRun], str, str, str]:
+    """The runs saved in ``paths`` (later files replace earlier runs of the same pair, order
+    kept), and the commands, dates and load averages that measured them, joined."""
+    fields = set(CostRun.__dataclass_fields__)
+    runs: dict[tuple[str, str], CostRun] = {}
+    commands: list[str] = []
+    dates: list[str] = []
+    loads: list[str] = []
+    for path in paths:
+        saved = json.loads(path.read_text())
+        for raw in saved["runs"]:
+            run = CostRun(**{k: v for k, v in raw.items() if k in fields})
+            runs[(run.dataset, run.method)] = run
+        for key, into in (("command", commands), ("date", dates), ("loadavg", loads)):
+            if saved[key] not in into:
+                into.append(saved[key])
+    return (
+        list(runs.values()),
+        "`, then `".join(commands),
+        " and ".join(dates),
+        " and ".join(loads),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, required=True, help="laid out like ../shared/data")
+    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
+    parser.add_argument("--json", type=Path, default=Path("docs/cost_model.json"))
+    parser.add_argument("--cap", type=float, default=DEFAULT_CAP_SECONDS, help="seconds per run")
+    parser.add_argument("--methods", nargs="*", default=None, help="default: every method")
+    parser.add_argument("--datasets", nargs="*", default=None, help="default: every dataset")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="reuse the runs saved in these files (a later file's run of the same dataset and "
+        "method replaces an earlier one)",
+    )
+    parser.add_argument("--fit", action="store_true", help="print fitted coefficients")
+    args = parser.parse_args(argv)
+
+    raw_args = sys.argv[1:] if argv is None else list(argv)
+    datasets = discover_datasets(args.data.resolve())
+    if args.datasets:
+        datasets = [d for d in datasets if d.name in set(args.datasets)]
+    domains = {d.name: _domain(d) for d in datasets}
+    if args.from_json:
+        runs, command, date, load = load_runs(args.from_json)
+    else:
+        rho = str(rho_from_epsilon_delta(EPSILON, DELTA))
+        methods = args.methods or list(MECHANISMS)
+        load = " / ".join(f"{v:.2f}" for v in os.getloadavg())
+        date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        command = shlex.join(["python", "-m", "benchmarks.cost_model", *raw_args])
+        runs = measure(datasets, methods, rho, args.cap)
+    if args.fit:
+        print(json.dumps(fit(runs, domains), indent=1))
+    compared = compare(runs, domains)
+    args.json.write_text(
+        json.dumps(
+            {
+                "command": command,
+                "date": date,
+                "loadavg": load,
+                "coefficients": COST_COEFFICIENTS,
+                "domains": {name: dict(domain.as_dict()) for name, domain in domains.items()},
+                "runs": compared,
+            },
+            indent=1,
+            default=str,
+        )
+        + "\n"
+    )
+    if args.out.is_file():
+        document = args.out.read_text()
+        rendered_by = shlex.join(["python", "-m", "benchmarks.cost_model", *raw_args])
+        section = render(compared, command, date, load, rendered_by)
+        section += render_out_of_sample(out_of_sample(document, domains))
+        args.out.write_text(replace_section(document, section))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""benchmarks.cost_model helpers: the fit, the merge of saved runs and the section update (no
+benchmark is run here)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from benchmarks.cost_model import (
+    SECTION,
+    CostRun,
+    _features,
+    current_section,
+    fit,
+    load_runs,
+    quality_table_runs,
+    replace_section,
+)
+from engine.domain import Domain
+
+
+def _domains() -> dict[str, Domain]:
+    return {
+        "small": Domain.from_mapping({"a": 2, "b": 3}),
+        "mid": Domain.from_mapping({"a": 5, "b": 7, "c": 4}),
+        "wide": Domain.from_mapping({f"c{i}": 6 for i in range(12)}),
+        "one": Domain.from_mapping({"a": 3}),
+    }
+
+
+def test_fit_recovers_an_exact_model_with_factor_one() -> None:
+    """Runs made to follow the model exactly: seconds = e^-9 · C^0.75, memory = 2e8 + 30·C
+    (independent has no bound term) give back those coefficients and factors of 1."""
+    domains = _domains()
+    runs: list[CostRun] = []
+    for name, rows in (("small", 1_000), ("mid", 50_000), ("wide", 200_000), ("one", 10)):
+        run = CostRun(name, "independent", rows, len(domains[name]), "measured", rows_out=rows)
+        cells = _features(run, domains).cells
+        run.seconds = math.exp(-9) * cells**0.75
+        run.peak_rss_bytes = round(2e8 + 30 * cells)
+        runs.append(run)
+    fitted = fit(runs, domains)["independent"]
+    assert fitted["seconds_cells_exponent"] == 0.75
+    assert fitted["seconds_log_scale"] == -9.0
+    assert fitted["seconds_factor"] == 1.0
+    assert abs(fitted["memory_base_bytes"] - 2e8) < 1e3
+    assert abs(fitted["memory_bytes_per_cell"] - 30) < 1e-2
+    assert fitted["memory_factor"] == 1.0
+
+
+def test_fit_states_the_worst_ratio_rounded_up() -> None:
+    domains = _domains()
+    runs = []
+    for name, rows, scale in (("small", 1_000, 1.0), ("mid", 50_000, 2.0), ("wide", 9_000, 1.0)):
+        run = CostRun(name, "independent", rows, len(domains[name]), "measured", rows_out=rows)
+        run.seconds = scale * 1e-3
+        run.peak_rss_bytes = 10**8
+        runs.append(run)
+    fitted = fit(runs, domains)["independent"]
+    # Three runs, one twice the others with cells in between: no power law meets all three.
+    assert fitted["seconds_factor"] > 1.0
+    predicted = [
+        math.exp(fitted["seconds_log_scale"])
+        * _features(r, domains).cells ** fitted["seconds_cells_exponent"]
+        for r in runs
+    ]
+    worst = max(max(p / r.seconds, r.seconds / p) for p, r in zip(predicted, runs, strict=True))  # type: ignore[operator]
+    assert worst <= fitted["seconds_factor"] < worst + 0.01
+
+
+def test_later_files_replace_earlier_runs(tmp_path: Path) -> None:
+    first = {
+        "command": "measure all",
+        "date": "d1",
+        "loadavg": "1",
+        "runs": [
+            {"dataset": "x", "method": "aim", "rows_in": 5, "columns": 2, "status": "skipped"},
+            {"dataset": "x", "method": "mst", "rows_in": 5, "columns": 2, "status": "measured"},
+        ],
+    }
+    second = {
+        "command": "measure aim",
+        "date": "d2",
+        "loadavg": "2",
+        "runs": [
+            {"dataset": "x", "method": "aim", "rows_in": 5, "columns": 2, "status": "measured"},
+        ],
+    }
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path, content in zip(paths, (first, second), strict=True):
+        path.write_text(json.dumps(content))
+    runs, command, date, _load = load_runs(paths)
+    assert [(r.method, r.status) for r in runs] == [("aim", "measured"), ("mst", "measured")]
+    assert command == "measure all`, then `measure aim"
+    assert date == "d1 and d2"
+
+
+def test_replace_section_keeps_the_rest_of_the_file() -> None:
+    document = "# B\n\n## One\n\ntext\n\n## Two\n\nmore\n"
+    added = replace_section(document, f"{SECTION}\n\nfirst\n")
+    assert added.startswith(document.rstrip("\n")) and added.endswith("first\n")
+    middle = "# B\n\n" + f"{SECTION}\n\nold\n" + "\n## Two\n\nmore\n"
+    replaced = replace_section(middle, f"{SECTION}\n\nnew\n")
+    assert "old" not in replaced and "new" in replaced and replaced.endswith("## Two\n\nmore\n")
+
+
+def test_quality_table_rows_are_read_with_their_medians() -> None:
+    line = (
+        "| adult | 48,842 × 14 | 0.1 | mst | 48,931 (48,745–49,770) | 0.031 | "
+        "1.082 (1.062–1.200) | 1.97 | 188 | 214 (213–218) | 0.05 | 0.1 | 0.2 | 0.03 | 6.9× |"
+    )
+    (run,) = quality_table_runs("| header |\n" + line + "\n")
+    assert run == {
+        "dataset": "adult",
+        "epsilon": 0.1,
+        "method": "mst",
+        "rows_out": 48_931,
+        "seconds": 1.082,
+        "peak_rss_bytes": 214 * 2**20,
+    }
+
+
+def test_the_section_survives_a_rewrite_of_the_rest() -> None:
+    """benchmarks.run rewrites docs/benchmarks.md and carries the section over."""
+    old = "# B\n\n## One\n\nold\n\n" + f"{SECTION}\n\ncosts\n"
+    section = current_section(old)
+    assert section == f"{SECTION}\n\ncosts\n"
+    rewritten = replace_section("# B\n\n## One\n\nnew\n", section)
+    assert rewritten == "# B\n\n## One\n\nnew\n\n" + f"{SECTION}\n\ncosts\n"
+    assert replace_section("# B\n", current_section("# B\n")) == "# B\n"

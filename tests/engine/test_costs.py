@@ -1,0 +1,108 @@
+"""The cost prediction (engine.costs): its contract, and its stated error on the calibration runs
+recorded in docs/cost_model.json (written by benchmarks/cost_model.py; no ../shared needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.costs import COST_COEFFICIENTS, CostPrediction, cost_features, predict_cost
+from engine.domain import Domain
+from engine.mechanisms import MECHANISMS, get_mechanism
+
+CALIBRATION = Path(__file__).resolve().parents[2] / "docs" / "cost_model.json"
+
+
+def _calibration() -> dict[str, Any]:
+    recorded: dict[str, Any] = json.loads(CALIBRATION.read_text())
+    return recorded
+
+
+def test_every_method_is_calibrated() -> None:
+    assert set(COST_COEFFICIENTS) == set(MECHANISMS)
+    for coefficients in COST_COEFFICIENTS.values():
+        assert coefficients["seconds_factor"] >= 1 and coefficients["memory_factor"] >= 1
+
+
+def test_the_code_matches_the_recorded_calibration() -> None:
+    """The coefficients in the code are the ones docs/benchmarks.md was rendered with, and each
+    measured run lies within the stated factor of what the code predicts for it now (this fails
+    if estimate_resources or the coefficients change without a new calibration)."""
+    recorded = _calibration()
+    assert recorded["coefficients"] == COST_COEFFICIENTS
+    domains = {name: Domain.from_mapping(sizes) for name, sizes in recorded["domains"].items()}
+    measured = [r for r in recorded["runs"] if r["status"] == "measured"]
+    assert {r["method"] for r in measured} == set(MECHANISMS)
+    assert {r["dataset"] for r in measured} == set(domains)
+    for run in measured:
+        mechanism = get_mechanism(run["method"])
+        params = mechanism.validate_params({})
+        predicted = predict_cost(mechanism, domains[run["dataset"]], params, run["rows_out"])
+        assert predicted is not None
+        label = (run["dataset"], run["method"])
+        factor = predicted.seconds_factor * (1 + 1e-9)
+        assert predicted.seconds / factor <= run["seconds"] <= predicted.seconds * factor, label
+        factor = predicted.memory_factor * (1 + 1e-9)
+        peak = predicted.peak_memory_bytes
+        assert peak / factor <= run["peak_rss_bytes"] <= peak * factor, label
+
+
+@pytest.mark.parametrize("method", sorted(MECHANISMS))
+def test_more_rows_never_predict_less(method: str) -> None:
+    mechanism = get_mechanism(method)
+    params = mechanism.validate_params({})
+    domain = Domain.from_mapping({"a": 2, "b": 3, "c": 4, "d": 5})
+    small = predict_cost(mechanism, domain, params, 1_000)
+    large = predict_cost(mechanism, domain, params, 1_000_000)
+    assert small is not None and large is not None
+    assert large.seconds >= small.seconds
+    assert large.peak_memory_bytes >= small.peak_memory_bytes
+    assert cost_features(mechanism, domain, params, 1_000_000).cells == 4_000_000
+
+
+def test_params_scale_time_as_the_work_bound_does() -> None:
+    """Twice the fitting iterations of mst: the work bound grows, and the predicted time with it
+    by the same ratio; the default params have ratio 1."""
+    mechanism = get_mechanism("mst")
+    domain = Domain.from_mapping({"a": 20, "b": 30, "c": 40})
+    default = mechanism.validate_params({})
+    more = mechanism.validate_params({"iterations": 2 * default.iterations})  # type: ignore[attr-defined]
+    assert cost_features(mechanism, domain, default, 5_000).work_ratio == 1
+    ratio = cost_features(mechanism, domain, more, 5_000).work_ratio
+    assert ratio > 1
+    base = predict_cost(mechanism, domain, default, 5_000)
+    scaled = predict_cost(mechanism, domain, more, 5_000)
+    assert base is not None and scaled is not None
+    assert scaled.seconds == pytest.approx(base.seconds * ratio)
+
+
+def test_rows_must_be_a_count() -> None:
+    mechanism = get_mechanism("independent")
+    params = mechanism.validate_params({})
+    domain = Domain.from_mapping({"a": 2})
+    with pytest.raises(ValueError, match="rows"):
+        cost_features(mechanism, domain, params, -1)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"seconds": 0.0},
+        {"seconds": float("inf")},
+        {"peak_memory_bytes": 0},
+        {"seconds_factor": 0.5},
+        {"memory_factor": float("nan")},
+    ],
+)
+def test_prediction_is_validated(fields: dict[str, Any]) -> None:
+    valid: dict[str, Any] = {
+        "seconds": 1.0,
+        "peak_memory_bytes": 1,
+        "seconds_factor": 1.0,
+        "memory_factor": 1.0,
+    }
+    with pytest.raises(ValueError):
+        CostPrediction(**{**valid, **fields})
