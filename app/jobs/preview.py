@@ -6,8 +6,9 @@ its (ε, δ) statements, the dataset's remaining ρ (shown to every key of the t
 dataset), the noise of the method's first releases (from the budget split and the declared
 domain), the per-job limits and a predicted time and memory (:func:`engine.costs.predict_cost`).
 The prediction needs a row count: the rows requested, or, for owner keys, the table's exact row
-count (owners see it on the dataset); an analyst who gives no rows gets no prediction, since the
-row count is private.
+count (owners see it on the dataset); for an analyst who gives no rows, the noisy row count of the
+dataset's latest release sized by its mechanism (a DP output the analyst can already see), and no
+prediction before there is one: the exact row count is private.
 
 A dry run over budget answers 200 with ``would_exceed_budget: true`` and the numbers a 409 would
 carry (requested and remaining ρ): a preview is for planning, so it reports rather than refuses.
@@ -19,12 +20,14 @@ from __future__ import annotations
 import uuid
 from decimal import Decimal
 from fractions import Fraction
+from typing import Literal
 
 from sqlalchemy.orm import Session
 
 from app.auth.service import Principal
 from app.budget import repository as budget_repository
 from app.config import Settings
+from app.jobs import repository
 from app.jobs.schemas import (
     CostPredictionOut,
     EpsilonAtDeltaOut,
@@ -77,14 +80,19 @@ def preview_job(
         for noise in mechanism.first_noise(checked.domain, params, Fraction(budget.rho))
     ]
     rows = request.rows
+    source: Literal["requested", "dataset", "previous_release"] = "requested"
     if rows is None and principal.is_owner:
-        rows = checked.dataset.n_rows
+        rows, source = checked.dataset.n_rows, "dataset"
+    elif rows is None:
+        # The exact row count is private; an earlier release's noisy count is a DP output.
+        rows, source = repository.latest_noisy_row_count(session, dataset_id), "previous_release"
     prediction = None
     if rows is not None:
         cost = predict_cost(mechanism, checked.domain, params, rows)
         if cost is not None:
             prediction = CostPredictionOut(
                 rows=rows,
+                rows_source=source,
                 seconds=cost.seconds,
                 seconds_factor=cost.seconds_factor,
                 peak_memory_bytes=cost.peak_memory_bytes,

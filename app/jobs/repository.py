@@ -598,3 +598,15 @@ def request_cancel(session: Session, job_id: uuid.UUID) -> bool:
         .returning(Job.id)
     ).one_or_none()
     return row is not None
+
+
+def latest_noisy_row_count(session: Session, dataset_id: uuid.UUID) -> int | None:
+    """The output row count of the dataset's latest succeeded job that asked for no ``rows``:
+    max(1, round(N̂)) of its mechanism's noisy total (capped by the output limits), a DP output
+    every key of the tenant sees on that job."""
+    return session.scalar(
+        select(Job.output_rows)
+        .where(Job.dataset_id == dataset_id, Job.status == "succeeded", Job.rows.is_(None))
+        .order_by(Job.finished_at.desc())
+        .limit(1)
+    )

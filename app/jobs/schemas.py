@@ -161,6 +161,11 @@ class EpsilonAtDeltaOut(BaseModel):
 
 class CostPredictionOut(BaseModel):
     rows: int = Field(description="the row count the prediction is for (rows in and out)")
+    rows_source: Literal["requested", "dataset", "previous_release"] = Field(
+        description="where that count comes from: the request's rows; the dataset's exact row "
+        "count (owner keys only); or, for an analyst who gave no rows, the noisy row count of "
+        "the dataset's latest release that was sized by its mechanism (a DP output)"
+    )
     seconds: float = Field(description="predicted wall seconds of the synthesis")
     seconds_factor: float = Field(
         description="stated error: the calibration runs lay within ×/÷ this factor"

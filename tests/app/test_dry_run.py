@@ -5,12 +5,14 @@ HTTP, no worker)."""
 from __future__ import annotations
 
 import math
+import uuid
 from decimal import Decimal
 from typing import Any
 
 import httpx
 import pytest
 
+from app.db.base import utcnow
 from tests.conftest import Tenant
 from tests.support.api import budget, create_dataset, submit, untouched_budget
 from tests.support.ledger import assert_reconciled
@@ -180,3 +182,38 @@ def test_prediction_needs_a_row_count_the_caller_may_see(
     owned = dry_run(tenant.owner, people["id"], body).json()["prediction"]
     n_rows = tenant.owner.get(f"/v1/datasets/{people['id']}").json()["n_rows"]
     assert owned is not None and owned["rows"] == n_rows
+    assert owned["rows_source"] == "dataset"
+    assert (
+        dry_run(tenant.analyst, people["id"], {**body, "rows": 77}).json()["prediction"][
+            "rows_source"
+        ]
+        == "requested"
+    )
+
+
+def test_an_analyst_prediction_uses_the_latest_release_noisy_row_count(
+    api_stack: Stack, tenant: Tenant, people: dict[str, Any]
+) -> None:
+    """Once a release sized by its mechanism exists, its output row count (a DP output the
+    analyst sees on that job) sizes the prediction; a release with requested rows does not."""
+    from sqlalchemy import update
+
+    from app.jobs.models import Job
+
+    body = {"method": "independent", "budget": {"rho": "0.1"}}
+    sized = submit(tenant.analyst, people["id"], rho="0.1").json()["id"]
+    requested = submit(tenant.analyst, people["id"], rho="0.1", rows=5).json()["id"]
+    with api_stack.session() as session:
+        for job_id, rows in ((sized, 391), (requested, 5)):
+            session.execute(
+                update(Job)
+                .where(Job.id == uuid.UUID(job_id))
+                .values(
+                    status="succeeded",
+                    output_key=f"outputs/{job_id}/attempt-1.parquet",
+                    output_rows=rows,
+                    finished_at=utcnow(),
+                )
+            )
+    prediction = dry_run(tenant.analyst, people["id"], body).json()["prediction"]
+    assert prediction["rows"] == 391 and prediction["rows_source"] == "previous_release"
