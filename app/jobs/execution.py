@@ -24,6 +24,7 @@ import traceback
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
@@ -496,7 +497,8 @@ def _synthesize(
     # The release's artefacts: post-processing of what was released, then the owner tier, which
     # reads the real table again (owner keys only; app/reports/artefacts.py).
     progress.phase("report")
-    title = f"rhosynth release {claim.job_id} ({claim.method}, ρ = {claim.rho})"
+    rho_text = format(Decimal(claim.rho).normalize(), "f")
+    title = f"rhosynth release {claim.job_id} ({claim.method}, ρ = {rho_text})"
     record = record_from_result(
         result, schema.domain(), mechanism.name, params, Fraction(claim.rho)
     )

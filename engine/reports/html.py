@@ -39,9 +39,14 @@ def _number(value: Any) -> str:
     return escape(str(value))
 
 
-def _explain(report: Mapping[str, Any], key: str) -> str:
+def _explain(report: Mapping[str, Any], key: str, label: str | None = None) -> str:
+    """The report's one-line explanation of ``key``, prefixed with ``label`` when it explains a
+    column of the table that follows."""
     text = report.get("explanations", {}).get(key)
-    return f'<p class="explain">{escape(text)}</p>' if text else ""
+    if not text:
+        return ""
+    prefix = f"<b>{escape(label)}</b>: " if label else ""
+    return f'<p class="explain">{prefix}{escape(text)}</p>'
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -99,8 +104,13 @@ def _release(report: Mapping[str, Any]) -> list[str]:
         out += ["<h3>Parameters</h3>", _table(["parameter", "value"], params)]
     out += ["<h3>(ε, δ) privacy profile</h3>", _explain(report, "privacy_profile")]
     out.append(_table(["δ", "ε"], [[p["delta"], p["epsilon"]] for p in report["privacy_profile"]]))
-    out += ["<h2>Measurements</h2>", _explain(report, "sigma"), _explain(report, "rho_share")]
-    out += [_explain(report, "expected_noise_tvd"), _explain(report, "model_residual_tvd")]
+    out += [
+        "<h2>Measurements</h2>",
+        _explain(report, "sigma", "σ"),
+        _explain(report, "rho_share", "share of ρ"),
+        _explain(report, "expected_noise_tvd", "expected noise TVD"),
+        _explain(report, "model_residual_tvd", "residual TVD"),
+    ]
     out.append(
         _table(
             ["columns", "cells", "σ", "share of ρ", "expected noise TVD", "residual TVD"],
