@@ -22,4 +22,5 @@ def replace_section(document: str, heading: str, section: str) -> str:
     if start < 0:
         return document.rstrip("\n") + "\n\n" + section
     end = document.find("\n## ", start + len(heading))
-    return document[:start] + section + ("" if end < 0 else document[end:])
+    # The section ends with the newline before the next heading (as current_section returns it).
+    return document[:start] + section + ("" if end < 0 else document[end + 1 :])

@@ -18,3 +18,8 @@ def test_a_missing_section_is_appended_and_an_empty_one_changes_nothing() -> Non
     assert replace_section(DOC, "## D", "## D\n\nd\n").endswith("## C\n\nc\n\n## D\n\nd\n")
     assert replace_section(DOC, "## B", "") == DOC
     assert current_section(DOC, "## D") == ""
+
+
+def test_writing_back_the_current_section_changes_nothing() -> None:
+    for heading in ("## A", "## B", "## C"):
+        assert replace_section(DOC, heading, current_section(DOC, heading)) == DOC
