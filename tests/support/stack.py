@@ -200,6 +200,18 @@ class Stack:
         """Drop every pending message of this stack's queue (simulates a broker losing them)."""
         return int(redis.Redis.from_url(services.REDIS_URL).delete(self.values["queue"]))
 
+    def queued_messages(self, at_least: int = 1, timeout: float = 10.0) -> int:
+        """The number of messages in this stack's queue, once at least ``at_least`` arrived
+        (the API sends them from a background thread after its response) or ``timeout``
+        passed."""
+        client = redis.Redis.from_url(services.REDIS_URL)
+        deadline = time.monotonic() + timeout
+        while True:
+            count = int(client.llen(self.values["queue"]))
+            if count >= at_least or time.monotonic() >= deadline:
+                return count
+            time.sleep(0.02)
+
     @contextlib.contextmanager
     def session(self) -> Iterator[Session]:
         with transaction(get_session_factory(self.settings.sqlalchemy_url)) as session:

@@ -153,6 +153,8 @@ def test_job_survives_a_flushed_broker(
     stack, tenant = chaos
     dataset = create_dataset(tenant.owner, people_csv, people_schema)
     job_id = submit(tenant.analyst, dataset["id"], rho="0.5").json()["id"]
+    # The API rings the doorbell from a background thread after it answers: wait for the message.
+    assert stack.queued_messages(at_least=1) == 1
     assert stack.flush_queue() == 1  # the message is gone; only the database remembers the job
     started = time.monotonic()
     stack.start_worker()
