@@ -28,6 +28,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow.parquet as pq
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -316,19 +317,20 @@ def _run_attempt(
     with _Lease(factory, settings, claim) as lease:
         progress = _Progress(factory, settings, claim, lease)
         try:
-            rows = _synthesize(factory, settings, storage, claim, progress, output_key, writer)
+            produced = _synthesize(factory, settings, storage, claim, progress, output_key, writer)
             with transaction(factory) as session:
                 published = repository.complete(
                     session,
                     job_id,
                     claim.attempt,
                     output_key=output_key,
-                    output_rows=rows,
+                    output_rows=produced.rows,
                     artefacts=writer.written,
                     now=utcnow(),
                 )
             if published:
                 logger.info("job %s attempt %d succeeded", job_id, claim.attempt)
+                _owner_tier(factory, storage, claim, writer, produced)
                 return AttemptOutcome(job_id, "succeeded")
             _discard(storage, output_key, writer)
             return _finish_unpublished(factory, claim)
@@ -380,6 +382,46 @@ def _run_attempt(
         gc.collect()
         _finish_failed(factory, claim, reason)
         return AttemptOutcome(job_id, "failed")
+
+
+@dataclass(frozen=True, eq=False)
+class _Produced:
+    """What an attempt produced before publishing, and what the owner tier needs after it."""
+
+    rows: int
+    schema: TableSchema
+    table_key: str
+    synthetic: npt.NDArray[np.int64]
+    title: str
+
+
+def _owner_tier(
+    factory: sessionmaker[Session],
+    storage: Storage,
+    claim: Claim,
+    writer: ArtefactWriter,
+    produced: _Produced,
+) -> None:
+    """Build the owner tier of the report after the release is published, then add its names
+    to the job's artefacts (owner keys only). It reads the real table, so nothing of it may
+    change what analysts see: building it after publication keeps its duration and any failure
+    (out of memory, the dataset erased meanwhile, a bug) out of the job's status, progress and
+    timing. A failure is logged and leaves the owner tier out."""
+    try:
+        # Subsampling and the holdout split: post-processing, owners only.
+        write_owner_report(
+            writer,
+            produced.schema,
+            lambda: read_encoded_table(storage.path(produced.table_key), produced.schema),
+            produced.synthetic,
+            np.random.default_rng(claim.seed),
+            produced.title,
+        )
+        with transaction(factory) as session:
+            repository.set_artefacts(session, claim.job_id, claim.attempt, writer.written)
+    except Exception:  # MemoryError included: the release is published whatever happens here
+        logger.exception("job %s: the owner tier of its report was not built", claim.job_id)
+        gc.collect()
 
 
 def _discard(storage: Storage, output_key: str, writer: ArtefactWriter) -> None:
@@ -446,7 +488,7 @@ def _synthesize(
     progress: _Progress,
     output_key: str,
     writer: ArtefactWriter,
-) -> int:
+) -> _Produced:
     with transaction(factory) as session:
         dataset = dataset_repository.get(session, claim.dataset_id)
         if dataset is None or dataset.storage_key is None:
@@ -494,8 +536,8 @@ def _synthesize(
         temp.unlink(missing_ok=True)
     del frame
 
-    # The release's artefacts: post-processing of what was released, then the owner tier, which
-    # reads the real table again (owner keys only; app/reports/artefacts.py).
+    # The release's artefacts: post-processing of what was released (app/reports/artefacts.py).
+    # The owner tier, which reads the real table, is built after publication (_owner_tier).
     progress.phase("report")
     rho_text = format(Decimal(claim.rho).normalize(), "f")
     title = f"rhosynth release {claim.job_id} ({claim.method}, ρ = {rho_text})"
@@ -504,13 +546,4 @@ def _synthesize(
     )
     write_release_artefacts(writer, schema, record, result.model, synthetic, title)
     del record, result
-    # Subsampling and the holdout split of the owner tier: post-processing, owners only.
-    write_owner_report(
-        writer,
-        schema,
-        lambda: read_encoded_table(storage.path(table_key), schema),
-        synthetic,
-        np.random.default_rng(claim.seed),
-        title,
-    )
-    return int(synthetic.shape[0])
+    return _Produced(int(synthetic.shape[0]), schema, table_key, synthetic, title)

@@ -407,6 +407,20 @@ def complete(
     return row is not None
 
 
+def set_artefacts(
+    session: Session, job_id: uuid.UUID, attempt: int, artefacts: Sequence[str]
+) -> bool:
+    """Record the artefacts of the published attempt (the owner tier, added after publication);
+    only while the job is still the succeeded job that attempt published."""
+    row = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.attempt == attempt, Job.status == "succeeded")
+        .values(artefacts=list(artefacts))
+        .returning(Job.id)
+    ).one_or_none()
+    return row is not None
+
+
 def finish(
     session: Session,
     job_id: uuid.UUID,

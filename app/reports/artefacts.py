@@ -40,6 +40,7 @@ from app.reports.names import (
 from app.storage import Storage, job_attempt_prefix
 from engine.encoding import TableSchema
 from engine.release.model import FittedModel
+from engine.release.model_file import model_file_bytes
 from engine.release.record import ReleaseRecord
 from engine.release.tables import TooLarge, measurements_arrow, measurements_json
 from engine.reports.html import render_html
@@ -81,7 +82,7 @@ class ArtefactWriter:
         try:
             build()
         except MemoryError:
-            raise
+            raise  # the caller decides (the owner tier catches it after publication)
         except Exception:
             logger.exception(
                 "job %s attempt %d: could not build the %s", self._job_id, self._attempt, what
@@ -104,7 +105,10 @@ def write_release_artefacts(
     """The record, the model, the measurements as tables and the release tier of the report."""
     writer.put_bytes(RECORD, record.to_bytes())
     if model is not None:
-        writer.attempt("fitted model", lambda: writer.put_bytes(MODEL, model.to_bytes()))
+        # The CLI's model file (model + public schema): `rhosynth sample` reads a download.
+        writer.attempt(
+            "fitted model", lambda: writer.put_bytes(MODEL, model_file_bytes(model, schema))
+        )
 
     def measurements() -> None:
         table = measurements_arrow(record, schema)

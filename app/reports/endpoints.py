@@ -30,6 +30,7 @@ MEDIA_TYPES = {
     "json": "application/json",
     "html": "text/html; charset=utf-8",
     "parquet": "application/vnd.apache.parquet",
+    "npz": "application/octet-stream",
 }
 
 
@@ -111,12 +112,17 @@ def get_measurements(
     db: DatabaseDep,
     storage: StorageDep,
     principal: AnalystKey,
-    format: Annotated[Literal["json", "parquet"], Query()] = "json",
+    format: Annotated[Literal["json", "parquet", "npz"], Query()] = "json",
 ) -> StreamingResponse:
     """Every noisy marginal the job measured (the contingency tables), labelled with the
-    dataset's public domain: one row per cell in Parquet; per marginal in JSON. These are the
-    DP measurements themselves; the synthetic rows are post-processing of them."""
-    name = names.MEASUREMENTS_PARQUET if format == "parquet" else names.MEASUREMENTS_JSON
+    dataset's public domain: one row per cell in Parquet; per marginal in JSON; ``npz``: the
+    release record itself, for ``rhosynth report --record``. These are the DP measurements
+    themselves; the synthetic rows are post-processing of them."""
+    name = {
+        "parquet": names.MEASUREMENTS_PARQUET,
+        "json": names.MEASUREMENTS_JSON,
+        "npz": names.RECORD,
+    }[format]
     missing = (
         "this release has no measurements in JSON (it predates them, or it measured too many "
         "cells to list: use format=parquet)"
@@ -124,3 +130,25 @@ def get_measurements(
         else "this release has no stored measurements (it predates them)"
     )
     return _serve(db, storage, principal, job_id, name, format, missing)
+
+
+@router.get(
+    "/jobs/{job_id}/model",
+    response_model=None,
+    responses={200: {"content": {"application/octet-stream": {}}}},
+)
+def get_model(
+    job_id: uuid.UUID, db: DatabaseDep, storage: StorageDep, principal: AnalystKey
+) -> StreamingResponse:
+    """The job's fitted model with the dataset's public schema: a DP output (built from the
+    noisy measurements only). ``rhosynth sample MODEL --rows n --seed s`` draws rows from it
+    locally, at no privacy cost, as ``POST /v1/jobs/{id}/samples`` does on the server."""
+    return _serve(
+        db,
+        storage,
+        principal,
+        job_id,
+        names.MODEL,
+        "npz",
+        "this release has no saved model (its method keeps none, or it predates saved models)",
+    )

@@ -24,7 +24,7 @@ from app.reports.names import MODEL, artefact_key
 from app.samples import repository
 from app.storage import Storage, sample_output_key
 from engine.encoding import TableSchema
-from engine.release.model import FittedModel
+from engine.release.model_file import read_model_file
 
 logger = logging.getLogger(__name__)
 
@@ -86,16 +86,25 @@ def execute_sample(settings: Settings, sample_id: uuid.UUID) -> str:
             storage.delete(output_key)
             return "lost"
         return "succeeded"
-    except Exception:
-        logger.exception("sample %s attempt %d failed", sample_id, claimed.attempt)
+    except Exception as error:
+        # The model file is gone when the dataset was erased after the claim.
+        gone = isinstance(error, FileNotFoundError)
+        if not gone:
+            logger.exception("sample %s attempt %d failed", sample_id, claimed.attempt)
         storage.delete(output_key)
         with transaction(factory) as session:
-            repository.fail(session, sample_id, claimed.attempt, error=SAMPLE_FAILED, now=utcnow())
+            repository.fail(
+                session,
+                sample_id,
+                claimed.attempt,
+                error=SAMPLE_GONE if gone else SAMPLE_FAILED,
+                now=utcnow(),
+            )
         return "failed"
 
 
 def _draw(storage: Storage, claimed: _Claimed, schema: TableSchema, output_key: str) -> int:
-    model = FittedModel.from_bytes(storage.path(claimed.model_key).read_bytes())
+    model, _schema = read_model_file(storage.path(claimed.model_key).read_bytes())
     rng = np.random.default_rng(claimed.seed)  # post-processing only; no DP noise is drawn here
     codes = model.sample(claimed.rows, rng)
     frame = schema.decode(codes, rng)

@@ -30,7 +30,7 @@ class Sample(Base):
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id"), index=True)
-    dataset_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("datasets.id"))
+    dataset_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("datasets.id"), index=True)
     job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id"), index=True)
     rows: Mapped[int] = mapped_column(BigInteger)
     seed: Mapped[int] = mapped_column(BigInteger)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from app.config import Settings
 from app.db.base import utcnow
@@ -21,10 +21,12 @@ def recover_samples(settings: Settings) -> list[uuid.UUID]:
     messages of samples queued too long. Returns the samples whose message was sent."""
     factory = get_session_factory(settings.sqlalchemy_url)
     sent: list[uuid.UUID] = []
+    now = utcnow()
+    after: tuple[datetime, uuid.UUID] | None = None
     while True:
         with transaction(factory) as session:
-            expired = repository.expired_running(session, utcnow(), _PAGE)
-        for sample_id in expired:
+            expired = repository.expired_running(session, now, _PAGE, after)
+        for _, sample_id in expired:
             with transaction(factory) as session:
                 outcome = repository.recover_expired(
                     session,
@@ -36,9 +38,9 @@ def recover_samples(settings: Settings) -> list[uuid.UUID]:
             if outcome == "requeued":
                 dispatch.enqueue_job(settings, sample_id, RUN_SAMPLE_TASK)
                 sent.append(sample_id)
-        # Each recovered sample leaves the expired set, so this ends.
         if len(expired) < _PAGE:
             break
+        after = expired[-1]
     with transaction(factory) as session:
         now = utcnow()
         stale = repository.touch_stale_queued(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from app.samples.models import Sample
@@ -104,15 +104,21 @@ def fail(
     )
 
 
-def expired_running(session: Session, now: datetime, limit: int) -> list[uuid.UUID]:
-    return list(
-        session.scalars(
-            select(Sample.id)
-            .where(Sample.status == "running", Sample.lease_expires_at < now)
-            .order_by(Sample.lease_expires_at, Sample.id)
-            .limit(limit)
-        )
+def expired_running(
+    session: Session,
+    now: datetime,
+    limit: int,
+    after: tuple[datetime, uuid.UUID] | None = None,
+) -> list[tuple[datetime, uuid.UUID]]:
+    """Running samples whose lease ran out, as (lease end, id) keys in order; ``after`` is the
+    last key of the previous page (keyset paging, as for jobs)."""
+    query = select(Sample.lease_expires_at, Sample.id).where(
+        Sample.status == "running", Sample.lease_expires_at < now
     )
+    if after is not None:
+        query = query.where(tuple_(Sample.lease_expires_at, Sample.id) > tuple_(*after))
+    rows = session.execute(query.order_by(Sample.lease_expires_at, Sample.id).limit(limit))
+    return [(lease, sample_id) for lease, sample_id in rows if lease is not None]
 
 
 def recover_expired(

@@ -72,6 +72,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_samples")),
     )
+    op.create_index(op.f("ix_samples_dataset_id"), "samples", ["dataset_id"], unique=False)
     op.create_index(op.f("ix_samples_job_id"), "samples", ["job_id"], unique=False)
     op.create_index(op.f("ix_samples_tenant_id"), "samples", ["tenant_id"], unique=False)
     op.create_index(
@@ -83,5 +84,6 @@ def downgrade() -> None:
     op.drop_index("ix_samples_status_lease", table_name="samples")
     op.drop_index(op.f("ix_samples_tenant_id"), table_name="samples")
     op.drop_index(op.f("ix_samples_job_id"), table_name="samples")
+    op.drop_index(op.f("ix_samples_dataset_id"), table_name="samples")
     op.drop_table("samples")
     op.drop_column("jobs", "artefacts")  # SQLite ≥ 3.35 drops a column in place

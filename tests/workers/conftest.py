@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -20,4 +21,12 @@ def released(
     assert response.status_code == 202, response.text
     job = wait_for(worker_tenant.analyst, response.json()["id"])
     assert job["status"] == "succeeded", (job, worker_stack.logs())
+    # The owner tier is built after the release is published; wait until it is listed.
+    deadline = time.monotonic() + 60
+    while (
+        "report-owner.json"
+        not in worker_tenant.owner.get(f"/v1/jobs/{job['id']}").json()["artefacts"]
+    ):
+        assert time.monotonic() < deadline, worker_stack.logs()
+        time.sleep(0.1)
     return {"dataset": dataset, "job": job}

@@ -20,7 +20,7 @@ from app.jobs.models import Job
 from app.reports import names
 from engine.cli import load_table
 from engine.encoding import TableSchema
-from engine.release.model import FittedModel
+from engine.release.model_file import read_model_file
 from engine.release.record import ReleaseRecord
 from engine.reports.release import build_release_report
 from tests.conftest import Tenant
@@ -84,7 +84,7 @@ def test_release_tier_report_is_built_from_published_artefacts_only(
     # release tier, this would differ.
     schema = TableSchema.from_json(json.loads(people_schema))
     record = ReleaseRecord.from_bytes(_artefact(worker_stack, job_id, names.RECORD).read_bytes())
-    model = FittedModel.from_bytes(_artefact(worker_stack, job_id, names.MODEL).read_bytes())
+    model, _ = read_model_file(_artefact(worker_stack, job_id, names.MODEL).read_bytes())
     output = worker_tenant.analyst.get(f"/v1/jobs/{job_id}/output", params={"format": "parquet"})
     path = worker_stack.workdir / f"{job_id}.parquet"
     path.write_bytes(output.content)
@@ -306,3 +306,31 @@ def test_a_lost_sample_attempt_is_retried_and_publishes_once(
         stored = session.get(Sample, sample_id)
         assert stored is not None and stored.attempt == 2
         assert stored.output_key is not None and stored.output_key.endswith("attempt-2.parquet")
+
+
+def test_the_model_and_record_download_feed_the_local_commands(
+    worker_stack: Stack, worker_tenant: Tenant, released: dict[str, Any]
+) -> None:
+    """GET …/model is the CLI's model file: `rhosynth sample` draws from it locally; GET
+    …/measurements?format=npz is the release record `rhosynth report --record` reads."""
+    from click.testing import CliRunner
+
+    from app.cli import main
+
+    job_id = released["job"]["id"]
+    folder = worker_stack.workdir / f"local-{job_id}"
+    folder.mkdir()
+    model = worker_tenant.analyst.get(f"/v1/jobs/{job_id}/model")
+    assert model.status_code == 200
+    (folder / "model.npz").write_bytes(model.content)
+    record = worker_tenant.analyst.get(f"/v1/jobs/{job_id}/measurements", params={"format": "npz"})
+    assert record.status_code == 200
+    loaded = ReleaseRecord.from_bytes(record.content)
+    assert loaded.rho == Fraction(released["job"]["rho"])
+    out = folder / "more.parquet"
+    result = CliRunner().invoke(
+        main,
+        ["sample", str(folder / "model.npz"), "--rows", "300", "--seed", "4", "--out", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    assert pq.read_table(out).num_rows == 300
