@@ -48,22 +48,13 @@ from engine.mechanisms.copula import (
 from engine.mechanisms.independent import project_to_simplex
 from engine.mechanisms.models import CopulaModel
 from engine.mechanisms.preview import NoisePreview, marginal_preview, one_way_previews
+from engine.mechanisms.splits import exact_weight, size_weight
 from engine.noise import SecureRandom, discrete_gaussian_noise
 from engine.release.model import FittedModel
 
-_DENOMINATOR = 10**6
 _SAFETY_SDS = 3
 """n̂ = ⌊ñ − 3·sd(ñ)⌋: the public Kendall sample size sits three noise standard deviations below
 the noisy count, so with probability about 0.9987 the data has at least n̂ rows."""
-
-
-def _fraction(value: float) -> Fraction:
-    return Fraction(value).limit_denominator(_DENOMINATOR)
-
-
-def _c23(size: int) -> Fraction:
-    """size^(2/3) as a positive exact weight for split_rho (the rounding only moves the split)."""
-    return max(_fraction(size ** (2 / 3)), Fraction(1, _DENOMINATOR))
 
 
 class DPCopulaParams(BaseModel):
@@ -182,11 +173,11 @@ def _split_budget(
     measure get 0 and their share goes to the next stage."""
     if not has_copula:
         return _Budget(rho, Fraction(0), Fraction(0))
-    keys = rho * _fraction(params.partition_share) if has_keys else Fraction(0)
+    keys = rho * exact_weight(params.partition_share) if has_keys else Fraction(0)
     rest = rho - keys
     if not has_pairs:
         return _Budget(keys, rest, Fraction(0))
-    margins = rest * _fraction(params.margin_share)
+    margins = rest * exact_weight(params.margin_share)
     return _Budget(keys, margins, rest - margins)
 
 
@@ -547,10 +538,10 @@ class DPCopulaMechanism(Mechanism):
         if not isinstance(params, DPCopulaParams):
             raise TypeError("params must be DPCopulaParams")
         d = len(domain)
-        keys = _fraction(params.partition_share)
-        margins = _fraction(params.margin_share)
+        keys = exact_weight(params.partition_share)
+        margins = exact_weight(params.margin_share)
         rest = rho * (1 - keys)
-        weights = [_c23(size) for size in domain.sizes]
+        weights = [size_weight(size) for size in domain.sizes]
         parts = [rho * keys, rest * margins * min(weights) / sum(weights)]
         pairs = d * (d - 1) // 2
         if pairs:
@@ -594,9 +585,9 @@ class DPCopulaMechanism(Mechanism):
         if len(candidates) == len(domain):
             return (marginal_preview(candidates, rho),)
         if candidates:
-            return (marginal_preview(candidates, rho * _fraction(params.partition_share)),)
+            return (marginal_preview(candidates, rho * exact_weight(params.partition_share)),)
         budget = _split_budget(rho, params, False, True, _has_pairs(list(domain.sizes)))
-        parts = split_rho(budget.margins, [_c23(size) for size in domain.sizes])
+        parts = split_rho(budget.margins, [size_weight(size) for size in domain.sizes])
         return one_way_previews(domain.attributes, parts)
 
     def _synthesize(
@@ -634,7 +625,7 @@ class DPCopulaMechanism(Mechanism):
             keys = candidates
             budget = _Budget(rho, Fraction(0), Fraction(0))
         elif candidates:
-            rho_keys = rho * _fraction(params.partition_share)
+            rho_keys = rho * exact_weight(params.partition_share)
             histogram = measure_marginal(data, candidates, rho_keys, noise_source)
             measurements.append(histogram)
             candidate_histogram = histogram
@@ -668,7 +659,7 @@ class DPCopulaMechanism(Mechanism):
             key_variance = float(histogram.sigma2)
         tables: list[Measurement] = []
         if copula:
-            parts = split_rho(budget.margins, [_c23(domain.size(a)) for a in copula])
+            parts = split_rho(budget.margins, [size_weight(domain.size(a)) for a in copula])
             for j, (attr, part) in enumerate(zip(copula, parts, strict=True)):
                 tables.append(measure_marginal(data, (*keys, attr), part, noise_source))
                 progress(0.3 * (j + 1) / len(copula), "measure")

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engine.accounting import exact_share, gaussian_rho, split_rho
+from engine.accounting import exact_share, gaussian_rho
 from engine.domain import Dataset, Domain
 from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate
 from engine.marginals import (
@@ -46,10 +46,9 @@ from engine.mechanisms.compression import compress_after_one_ways, measured_axis
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
 from engine.mechanisms.partition import NOISE_L1, NoiseRule, Partition, partition_counts
 from engine.mechanisms.preview import NoisePreview, one_way_previews
+from engine.mechanisms.splits import one_way_parts, size_weight
 from engine.noise import discrete_gaussian_noise
 from engine.selection import epsilon_for_rho, exponential_mechanism
-
-_DENOMINATOR = 10**6
 
 
 class PPSynParams(BaseModel):
@@ -181,15 +180,6 @@ def partition_contribution(
     return float(np.abs(np.bincount(np.asarray(groups).ravel(), weights=diff)).sum())
 
 
-def one_way_parts(domain: Domain, one_way_total: Fraction) -> tuple[Fraction, ...]:
-    """The one-way marginals' ρ (``one_way_share``·ρ) split ∝ size^(2/3)."""
-    return split_rho(one_way_total, [_frac(size ** (2 / 3)) for size in domain.sizes])
-
-
-def _frac(value: float) -> Fraction:
-    return Fraction(value).limit_denominator(_DENOMINATOR)
-
-
 class PPSynMechanism(Mechanism):
     """PPSyn-safe: AIM-like rounds that measure *partitioned* marginals (sums over groups of
     cells) chosen by the exponential mechanism, with partitions computed from the current model.
@@ -276,7 +266,7 @@ class PPSynMechanism(Mechanism):
         rounds = params.rounds or 16 * len(domain)
         one_way_share = exact_share(params.one_way_share)
         select_share = exact_share(params.selection_share)
-        weights = [_frac(size ** (2 / 3)) for size in domain.sizes]
+        weights = [size_weight(size) for size in domain.sizes]
         one_way = one_way_share * rho * min(weights) / sum(weights)
         per_round = min(select_share, 1 - one_way_share - select_share) * rho / rounds
         return min(one_way, per_round)

@@ -12,7 +12,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engine.accounting import exact_share, sigma2_for_rho, split_rho
+from engine.accounting import exact_share, sigma2_for_rho
 from engine.domain import Dataset, Domain
 from engine.estimation import (
     GraphicalModel,
@@ -63,15 +63,10 @@ from engine.mechanisms.privmrf_parts import (
     subsumed,
     useful_cells,
 )
+from engine.mechanisms.splits import one_way_parts, size_weight
 from engine.noise import SecureRandom, discrete_gaussian_noise
 
-_DENOMINATOR = 10**6
 ANSWER_CACHE_CELLS = 200_000
-
-
-def one_way_parts(domain: Domain, one_way_rho: Fraction) -> tuple[Fraction, ...]:
-    """With ``compress``: the one-way marginals' ρ (``one_way_share``·ρ) split ∝ size^(2/3)."""
-    return split_rho(one_way_rho, [_fraction(size ** (2 / 3)) for size in domain.sizes])
 
 
 def r_score_noise(pairs: int, grid: int, rho_r: Fraction) -> tuple[Fraction, Fraction]:
@@ -80,10 +75,6 @@ def r_score_noise(pairs: int, grid: int, rho_r: Fraction) -> tuple[Fraction, Fra
     σ² = Δ²·pairs/(2·rho_r), so each costs rho_r/pairs."""
     sensitivity = Fraction(R_SCORE_SENSITIVITY * grid)
     return sensitivity, sensitivity**2 * pairs / (2 * rho_r)
-
-
-def _fraction(value: float) -> Fraction:
-    return Fraction(value).limit_denominator(_DENOMINATOR)
 
 
 class PrivMRFParams(BaseModel):
@@ -324,7 +315,7 @@ class PrivMRFMechanism(Mechanism):
         if rho_n:
             parts.append(rho_n)
         if rho_1:
-            weights = [_fraction(size ** (2 / 3)) for size in domain.sizes]
+            weights = [size_weight(size) for size in domain.sizes]
             parts.append(rho_1 * min(weights) / sum(weights))
         return min(parts)
 

@@ -52,19 +52,9 @@ from engine.mechanisms.privsyn_parts import (
     make_consistent,
     refine_coarse,
 )
+from engine.mechanisms.splits import one_way_parts, size_weight
 from engine.noise import discrete_gaussian_noise
 from engine.release.model import FittedModel
-
-_DENOMINATOR = 10**6
-
-
-def _fraction(value: float) -> Fraction:
-    return Fraction(value).limit_denominator(_DENOMINATOR)
-
-
-def _c23(cells: int) -> Fraction:
-    """c^(2/3) as a positive exact weight for split_rho (the rounding only moves the split)."""
-    return max(_fraction(cells ** (2 / 3)), Fraction(1, _DENOMINATOR))
 
 
 def first_budget_split(
@@ -83,11 +73,6 @@ def first_budget_split(
         ],
     )
     return one_way_rho, indif_rho
-
-
-def one_way_parts(domain: Domain, one_way_rho: Fraction) -> tuple[Fraction, ...]:
-    """The one-way marginals' ρ split ∝ size^(2/3)."""
-    return split_rho(one_way_rho, [_c23(size) for size in domain.sizes])
 
 
 def _finer(current: IntArray, counts: FloatArray, groups: int) -> IntArray:
@@ -374,12 +359,12 @@ class PrivSynMechanism(Mechanism):
             return rho
         one_way_share = exact_share(params.one_way_share)
         indif_share = exact_share(params.indif_share)
-        weights = [_c23(size) for size in domain.sizes]
+        weights = [size_weight(size) for size in domain.sizes]
         one_way = one_way_share * rho * min(weights) / sum(weights)
         indif = indif_share * rho / (m * (INDIF_SENSITIVITY * params.indif_grid) ** 2)
         widest = max(largest_cells(domain, 2), params.max_clique_cells, params.coarse_cells)
         tables = 2 * m + d + params.coarse_pairs
-        marginal = (1 - one_way_share - indif_share) * rho / (tables * _c23(widest))
+        marginal = (1 - one_way_share - indif_share) * rho / (tables * size_weight(widest))
         return min(one_way, indif, marginal)
 
     def estimate_resources(self, domain: Domain, params: BaseModel, rows: int) -> ResourceEstimate:
@@ -530,7 +515,7 @@ class PrivSynMechanism(Mechanism):
         for a, b in coarse:
             coarse_cells.append(int(groupings[a].max() + 1) * int(groupings[b].max() + 1))
         all_cells = set_cells + coarse_cells
-        parts = split_rho(marginal_rho, [_c23(c) for c in all_cells]) if all_cells else ()
+        parts = split_rho(marginal_rho, [size_weight(c) for c in all_cells]) if all_cells else ()
         measured: list[Measurement] = []
         for i, (attr_set, part) in enumerate(zip(selected_sets, parts, strict=False)):
             names = [attributes[a] for a in attr_set]
