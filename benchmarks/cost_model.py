@@ -1,16 +1,18 @@
 """Calibrate and check the cost preview (:mod:`engine.costs`) against measured runs.
 
 ``python -m benchmarks.cost_model --data ../shared/data`` runs every registered method with its
-default params at ε = 1, δ = 1e-9 (ρ from ``engine.accounting.rho_from_epsilon_delta``, as
-:mod:`benchmarks.quality` does) on every dataset under ``--data``, one run at a time, each in a
-fresh child process (:func:`benchmarks._child.synthesize`: wall seconds of ``Mechanism.run`` and
-the peak RSS of the run, VmHWM reset after loading so the loaded table counts but the CSV parsing
-does not). A run that passes ``--cap`` seconds is killed and recorded as "skipped (time cap)".
+default params at ε = 1 (or at each ε of ``--epsilons``), δ = 1e-9 (ρ from
+``engine.accounting.rho_from_epsilon_delta``, as :mod:`benchmarks.quality` does) on every dataset
+under ``--data``, one run at a time, each in a fresh child process
+(:func:`benchmarks._child.synthesize`: wall seconds of ``Mechanism.run`` and the peak RSS of the
+run, VmHWM reset after loading so the loaded table counts but the CSV parsing does not). A run
+that passes ``--cap`` seconds is killed and recorded as "skipped (time cap)";
+``--skip DATASET:METHOD:REASON`` records a pair as not run (known to pass the cap).
 
 Then, with the runs:
 
 * ``--fit`` prints the coefficients fitted on them (:func:`fit`: seconds by least squares in
-  log space, memory by non-negative least squares, on the public features of
+  log space on rows, columns and ρ, memory by non-negative least squares, on the public features of
   :func:`engine.costs.cost_features`) and the factor each achieves: the table to paste into
   :data:`engine.costs.COST_COEFFICIENTS`;
 * always: the predictions of :func:`engine.costs.predict_cost` as the code has them now against
@@ -26,6 +28,7 @@ same predictions against the runs of the "Engine quality and speed" table of ``-
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -37,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +55,17 @@ from benchmarks.quality import (
     run_child,
 )
 from engine.accounting import rho_from_epsilon_delta
-from engine.costs import COST_COEFFICIENTS, CostFeatures, cost_features, predict_cost
+from engine.costs import (
+    COST_COEFFICIENTS,
+    RHO_REFERENCE,
+    CostFeatures,
+    cost_features,
+    predict_cost,
+)
 from engine.domain import Domain
 from engine.mechanisms import MECHANISMS
 
-EPSILON = Decimal(1)
+DEFAULT_EPSILONS = (Decimal(1),)
 DELTA = Decimal("1e-9")
 DEFAULT_CAP_SECONDS = 300.0
 SECTION = "## Cost preview: predicted vs measured"
@@ -73,6 +83,7 @@ class CostRun:
     seconds: float | None = None
     peak_rss_bytes: int | None = None
     rows_out: int | None = None
+    epsilon: float = 1.0  # δ = DELTA; runs saved before ε was recorded were all at ε = 1
 
 
 def _log(message: str) -> None:
@@ -84,42 +95,68 @@ def _domain(dataset: BenchDataset) -> Domain:
     return Domain.from_mapping(raw)
 
 
+def _skip_status(dataset: str, method: str, skips: Sequence[str]) -> str | None:
+    for skip in skips:
+        name, _, rest = skip.partition(":")
+        skipped_method, _, reason = rest.partition(":")
+        if (name, skipped_method) == (dataset, method):
+            return f"skipped (not run: {reason or 'expected past the cap'})"
+    return None
+
+
 def measure(
-    datasets: Sequence[BenchDataset], methods: Sequence[str], rho: str, cap: float
+    datasets: Sequence[BenchDataset],
+    methods: Sequence[str],
+    epsilons: Sequence[Decimal],
+    cap: float,
+    skips: Sequence[str] = (),
 ) -> list[CostRun]:
-    """One child-process run per (dataset, method), sequentially."""
+    """One child-process run per (dataset, ε, method), sequentially; ``skips`` are
+    ``DATASET:METHOD[:REASON]`` pairs recorded as not run (e.g. known to pass the cap)."""
     runs: list[CostRun] = []
     with tempfile.TemporaryDirectory(prefix="rhosynth-cost-") as workdir:
         for dataset in datasets:
-            for method in methods:
-                run = CostRun(dataset.name, method, dataset.rows, dataset.columns, "measured")
-                refusal = refused(dataset, method, {})
-                if refusal is not None:
-                    run.status = f"refused: {refusal}"
+            for epsilon in epsilons:
+                rho = str(rho_from_epsilon_delta(epsilon, DELTA))
+                for method in methods:
+                    run = CostRun(
+                        dataset.name,
+                        method,
+                        dataset.rows,
+                        dataset.columns,
+                        "measured",
+                        epsilon=float(epsilon),
+                    )
+                    refusal = refused(dataset, method, {})
+                    skip = _skip_status(dataset.name, method, skips)
+                    if refusal is not None or skip is not None:
+                        run.status = f"refused: {refusal}" if refusal is not None else str(skip)
+                        runs.append(run)
+                        continue
+                    # ε = 1 keeps the seed of the runs measured before ε was a parameter.
+                    seed_parts = () if epsilon == 1 else (str(epsilon),)
+                    spec = {
+                        "csv": str(dataset.csv),
+                        "domain": str(dataset.domain),
+                        "method": method,
+                        "params": {},
+                        "rho": rho,
+                        "seed": derive_seed("cost", dataset.name, method, *seed_parts),
+                        "out_csv": str(Path(workdir) / "synthetic.csv"),
+                    }
+                    _log(f"{dataset.name} ε={epsilon} {method}")
+                    try:
+                        answer = run_child("synthesize", spec, timeout=cap)
+                    except subprocess.TimeoutExpired:
+                        run.status = "skipped (time cap)"
+                    except Exception as error:  # recorded, the calibration goes on
+                        run.status = f"failed: {str(error)[-200:]}"
+                    else:
+                        run.seconds = float(answer["synthesis_seconds"])
+                        run.peak_rss_bytes = int(answer["peak_rss_kib"]) * 1024
+                        run.rows_out = int(answer["rows_out"])
+                    _log(f"  {run.status} {run.seconds} s {run.peak_rss_bytes} B")
                     runs.append(run)
-                    continue
-                spec = {
-                    "csv": str(dataset.csv),
-                    "domain": str(dataset.domain),
-                    "method": method,
-                    "params": {},
-                    "rho": rho,
-                    "seed": derive_seed("cost", dataset.name, method),
-                    "out_csv": str(Path(workdir) / "synthetic.csv"),
-                }
-                _log(f"{dataset.name} {method}")
-                try:
-                    answer = run_child("synthesize", spec, timeout=cap)
-                except subprocess.TimeoutExpired:
-                    run.status = "skipped (time cap)"
-                except Exception as error:  # recorded, the calibration goes on
-                    run.status = f"failed: {str(error)[-200:]}"
-                else:
-                    run.seconds = float(answer["synthesis_seconds"])
-                    run.peak_rss_bytes = int(answer["peak_rss_kib"]) * 1024
-                    run.rows_out = int(answer["rows_out"])
-                _log(f"  {run.status} {run.seconds} s {run.peak_rss_bytes} B")
-                runs.append(run)
     return runs
 
 
@@ -127,6 +164,73 @@ def _features(run: CostRun, domains: dict[str, Domain]) -> CostFeatures:
     mechanism = MECHANISMS[run.method]
     rows = run.rows_out if run.rows_out is not None else run.rows_in
     return cost_features(mechanism, domains[run.dataset], mechanism.validate_params({}), rows)
+
+
+@functools.cache
+def rho_of(epsilon: float) -> Fraction:
+    """The ρ of a run at ``epsilon`` (δ = :data:`DELTA`), as the runs were given it."""
+    return Fraction(rho_from_epsilon_delta(Decimal(str(epsilon)), DELTA))
+
+
+def _log_rho_terms(runs: Sequence[CostRun]) -> np.ndarray:
+    """Columns log(ρ/ρ₁) below ρ₁ and above it (zero on the other side), one row per run."""
+    logs = np.array([math.log(rho_of(r.epsilon) / RHO_REFERENCE) for r in runs], dtype=float)
+    return np.column_stack([np.minimum(logs, 0.0), np.maximum(logs, 0.0)])
+
+
+def _log_sizes(features: Sequence[CostFeatures]) -> np.ndarray:
+    """Columns log(rows) and log(columns), one row per run."""
+    return np.log(np.array([[max(f.rows, 1), max(f.columns, 1)] for f in features], dtype=float))
+
+
+def _fit_seconds(
+    runs: Sequence[CostRun],
+    features: Sequence[CostFeatures],
+    exponents: tuple[float, float] | None,
+) -> dict[str, float]:
+    """a, bn, bd, c_below, c_above by least squares of log(seconds); ``exponents`` fixes bn and
+    bd. Both are kept ≥ 0 (more rows or columns never predict less time); the ρ exponent of a
+    side with no run is 0; a is refitted as the mean residual after rounding the others (so
+    rounding adds no bias)."""
+    seconds = np.log(np.array([r.seconds for r in runs], dtype=float))
+    sizes = _log_sizes(features)
+    rho_terms = _log_rho_terms(runs)
+    ones = np.ones_like(seconds)
+    if exponents is None:
+        solution = np.linalg.lstsq(np.column_stack([ones, sizes, rho_terms]), seconds, rcond=None)
+        exponents = (
+            max(round(float(solution[0][1]), 4), 0.0),
+            max(round(float(solution[0][2]), 4), 0.0),
+        )
+    left = seconds - sizes @ np.array(exponents)
+    solution = np.linalg.lstsq(np.column_stack([ones, rho_terms]), left, rcond=None)
+    below, above = (round(float(c), 4) for c in solution[0][1:])
+    return {
+        "seconds_log_scale": round(float(np.mean(left - rho_terms @ np.array([below, above]))), 4),
+        "seconds_rows_exponent": exponents[0],
+        "seconds_columns_exponent": exponents[1],
+        "seconds_rho_exponent_below": below,
+        "seconds_rho_exponent_above": above,
+    }
+
+
+def predicted_seconds(
+    coefficients: dict[str, float], features: Sequence[CostFeatures], runs: Sequence[CostRun]
+) -> np.ndarray:
+    """The model's seconds (default params) for ``runs`` with their ``features``."""
+    sizes = np.array(
+        [coefficients["seconds_rows_exponent"], coefficients["seconds_columns_exponent"]]
+    )
+    rho = np.array(
+        [coefficients["seconds_rho_exponent_below"], coefficients["seconds_rho_exponent_above"]]
+    )
+    return np.asarray(
+        np.exp(
+            coefficients["seconds_log_scale"]
+            + _log_sizes(features) @ sizes
+            + _log_rho_terms(runs) @ rho
+        )
+    )
 
 
 def _ratio_factor(predicted: np.ndarray, measured: np.ndarray) -> float:
@@ -138,38 +242,42 @@ def _ratio_factor(predicted: np.ndarray, measured: np.ndarray) -> float:
 def fit(runs: Sequence[CostRun], domains: dict[str, Domain]) -> dict[str, dict[str, float]]:
     """The coefficients of :data:`engine.costs.COST_COEFFICIENTS` (see engine.costs).
 
-    Per method with at least three runs: log(seconds) = a + b·log(C) by least squares (the
-    calibration runs use the default params, where the work ratio is 1); memory = base +
-    per_cell·C + weight·E by non-negative least squares of the relative error. A method with
-    fewer runs gets b = 1, the median memory base and per-cell cost of the others, and the
-    weight that meets its run; its factors are then the worst of the other methods', since
-    one run cannot state an error."""
+    Per method measured on at least three datasets: log(seconds) = a + bn·log(n) + bd·log(d) +
+    c·log(ρ/ρ₁) (c below and above ρ₁) by least squares (the calibration runs use the default
+    params, where the work ratio is 1); memory = base + per_cell·C + (weight + rho_weight·
+    max(log(ρ/ρ₁), 0))·E by non-negative least squares of the relative error. A method measured
+    on fewer datasets gets bn = bd = 1 (its ρ exponents still from its runs), the median memory
+    base and per-cell cost of the others, and the weight that meets its runs on average (no ρ
+    term); its factors are then the worst of the other methods', since runs on one table cannot
+    state an error over tables."""
     fitted: dict[str, dict[str, float]] = {}
     for method in MECHANISMS:
         mine = [r for r in runs if r.method == method and r.status == "measured"]
-        if len(mine) < 3:
+        if len({r.dataset for r in mine}) < 3:
             continue
         features = [_features(r, domains) for r in mine]
         cells = np.array([max(f.cells, 1) for f in features], dtype=float)
         extra = np.array([f.bound_extra_bytes for f in features], dtype=float)
         seconds = np.array([r.seconds for r in mine], dtype=float)
         memory = np.array([r.peak_rss_bytes for r in mine], dtype=float)
-        slope, intercept = np.polyfit(np.log(cells), np.log(seconds), 1)
-        slope = max(round(float(slope), 4), 0.0)  # more rows never predict less time
-        intercept = round(float(np.mean(np.log(seconds) - slope * np.log(cells))), 4)
-        design = np.column_stack([np.ones_like(cells), cells, extra])
+        coefficients = _fit_seconds(mine, features, None)
+        extra_rho = extra * _log_rho_terms(mine)[:, 1]
+        design = np.column_stack([np.ones_like(cells), cells, extra, extra_rho])
         weights, _ = nnls(design / memory[:, None], np.ones_like(memory))
-        base, per_cell, weight = (
-            round(float(w), k) for w, k in zip(weights, (0, 3, 4), strict=True)
+        base, per_cell, weight, weight_rho = (
+            round(float(w), k) for w, k in zip(weights, (0, 3, 4, 4), strict=True)
         )
-        fitted[method] = {
-            "seconds_log_scale": intercept,
-            "seconds_cells_exponent": slope,
-            "seconds_factor": _ratio_factor(np.exp(intercept) * cells**slope, seconds),
+        fitted[method] = coefficients | {
+            "seconds_factor": _ratio_factor(
+                predicted_seconds(coefficients, features, mine), seconds
+            ),
             "memory_base_bytes": base,
             "memory_bytes_per_cell": per_cell,
             "memory_bound_weight": weight,
-            "memory_factor": _ratio_factor(base + per_cell * cells + weight * extra, memory),
+            "memory_bound_weight_rho": weight_rho,
+            "memory_factor": _ratio_factor(
+                base + per_cell * cells + weight * extra + weight_rho * extra_rho, memory
+            ),
         }
     if not fitted:
         return fitted
@@ -184,16 +292,14 @@ def fit(runs: Sequence[CostRun], domains: dict[str, Domain]) -> dict[str, dict[s
         features = [_features(r, domains) for r in mine]
         cells = np.array([max(f.cells, 1) for f in features], dtype=float)
         extra = np.array([max(f.bound_extra_bytes, 1) for f in features], dtype=float)
-        seconds = np.array([r.seconds for r in mine], dtype=float)
         memory = np.array([r.peak_rss_bytes for r in mine], dtype=float)
         left = np.maximum(memory - median_base - median_cell * cells, 0.0)
-        fitted[method] = {
-            "seconds_log_scale": round(float(np.mean(np.log(seconds / cells))), 4),
-            "seconds_cells_exponent": 1.0,
+        fitted[method] = _fit_seconds(mine, features, (1.0, 1.0)) | {
             "seconds_factor": worst_seconds,
             "memory_base_bytes": round(median_base),
             "memory_bytes_per_cell": round(median_cell, 3),
             "memory_bound_weight": round(float(np.mean(left / extra)), 4),
+            "memory_bound_weight_rho": 0.0,
             "memory_factor": worst_memory,
         }
     return fitted
@@ -203,12 +309,14 @@ def compare(runs: Sequence[CostRun], domains: dict[str, Domain]) -> list[dict[st
     """Every run with the code's prediction beside it (the ratios are measured / predicted)."""
     rows: list[dict[str, Any]] = []
     for run in runs:
-        entry: dict[str, Any] = asdict(run)
+        entry: dict[str, Any] = asdict(run) | {"rho": str(rho_of(run.epsilon))}
         if run.status == "measured" and run.method in COST_COEFFICIENTS:
             mechanism = MECHANISMS[run.method]
             params = mechanism.validate_params({})
             rows_used = run.rows_out if run.rows_out is not None else run.rows_in
-            predicted = predict_cost(mechanism, domains[run.dataset], params, rows_used)
+            predicted = predict_cost(
+                mechanism, domains[run.dataset], params, rows_used, rho_of(run.epsilon)
+            )
             if predicted is None or run.seconds is None or run.peak_rss_bytes is None:
                 rows.append(entry)
                 continue
@@ -244,33 +352,42 @@ def render(
         "",
         f"Measured by `{command}` on {date} (load average at start {load}; the machine is "
         f"shared, so the seconds are noisy); predictions and this section by `{rendered_by}`. "
-        "Each run: default params, ε = 1, δ = 1e-9, one "
-        "child process at a time; *seconds* is `Mechanism.run` alone, *peak* the resident "
-        "memory of the run with the loaded table (VmHWM reset after loading). Predictions are "
-        "`engine.costs.predict_cost` from the public domain, the params and the row count, "
-        "with the coefficients in `engine.costs.COST_COEFFICIENTS` fitted on these runs "
-        "(`--fit`); the factor is the stated error: the prediction is within ×/÷ factor of "
-        "every measurement it was fitted on. A method measured on fewer than three datasets "
-        "(cipher refuses all but nltcs) cannot state an error from its runs: it borrows the "
-        "worst factors of the others. The model (engine/costs.py): seconds = e^a · C^b · "
-        "W(params)/W(defaults) and memory = base + per_cell · C + weight · E(params), with "
-        "C = rows × columns and W, E the work and memory bounds of the method's "
-        "`estimate_resources`; the runs use default params, so how params scale the time is "
-        "the work bound's assumption, not a measurement. Raw figures: docs/cost_model.json.",
+        "Each run: default params, the ε of its row at δ = 1e-9, one child process at a time; "
+        "*seconds* is `Mechanism.run` alone, *peak* the resident memory of the run with the "
+        "loaded table (VmHWM reset after loading). Predictions are "
+        "`engine.costs.predict_cost` from the public domain, the params, the row count and the "
+        "job's ρ, with the coefficients in `engine.costs.COST_COEFFICIENTS` fitted on every "
+        "measured run of this table, all three ε together (`--fit`); the factor is the stated "
+        "error: the prediction is within ×/÷ factor of every measurement it was fitted on. A "
+        "method measured on fewer than three datasets (cipher refuses all but nltcs) cannot "
+        "state an error over tables from its runs: it borrows the worst factors of the others. "
+        "The model (engine/costs.py): seconds = e^a · n^bn · d^bd · (ρ/ρ₁)^c · "
+        "W(params)/W(defaults) with n rows and d columns, "
+        "with c = c_below under ρ₁ and c_above from ρ₁ on (ρ₁ = 0.014973057673, the ρ of "
+        "ε = 1), and memory = base + per_cell · C + (weight + rho_weight · max(log(ρ/ρ₁), 0)) · "
+        "E(params), with C = rows × columns "
+        "and W, E the work and memory bounds of the method's `estimate_resources`; the runs use "
+        "default params, so how params scale the time is the work bound's assumption, not a "
+        "measurement. Runs marked *skipped* were not measured (ε = 1 ran past the 120 s cap of "
+        "the ε = 0.1 and 10 runs, or a run passed it) and are not fitted on: the quality table "
+        "below has their seconds at every ε. Raw figures: docs/cost_model.json.",
         "",
-        "| dataset | method | seconds measured | seconds predicted | ratio | factor | "
+        "| dataset | ε | method | seconds measured | seconds predicted | ratio | factor | "
         "peak MiB measured | peak MiB predicted | ratio | factor | within |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for row in compared:
         if "predicted_seconds" not in row:
             status = row["status"]
             status = status if len(status) < 80 else status[:77] + "…"
-            lines.append(f"| {row['dataset']} | {row['method']} | {status} | | | | | | | | |")
+            lines.append(
+                f"| {row['dataset']} | {row['epsilon']:g} | {row['method']} | {status} "
+                "| | | | | | | | |"
+            )
             continue
         within = "yes" if row["seconds_within"] and row["memory_within"] else "**no**"
         lines.append(
-            f"| {row['dataset']} | {row['method']} | {row['seconds']:.3f} | "
+            f"| {row['dataset']} | {row['epsilon']:g} | {row['method']} | {row['seconds']:.3f} | "
             f"{row['predicted_seconds']:.3f} | {row['seconds_ratio']:.2f} | "
             f"{row['seconds_factor']:.2f} | {_mib(row['peak_rss_bytes'])} | "
             f"{_mib(row['predicted_peak_memory_bytes'])} | {row['memory_ratio']:.2f} | "
@@ -314,7 +431,11 @@ def out_of_sample(
             continue
         mechanism = MECHANISMS[run["method"]]
         predicted = predict_cost(
-            mechanism, domains[run["dataset"]], mechanism.validate_params({}), run["rows_out"]
+            mechanism,
+            domains[run["dataset"]],
+            mechanism.validate_params({}),
+            run["rows_out"],
+            rho_of(run["epsilon"]),
         )
         if predicted is None:
             continue
@@ -343,12 +464,11 @@ def render_out_of_sample(rows: Sequence[tuple[str, float, int, int, float, float
     lines = [
         "",
         'The same predictions against the runs of "Engine quality and speed" above (medians of '
-        "its repeats, measured by the same child process at ε = 0.1, 1 and 10): not fitted on, so "
-        "this is how far the ε = 1 calibration carries. ρ changes the work of the adaptive "
-        "methods (aim, ppsyn and privsyn run more rounds or larger models at large ε), which the "
-        "model does not see. That table was measured at the commit named in its Run section: a "
-        "different import footprint of the interpreter shifts every peak by the same tens of "
-        "MiB, and the seconds are from another day's machine load.",
+        "its repeats, measured by the same child process at ε = 0.1, 1 and 10, including the "
+        "temporal-match2 runs past the cap): not fitted on, so this is how far the calibration "
+        "carries to another day's runs. That table was measured at the commit named in its Run "
+        "section: a different import footprint of the interpreter shifts every peak by the same "
+        "tens of MiB, and the seconds are from another day's machine load.",
         "",
         "| method | ε | runs | within both factors | worst seconds ratio | worst memory ratio |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
@@ -383,10 +503,10 @@ def replace_section(document: str, section: str) -> str:
 
 
 def load_runs(paths: Sequence[Path]) -> tuple[list[CostRun], str, str, str]:
-    """The runs saved in ``paths`` (later files replace earlier runs of the same pair, order
-    kept), and the commands, dates and load averages that measured them, joined."""
+    """The runs saved in ``paths`` (later files replace earlier runs of the same dataset, method
+    and ε, order kept), and the commands, dates and load averages that measured them, joined."""
     fields = set(CostRun.__dataclass_fields__)
-    runs: dict[tuple[str, str], CostRun] = {}
+    runs: dict[tuple[str, str, float], CostRun] = {}
     commands: list[str] = []
     dates: list[str] = []
     loads: list[str] = []
@@ -394,7 +514,7 @@ def load_runs(paths: Sequence[Path]) -> tuple[list[CostRun], str, str, str]:
         saved = json.loads(path.read_text())
         for raw in saved["runs"]:
             run = CostRun(**{k: v for k, v in raw.items() if k in fields})
-            runs[(run.dataset, run.method)] = run
+            runs[(run.dataset, run.method, run.epsilon)] = run
         for key, into in (("command", commands), ("date", dates), ("loadavg", loads)):
             if saved[key] not in into:
                 into.append(saved[key])
@@ -419,8 +539,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         nargs="+",
         default=None,
-        help="reuse the runs saved in these files (a later file's run of the same dataset and "
-        "method replaces an earlier one)",
+        help="reuse the runs saved in these files (a later file's run of the same dataset, "
+        "method and ε replaces an earlier one)",
+    )
+    parser.add_argument(
+        "--epsilons",
+        type=Decimal,
+        nargs="+",
+        default=list(DEFAULT_EPSILONS),
+        help="ε of the runs (δ = 1e-9); default 1",
+    )
+    parser.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        help="DATASET:METHOD[:REASON] pairs recorded as not run (e.g. known to pass the cap)",
     )
     parser.add_argument("--fit", action="store_true", help="print fitted coefficients")
     args = parser.parse_args(argv)
@@ -433,12 +566,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.from_json:
         runs, command, date, load = load_runs(args.from_json)
     else:
-        rho = str(rho_from_epsilon_delta(EPSILON, DELTA))
         methods = args.methods or list(MECHANISMS)
         load = " / ".join(f"{v:.2f}" for v in os.getloadavg())
         date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
         command = shlex.join(["python", "-m", "benchmarks.cost_model", *raw_args])
-        runs = measure(datasets, methods, rho, args.cap)
+        runs = measure(datasets, methods, args.epsilons, args.cap, args.skip)
+    methods_order = list(MECHANISMS)
+    runs.sort(key=lambda r: (r.dataset, r.epsilon, methods_order.index(r.method)))
     if args.fit:
         print(json.dumps(fit(runs, domains), indent=1))
     compared = compare(runs, domains)

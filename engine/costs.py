@@ -1,36 +1,44 @@
 """What a run will cost before it runs: predicted wall time and peak memory, with a stated error.
 
-Public information only: the declared domain, the validated params and a row count the caller
-may use (the rows requested, or the exact count for a caller allowed to see it). Nothing here
-reads data or noise, so a prediction reveals nothing the caller did not give it.
+Public information only: the declared domain, the validated params, the job's ρ and a row count
+the caller may use (the rows requested, or the exact count for a caller allowed to see it).
+Nothing here reads data or noise, so a prediction reveals nothing the caller did not give it.
 
-The model, per method ``m``, with ``C`` = rows × columns (the input's cells; the output's too,
-since a run without ``rows`` makes about as many rows as it read)::
+The model, per method ``m``, with ``n`` rows (the input's; the output's too, since a run without
+``rows`` makes about as many rows as it read), ``d`` columns, ``C`` = n·d cells and ``r = ρ/ρ₁``
+(ρ₁ = :data:`RHO_REFERENCE`, the ρ of ε = 1 at δ = 1e-9)::
 
-    seconds = exp(a_m) · C^b_m · W(params) / W(default params)
-    memory  = base_m + per_cell_m · C + weight_m · E(params)
+    seconds = exp(a_m) · n^bn_m · d^bd_m · r^c_m · W(params) / W(default params)
+    memory  = base_m + per_cell_m · C + (weight_m + rho_weight_m · max(log r, 0)) · E(params)
 
-``W`` is the work bound of :meth:`Mechanism.estimate_resources` and ``E`` the part of its memory
-bound above the one-way baseline (the model cap and the tables a method holds): the deliberate
-upper bounds the service refuses jobs on (app.jobs.resources). The calibration runs use the
-default params, where the ratio ``W(params)/W(default params)`` is 1, so ``a, b`` are fitted on
-the row and column counts alone and other params scale the time as the work bound says (twice the
+with ``c_m`` = ``c_below_m`` when ρ < ρ₁ and ``c_above_m`` otherwise: a power law in ρ whose
+exponent may change at ρ₁ (the adaptive methods add rounds and larger marginals as ρ grows).
+Rows and columns have their own exponents because the marginal-based methods' work grows faster
+in the columns (pairs of them) than in the rows. The bound term of the memory grows with log r
+above ρ₁ (aim fills more of its model cap when larger marginals are affordable). ``W`` is the
+work bound of :meth:`Mechanism.estimate_resources` and ``E`` the part of its memory bound above
+the one-way baseline (the model cap and the tables a method holds): the deliberate upper bounds
+the service refuses jobs on (app.jobs.resources). The calibration runs use the default params,
+where the ratio ``W(params)/W(default params)`` is 1, so ``a, bn, bd, c`` are fitted on the row
+and column counts and ρ alone, and other params scale the time as the work bound says (twice the
 iterations, twice the fitting): that part is the bound's assumption, not a measurement.
 
 The coefficients are fitted on the runs of ``benchmarks/cost_model.py`` (every method, default
-params, ε = 1, every benchmark dataset; ``a, b`` by least squares in log space, the memory terms
-by non-negative least squares of the relative error). Each prediction's *factor* is the largest
-ratio, either way, between a measured and a predicted value over those runs: on the calibration
-runs the measurement lies in [prediction / factor, prediction × factor]. Other ρ (the adaptive
-methods do more work at large ε), other params, much larger domains and other machines are
-extrapolations; docs/benchmarks.md ("Cost preview: predicted vs measured") shows how far the
-calibration carries to the runs at ε = 0.1 and 10.
+params, ε = 0.1, 1 and 10 at δ = 1e-9, every benchmark dataset, runs past 120 s at ε ≠ 1 left
+out; ``a, bn, bd, c`` by least squares in log space, the memory terms by non-negative least
+squares of the relative error). Each prediction's *factor* is the largest ratio, either way,
+between a measured and a predicted value over those runs: on the calibration runs the
+measurement lies in [prediction / factor, prediction × factor]. ρ outside [ρ(ε = 0.1),
+ρ(ε = 10)] (about 1.8e-4 to 1.09), other params, much larger domains and other machines are
+extrapolations; docs/benchmarks.md ("Cost preview: predicted vs measured") lists every
+calibration run.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Final
 
 from pydantic import BaseModel
@@ -38,86 +46,128 @@ from pydantic import BaseModel
 from engine.domain import Domain
 from engine.mechanisms.base import Mechanism, resource_estimate
 
+RHO_REFERENCE: Final[Fraction] = Fraction("0.014973057673")
+"""ρ₁ of the model: ``engine.accounting.rho_from_epsilon_delta(1, 1e-9)``, the ρ of ε = 1."""
+
 # Fitted by `python -m benchmarks.cost_model --data ../shared/data --from-json docs/cost_model.json
-# --fit` on the runs measured by `python -m benchmarks.cost_model --data ../shared/data` and, for
-# ppsyn on temporal-match2 (past the 300 s cap), `… --datasets temporal-match2 --methods ppsyn
-# --cap 1500` on 2026-11-26 (docs/benchmarks.md, "Cost preview: predicted vs measured").
+# --fit` (docs/cost_model.json holds every run fitted on; the same fit as when it was produced
+# from the ε = 1 runs it held before and the files of the ε = 0.1 and 10 runs) on the runs
+# measured by `python -m benchmarks.cost_model --data ../shared/data` (ε = 1), `… --datasets
+# temporal-match2 --methods ppsyn --cap 1500` (ε = 1, past the 300 s cap), `… --datasets adult
+# nist-taxi nltcs salary titanic --epsilons 0.1 10 --cap 120` and `… --datasets temporal-match2
+# --epsilons 0.1 10 --cap 120 --skip temporal-match2:aim:… temporal-match2:ppsyn:…` on
+# 2026-11-26 (docs/benchmarks.md, "Cost preview: predicted vs measured").
 COST_COEFFICIENTS: Final[dict[str, dict[str, float]]] = {
     "independent": {
-        "seconds_log_scale": -13.2023,
-        "seconds_cells_exponent": 0.724,
-        "seconds_factor": 2.75,
-        "memory_base_bytes": 235122079.0,
-        "memory_bytes_per_cell": 24.084,
+        "seconds_log_scale": -13.5733,
+        "seconds_rows_exponent": 0.6332,
+        "seconds_columns_exponent": 1.2379,
+        "seconds_rho_exponent_below": 0.001,
+        "seconds_rho_exponent_above": -0.0097,
+        "seconds_factor": 2.59,
+        "memory_base_bytes": 235702223.0,
+        "memory_bytes_per_cell": 24.076,
         "memory_bound_weight": 0.0,
-        "memory_factor": 1.01,
+        "memory_bound_weight_rho": 0.0,
+        "memory_factor": 1.02,
     },
     "mst": {
-        "seconds_log_scale": -6.7702,
-        "seconds_cells_exponent": 0.5156,
-        "seconds_factor": 2.57,
-        "memory_base_bytes": 236313787.0,
-        "memory_bytes_per_cell": 51.316,
-        "memory_bound_weight": 0.1361,
-        "memory_factor": 1.01,
+        "seconds_log_scale": -8.4097,
+        "seconds_rows_exponent": 0.4744,
+        "seconds_columns_exponent": 1.3123,
+        "seconds_rho_exponent_below": 0.1164,
+        "seconds_rho_exponent_above": -0.014,
+        "seconds_factor": 3.19,
+        "memory_base_bytes": 236975881.0,
+        "memory_bytes_per_cell": 50.821,
+        "memory_bound_weight": 0.0748,
+        "memory_bound_weight_rho": 0.0187,
+        "memory_factor": 1.04,
     },
     "aim": {
-        "seconds_log_scale": -8.42,
-        "seconds_cells_exponent": 0.7869,
-        "seconds_factor": 4.13,
-        "memory_base_bytes": 214776605.0,
-        "memory_bytes_per_cell": 153.605,
-        "memory_bound_weight": 0.0,
-        "memory_factor": 1.13,
+        "seconds_log_scale": -10.81,
+        "seconds_rows_exponent": 0.5861,
+        "seconds_columns_exponent": 2.5248,
+        "seconds_rho_exponent_below": 0.2431,
+        "seconds_rho_exponent_above": 0.3056,
+        "seconds_factor": 2.52,
+        "memory_base_bytes": 20267122.0,
+        "memory_bytes_per_cell": 131.51,
+        "memory_bound_weight": 0.1042,
+        "memory_bound_weight_rho": 0.0131,
+        "memory_factor": 1.82,
     },
     "privsyn": {
-        "seconds_log_scale": -12.5625,
-        "seconds_cells_exponent": 1.0166,
-        "seconds_factor": 2.32,
-        "memory_base_bytes": 238334832.0,
-        "memory_bytes_per_cell": 42.585,
-        "memory_bound_weight": 1.3488,
-        "memory_factor": 1.03,
+        "seconds_log_scale": -12.6433,
+        "seconds_rows_exponent": 0.8566,
+        "seconds_columns_exponent": 1.7029,
+        "seconds_rho_exponent_below": 0.1381,
+        "seconds_rho_exponent_above": 0.0961,
+        "seconds_factor": 3.13,
+        "memory_base_bytes": 237023245.0,
+        "memory_bytes_per_cell": 42.561,
+        "memory_bound_weight": 0.8628,
+        "memory_bound_weight_rho": 0.2244,
+        "memory_factor": 1.04,
     },
     "ppsyn": {
-        "seconds_log_scale": -7.5291,
-        "seconds_cells_exponent": 0.7909,
-        "seconds_factor": 3.66,
-        "memory_base_bytes": 185213676.0,
-        "memory_bytes_per_cell": 113.296,
-        "memory_bound_weight": 0.1719,
-        "memory_factor": 1.23,
+        "seconds_log_scale": -9.1646,
+        "seconds_rows_exponent": 0.6107,
+        "seconds_columns_exponent": 2.1553,
+        "seconds_rho_exponent_below": 0.1897,
+        "seconds_rho_exponent_above": 0.1764,
+        "seconds_factor": 1.71,
+        "memory_base_bytes": 200298122.0,
+        "memory_bytes_per_cell": 102.817,
+        "memory_bound_weight": 0.0902,
+        "memory_bound_weight_rho": 0.0304,
+        "memory_factor": 1.45,
     },
     "privmrf": {
-        "seconds_log_scale": -4.6215,
-        "seconds_cells_exponent": 0.421,
-        "seconds_factor": 5.47,
-        "memory_base_bytes": 239224628.0,
-        "memory_bytes_per_cell": 56.224,
+        "seconds_log_scale": -8.3635,
+        "seconds_rows_exponent": 0.3802,
+        "seconds_columns_exponent": 2.0214,
+        "seconds_rho_exponent_below": 0.1676,
+        "seconds_rho_exponent_above": 0.0528,
+        "seconds_factor": 6.83,
+        "memory_base_bytes": 236601858.0,
+        "memory_bytes_per_cell": 58.058,
         "memory_bound_weight": 0.0,
-        "memory_factor": 1.03,
+        "memory_bound_weight_rho": 0.0035,
+        "memory_factor": 1.07,
     },
     "dpcopula": {
-        "seconds_log_scale": -12.6718,
-        "seconds_cells_exponent": 0.8046,
+        "seconds_log_scale": -13.0412,
+        "seconds_rows_exponent": 0.6734,
+        "seconds_columns_exponent": 1.4834,
+        "seconds_rho_exponent_below": 0.0547,
+        "seconds_rho_exponent_above": 0.0071,
         "seconds_factor": 2.05,
-        "memory_base_bytes": 239974084.0,
-        "memory_bytes_per_cell": 25.035,
-        "memory_bound_weight": 0.2558,
-        "memory_factor": 1.03,
+        "memory_base_bytes": 240840369.0,
+        "memory_bytes_per_cell": 28.212,
+        "memory_bound_weight": 0.223,
+        "memory_bound_weight_rho": 0.0,
+        "memory_factor": 1.12,
     },
     "cipher": {
-        "seconds_log_scale": -8.9515,
-        "seconds_cells_exponent": 1.0,
-        "seconds_factor": 5.47,
-        "memory_base_bytes": 236313787.0,
-        "memory_bytes_per_cell": 51.316,
-        "memory_bound_weight": 0.2237,
-        "memory_factor": 1.23,
+        "seconds_log_scale": -8.9517,
+        "seconds_rows_exponent": 1.0,
+        "seconds_columns_exponent": 1.0,
+        "seconds_rho_exponent_below": 0.0729,
+        "seconds_rho_exponent_above": -0.0539,
+        "seconds_factor": 6.83,
+        "memory_base_bytes": 236601858.0,
+        "memory_bytes_per_cell": 50.821,
+        "memory_bound_weight": 0.224,
+        "memory_bound_weight_rho": 0.0,
+        "memory_factor": 1.82,
     },
 }
-"""Per method: ``seconds_log_scale`` (a), ``seconds_cells_exponent`` (b), ``seconds_factor``,
-``memory_base_bytes``, ``memory_bytes_per_cell``, ``memory_bound_weight``, ``memory_factor``.
+"""Per method: ``seconds_log_scale`` (a), ``seconds_rows_exponent`` and
+``seconds_columns_exponent`` (b_n, b_d),
+``seconds_rho_exponent_below`` and ``seconds_rho_exponent_above`` (c), ``seconds_factor``,
+``memory_base_bytes``, ``memory_bytes_per_cell``, ``memory_bound_weight``,
+``memory_bound_weight_rho`` (rho_weight), ``memory_factor``.
 Produced by ``python -m benchmarks.cost_model --data ../shared/data --fit`` (printed; the runs it
 was fitted on are in docs/cost_model.json); a method missing here has no prediction."""
 
@@ -145,9 +195,12 @@ class CostPrediction:
 
 @dataclass(frozen=True)
 class CostFeatures:
-    """The public inputs of the model (module docstring): ``cells`` = C, ``work_ratio`` =
+    """The public inputs of the model (module docstring): ``rows`` = n, ``columns`` = d,
+    ``cells`` = C = n·d, ``work_ratio`` =
     W(params)/W(default params), ``bound_extra_bytes`` = E(params)."""
 
+    rows: int
+    columns: int
     cells: int
     work_ratio: float
     bound_extra_bytes: int
@@ -163,32 +216,51 @@ def cost_features(
     default = mechanism.estimate_resources(domain, mechanism.validate_params({}), rows)
     baseline = resource_estimate(domain, rows).memory_bytes
     return CostFeatures(
+        rows=rows,
+        columns=len(domain),
         cells=rows * len(domain),
         work_ratio=estimate.work / max(default.work, 1),
         bound_extra_bytes=max(estimate.memory_bytes - baseline, 0),
     )
 
 
+def rho_exponent(coefficients: dict[str, float], rho_ratio: float) -> float:
+    """The exponent ``c`` of ``r = ρ/ρ₁`` (module docstring): below or above ρ₁."""
+    if rho_ratio < 1:
+        return coefficients["seconds_rho_exponent_below"]
+    return coefficients["seconds_rho_exponent_above"]
+
+
 def predict_cost(
-    mechanism: Mechanism, domain: Domain, params: BaseModel, rows: int
+    mechanism: Mechanism, domain: Domain, params: BaseModel, rows: int, rho: Fraction
 ) -> CostPrediction | None:
-    """The predicted cost of running ``mechanism`` with ``params`` on ``domain`` with ``rows``
-    rows in and out; None when the method has no calibrated coefficients or the prediction is
-    beyond a float (a domain no run could handle: the service refuses it on its bounds)."""
+    """The predicted cost of running ``mechanism`` with ``params`` at ``rho`` on ``domain`` with
+    ``rows`` rows in and out; None when the method has no calibrated coefficients or the
+    prediction is beyond a float (a domain no run could handle: the service refuses it on its
+    bounds)."""
+    if not rho > 0:
+        raise ValueError("rho must be positive")
     coefficients = COST_COEFFICIENTS.get(mechanism.name)
     if coefficients is None:
         return None
     try:
         features = cost_features(mechanism, domain, params, rows)
+        ratio = float(Fraction(rho) / RHO_REFERENCE)
         seconds = (
             math.exp(coefficients["seconds_log_scale"])
-            * max(features.cells, 1) ** coefficients["seconds_cells_exponent"]
+            * max(features.rows, 1) ** coefficients["seconds_rows_exponent"]
+            * max(features.columns, 1) ** coefficients["seconds_columns_exponent"]
+            * ratio ** rho_exponent(coefficients, ratio)
             * features.work_ratio
         )
         peak = (
             coefficients["memory_base_bytes"]
             + coefficients["memory_bytes_per_cell"] * features.cells
-            + coefficients["memory_bound_weight"] * features.bound_extra_bytes
+            + (
+                coefficients["memory_bound_weight"]
+                + coefficients["memory_bound_weight_rho"] * max(math.log(ratio), 0.0)
+            )
+            * features.bound_extra_bytes
         )
     except OverflowError:
         return None

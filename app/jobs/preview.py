@@ -88,7 +88,7 @@ def preview_job(
         rows, source = repository.latest_noisy_row_count(session, dataset_id), "previous_release"
     prediction = None
     if rows is not None:
-        cost = predict_cost(mechanism, checked.domain, params, rows)
+        cost = predict_cost(mechanism, checked.domain, params, rows, Fraction(budget.rho))
         if cost is not None:
             prediction = CostPredictionOut(
                 rows=rows,

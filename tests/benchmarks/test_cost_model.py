@@ -11,12 +11,16 @@ from benchmarks.cost_model import (
     SECTION,
     CostRun,
     _features,
+    _skip_status,
     current_section,
     fit,
     load_runs,
+    predicted_seconds,
     quality_table_runs,
     replace_section,
+    rho_of,
 )
+from engine.costs import RHO_REFERENCE
 from engine.domain import Domain
 
 
@@ -30,18 +34,19 @@ def _domains() -> dict[str, Domain]:
 
 
 def test_fit_recovers_an_exact_model_with_factor_one() -> None:
-    """Runs made to follow the model exactly: seconds = e^-9 · C^0.75, memory = 2e8 + 30·C
-    (independent has no bound term) give back those coefficients and factors of 1."""
+    """Runs made to follow the model exactly: seconds = e^-9 · n^0.75 · d^1.5, memory = 2e8 +
+    30·C (independent has no bound term) give back those coefficients and factors of 1."""
     domains = _domains()
     runs: list[CostRun] = []
     for name, rows in (("small", 1_000), ("mid", 50_000), ("wide", 200_000), ("one", 10)):
         run = CostRun(name, "independent", rows, len(domains[name]), "measured", rows_out=rows)
         cells = _features(run, domains).cells
-        run.seconds = math.exp(-9) * cells**0.75
+        run.seconds = math.exp(-9) * rows**0.75 * len(domains[name]) ** 1.5
         run.peak_rss_bytes = round(2e8 + 30 * cells)
         runs.append(run)
     fitted = fit(runs, domains)["independent"]
-    assert fitted["seconds_cells_exponent"] == 0.75
+    assert fitted["seconds_rows_exponent"] == 0.75
+    assert fitted["seconds_columns_exponent"] == 1.5
     assert fitted["seconds_log_scale"] == -9.0
     assert fitted["seconds_factor"] == 1.0
     assert abs(fitted["memory_base_bytes"] - 2e8) < 1e3
@@ -49,22 +54,62 @@ def test_fit_recovers_an_exact_model_with_factor_one() -> None:
     assert fitted["memory_factor"] == 1.0
 
 
+def test_fit_recovers_the_rho_exponents_on_each_side() -> None:
+    """Runs at ε = 0.1, 1 and 10 made to follow seconds = e^-8 · (n·d)^0.5 · (ρ/ρ₁)^c with
+    c = 0.2 below ρ₁ and 0.6 above it give back those exponents and a factor of 1."""
+    domains = _domains()
+    runs: list[CostRun] = []
+    for name, rows in (("small", 1_000), ("mid", 50_000), ("wide", 200_000)):
+        for epsilon in (0.1, 1.0, 10.0):
+            run = CostRun(
+                name, "aim", rows, len(domains[name]), "measured", rows_out=rows, epsilon=epsilon
+            )
+            ratio = float(rho_of(epsilon) / RHO_REFERENCE)
+            exponent = 0.2 if ratio < 1 else 0.6
+            run.seconds = math.exp(-8) * _features(run, domains).cells ** 0.5 * ratio**exponent
+            run.peak_rss_bytes = 10**8
+            runs.append(run)
+    fitted = fit(runs, domains)["aim"]
+    assert fitted["seconds_rows_exponent"] == fitted["seconds_columns_exponent"] == 0.5
+    assert fitted["seconds_rho_exponent_below"] == 0.2
+    assert fitted["seconds_rho_exponent_above"] == 0.6
+    assert fitted["seconds_log_scale"] == -8.0
+    assert fitted["seconds_factor"] == 1.0
+
+
+def test_rho_of_epsilon_one_is_the_reference() -> None:
+    assert rho_of(1.0) == RHO_REFERENCE
+    assert rho_of(0.1) < RHO_REFERENCE < rho_of(10.0)
+
+
+def test_skips_are_recorded_with_their_reason() -> None:
+    skips = ["big:aim:146 s at ε = 1", "big:ppsyn"]
+    assert _skip_status("big", "aim", skips) == "skipped (not run: 146 s at ε = 1)"
+    assert _skip_status("big", "ppsyn", skips) == "skipped (not run: expected past the cap)"
+    assert _skip_status("big", "mst", skips) is None
+    assert _skip_status("small", "aim", skips) is None
+
+
 def test_fit_states_the_worst_ratio_rounded_up() -> None:
     domains = _domains()
     runs = []
-    for name, rows, scale in (("small", 1_000, 1.0), ("mid", 50_000, 2.0), ("wide", 9_000, 1.0)):
+    sizes = (
+        ("small", 1_000, 1.0),
+        ("mid", 50_000, 2.0),
+        ("wide", 9_000, 1.0),
+        ("wide", 4_000, 2.0),
+    )
+    for name, rows, scale in sizes:
         run = CostRun(name, "independent", rows, len(domains[name]), "measured", rows_out=rows)
         run.seconds = scale * 1e-3
         run.peak_rss_bytes = 10**8
         runs.append(run)
     fitted = fit(runs, domains)["independent"]
-    # Three runs, one twice the others with cells in between: no power law meets all three.
+    # Four runs on three tables (the 12-column one twice, twice the time with fewer rows): no
+    # power law meets all four.
     assert fitted["seconds_factor"] > 1.0
-    predicted = [
-        math.exp(fitted["seconds_log_scale"])
-        * _features(r, domains).cells ** fitted["seconds_cells_exponent"]
-        for r in runs
-    ]
+    features = [_features(r, domains) for r in runs]
+    predicted = predicted_seconds(fitted, features, runs)
     worst = max(max(p / r.seconds, r.seconds / p) for p, r in zip(predicted, runs, strict=True))  # type: ignore[operator]
     assert worst <= fitted["seconds_factor"] < worst + 0.01
 
@@ -79,19 +124,26 @@ def test_later_files_replace_earlier_runs(tmp_path: Path) -> None:
             {"dataset": "x", "method": "mst", "rows_in": 5, "columns": 2, "status": "measured"},
         ],
     }
+    # Saved before ε was recorded: ε = 1. A run at another ε is another run.
+    other_epsilon = {"dataset": "x", "method": "aim", "rows_in": 5, "columns": 2}
     second = {
         "command": "measure aim",
         "date": "d2",
         "loadavg": "2",
         "runs": [
             {"dataset": "x", "method": "aim", "rows_in": 5, "columns": 2, "status": "measured"},
+            other_epsilon | {"status": "measured", "epsilon": 10.0},
         ],
     }
     paths = [tmp_path / "a.json", tmp_path / "b.json"]
     for path, content in zip(paths, (first, second), strict=True):
         path.write_text(json.dumps(content))
     runs, command, date, _load = load_runs(paths)
-    assert [(r.method, r.status) for r in runs] == [("aim", "measured"), ("mst", "measured")]
+    assert [(r.method, r.epsilon, r.status) for r in runs] == [
+        ("aim", 1.0, "measured"),
+        ("mst", 1.0, "measured"),
+        ("aim", 10.0, "measured"),
+    ]
     assert command == "measure all`, then `measure aim"
     assert date == "d1 and d2"
 

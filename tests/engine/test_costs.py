@@ -4,16 +4,27 @@ recorded in docs/cost_model.json (written by benchmarks/cost_model.py; no ../sha
 from __future__ import annotations
 
 import json
+import math
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from engine.costs import COST_COEFFICIENTS, CostPrediction, cost_features, predict_cost
+from engine.accounting import rho_from_epsilon_delta
+from engine.costs import (
+    COST_COEFFICIENTS,
+    RHO_REFERENCE,
+    CostPrediction,
+    cost_features,
+    predict_cost,
+)
 from engine.domain import Domain
 from engine.mechanisms import MECHANISMS, get_mechanism
 
 CALIBRATION = Path(__file__).resolve().parents[2] / "docs" / "cost_model.json"
+RHO = Fraction(1, 100)
 
 
 def _calibration() -> dict[str, Any]:
@@ -37,12 +48,14 @@ def test_the_code_matches_the_recorded_calibration() -> None:
     measured = [r for r in recorded["runs"] if r["status"] == "measured"]
     assert {r["method"] for r in measured} == set(MECHANISMS)
     assert {r["dataset"] for r in measured} == set(domains)
+    assert {r["epsilon"] for r in measured} == {0.1, 1.0, 10.0}
     for run in measured:
         mechanism = get_mechanism(run["method"])
         params = mechanism.validate_params({})
-        predicted = predict_cost(mechanism, domains[run["dataset"]], params, run["rows_out"])
+        rho = Fraction(run["rho"])
+        predicted = predict_cost(mechanism, domains[run["dataset"]], params, run["rows_out"], rho)
         assert predicted is not None
-        label = (run["dataset"], run["method"])
+        label = (run["dataset"], run["epsilon"], run["method"])
         factor = predicted.seconds_factor * (1 + 1e-9)
         assert predicted.seconds / factor <= run["seconds"] <= predicted.seconds * factor, label
         factor = predicted.memory_factor * (1 + 1e-9)
@@ -55,8 +68,8 @@ def test_more_rows_never_predict_less(method: str) -> None:
     mechanism = get_mechanism(method)
     params = mechanism.validate_params({})
     domain = Domain.from_mapping({"a": 2, "b": 3, "c": 4, "d": 5})
-    small = predict_cost(mechanism, domain, params, 1_000)
-    large = predict_cost(mechanism, domain, params, 1_000_000)
+    small = predict_cost(mechanism, domain, params, 1_000, RHO)
+    large = predict_cost(mechanism, domain, params, 1_000_000, RHO)
     assert small is not None and large is not None
     assert large.seconds >= small.seconds
     assert large.peak_memory_bytes >= small.peak_memory_bytes
@@ -73,10 +86,47 @@ def test_params_scale_time_as_the_work_bound_does() -> None:
     assert cost_features(mechanism, domain, default, 5_000).work_ratio == 1
     ratio = cost_features(mechanism, domain, more, 5_000).work_ratio
     assert ratio > 1
-    base = predict_cost(mechanism, domain, default, 5_000)
-    scaled = predict_cost(mechanism, domain, more, 5_000)
+    base = predict_cost(mechanism, domain, default, 5_000, RHO)
+    scaled = predict_cost(mechanism, domain, more, 5_000, RHO)
     assert base is not None and scaled is not None
     assert scaled.seconds == pytest.approx(base.seconds * ratio)
+
+
+def test_the_reference_rho_is_that_of_epsilon_one() -> None:
+    assert Fraction(rho_from_epsilon_delta(Decimal(1), Decimal("1e-9"))) == RHO_REFERENCE
+
+
+@pytest.mark.parametrize("method", sorted(MECHANISMS))
+def test_rho_scales_time_by_its_exponent_on_each_side(method: str) -> None:
+    """ρ = ρ₁ is the reference (factor 1); 10·ρ₁ multiplies the time by 10^c_above and ρ₁/10
+    by 10^-c_below; memory does not shrink below ρ₁ and grows above it by its ρ term only."""
+    mechanism = get_mechanism(method)
+    params = mechanism.validate_params({})
+    domain = Domain.from_mapping({"a": 2, "b": 3, "c": 4, "d": 5})
+    coefficients = COST_COEFFICIENTS[method]
+    at, above, below = (
+        predict_cost(mechanism, domain, params, 10_000, rho)
+        for rho in (RHO_REFERENCE, 10 * RHO_REFERENCE, RHO_REFERENCE / 10)
+    )
+    assert at is not None and above is not None and below is not None
+    assert above.seconds == pytest.approx(
+        at.seconds * 10 ** coefficients["seconds_rho_exponent_above"]
+    )
+    assert below.seconds == pytest.approx(
+        at.seconds / 10 ** coefficients["seconds_rho_exponent_below"]
+    )
+    assert below.peak_memory_bytes == at.peak_memory_bytes
+    extra = cost_features(mechanism, domain, params, 10_000).bound_extra_bytes
+    grown = coefficients["memory_bound_weight_rho"] * math.log(10) * extra
+    assert above.peak_memory_bytes == pytest.approx(at.peak_memory_bytes + grown, abs=1)
+
+
+@pytest.mark.parametrize("rho", [Fraction(0), Fraction(-1, 10)])
+def test_rho_must_be_positive(rho: Fraction) -> None:
+    mechanism = get_mechanism("independent")
+    params = mechanism.validate_params({})
+    with pytest.raises(ValueError, match="rho"):
+        predict_cost(mechanism, Domain.from_mapping({"a": 2}), params, 10, rho)
 
 
 def test_rows_must_be_a_count() -> None:
