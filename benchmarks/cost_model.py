@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
+from benchmarks import sections
 from benchmarks.quality import (
     BenchDataset,
     derive_seed,
@@ -482,24 +483,13 @@ def render_out_of_sample(rows: Sequence[tuple[str, float, int, int, float, float
 
 def current_section(document: str) -> str:
     """The "Cost preview" section of ``document`` (to the next level-2 heading), or ""."""
-    start = document.find(SECTION)
-    if start < 0:
-        return ""
-    end = document.find("\n## ", start + len(SECTION))
-    return document[start:] if end < 0 else document[start : end + 1]
+    return sections.current_section(document, SECTION)
 
 
 def replace_section(document: str, section: str) -> str:
-    """``document`` with its "Cost preview" section replaced by ``section`` (appended if absent);
-    the section ends at the next level-2 heading."""
-    start = document.find(SECTION)
-    if not section:
-        return document
-    if start < 0:
-        return document.rstrip("\n") + "\n\n" + section
-    end = document.find("\n## ", start + len(SECTION))
-    tail = "" if end < 0 else document[end:]
-    return document[:start] + section + tail
+    """``document`` with its "Cost preview" section replaced by ``section`` (appended if
+    absent)."""
+    return sections.replace_section(document, SECTION, section)
 
 
 def load_runs(paths: Sequence[Path]) -> tuple[list[CostRun], str, str, str]:

@@ -22,5 +22,9 @@ def replace_section(document: str, heading: str, section: str) -> str:
     if start < 0:
         return document.rstrip("\n") + "\n\n" + section
     end = document.find("\n## ", start + len(heading))
-    # The section ends with the newline before the next heading (as current_section returns it).
-    return document[:start] + section + ("" if end < 0 else document[end + 1 :])
+    if end < 0:
+        return document[:start] + section
+    # As current_section returns it, a section ends with the newline before the next heading;
+    # a blank line separates it from that heading.
+    gap = "" if section.endswith("\n\n") else "\n" if section.endswith("\n") else "\n\n"
+    return document[:start] + section + gap + document[end + 1 :]
