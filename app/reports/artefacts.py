@@ -1,13 +1,14 @@
 """The artefacts a job attempt writes next to its output, and who may read each.
 
-An attempt writes them under ``outputs/<job>/attempt-<n>/`` before it publishes; the names of
-those that were written are published with the output in the same guarded UPDATE
+An attempt writes the release artefacts under ``outputs/<job>/attempt-<n>/`` before it publishes;
+the names of those that were written are published with the output in the same guarded UPDATE
 (``jobs.artefacts``), so an analyst never sees an artefact of an attempt that did not publish.
 
 Release artefacts (every key of the tenant) are built from the release alone: the record of the
 noisy measurements, the fitted model, the synthetic rows. They are DP post-processing and cost
-nothing. The owner tier of the report compares the release with the real table: it is built in
-the worker, stored under its own names and served to owner keys only (privacy rule 7).
+nothing. The owner tier of the report compares the release with the real table: the worker builds
+it after publication (app/jobs/execution.py, ``_owner_tier``), stores it under its own names and
+adds them to the job's artefacts, served to owner keys only (privacy rule 7).
 
 A release artefact that cannot be built (a bug) is left out and logged; the release itself is
 still published. What is left out depends only on the release (and, for the owner tier, which
