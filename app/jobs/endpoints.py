@@ -13,7 +13,7 @@ from app.api.errors import ErrorOut, error_responses
 from app.api.limits import FiniteJSONRoute
 from app.budget.service import BudgetExceeded
 from app.jobs import preview, service
-from app.jobs.export import stream_csv, stream_file
+from app.jobs.export import table_download
 from app.jobs.schemas import (
     JobList,
     JobOut,
@@ -179,17 +179,7 @@ def download_output(
         raise HTTPException(
             status.HTTP_410_GONE, "the output was erased with its dataset"
         ) from None
-    filename = f"rhosynth-{job.id}.{format}"
-    # Streamed rather than served as a FileResponse: its Last-Modified and ETag headers would
-    # tell an analyst the exact second the output was written (run time depends on the data).
-    disposition = {"Content-Disposition": f'attachment; filename="{filename}"'}
-    if format == "parquet":
-        return StreamingResponse(
-            stream_file(path), media_type="application/vnd.apache.parquet", headers=disposition
-        )
-    return StreamingResponse(
-        stream_csv(path), media_type="text/csv; charset=utf-8", headers=disposition
-    )
+    return table_download(path, format, f"rhosynth-{job.id}")
 
 
 @router.get("/methods", response_model=MethodList, tags=["methods"])

@@ -29,7 +29,6 @@ from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow.parquet as pq
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.budget import service as budget_service
@@ -39,6 +38,7 @@ from app.datasets.ingest import read_encoded_table
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
 from app.jobs import dispatch, repository
+from app.jobs.export import store_table
 from app.jobs.limits import (
     JobTimeLimitExceeded,
     caused_by_memory_error,
@@ -526,15 +526,7 @@ def _synthesize(
     del data
     progress.phase("write")
     synthetic = result.codes
-    frame = schema.decode(synthetic, rng)
-    temp = storage.temp_path(".parquet")
-    try:
-        # Each column keeps its declared type (Int64, dates, booleans, nulls; see to_arrow).
-        pq.write_table(schema.to_arrow(frame), temp, compression="zstd")
-        storage.put(temp, output_key)
-    finally:
-        temp.unlink(missing_ok=True)
-    del frame
+    store_table(storage, schema, synthetic, rng, output_key)
 
     # The release's artefacts: post-processing of what was released (app/reports/artefacts.py).
     # The owner tier, which reads the real table, is built after publication (_owner_tier).

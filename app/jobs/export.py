@@ -8,12 +8,17 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+from fastapi.responses import StreamingResponse
 
+from app.storage import Storage
 from engine.columns.output import text_batch
+from engine.encoding import TableSchema
 
 # OWASP "CSV Injection": a spreadsheet runs a cell as a formula when it starts with = + - @, a
 # tab or a carriage return; some also after leading whitespace, and some read the fullwidth
@@ -83,3 +88,37 @@ def stream_csv(path: Path) -> Iterator[bytes]:
         buffer = io.BytesIO()
         pacsv.write_csv(pa.RecordBatch.from_arrays(columns, names=names), buffer, options)
         yield buffer.getvalue()
+
+
+def table_download(path: Path, format: str, filename: str) -> StreamingResponse:
+    """A stored synthetic table (a job's output or a derived sample) as a CSV or Parquet
+    download. Streamed rather than served as a FileResponse: its Last-Modified and ETag headers
+    would tell an analyst the exact second the file was written (run time depends on the
+    data)."""
+    disposition = {"Content-Disposition": f'attachment; filename="{filename}.{format}"'}
+    if format == "parquet":
+        return StreamingResponse(
+            stream_file(path), media_type="application/vnd.apache.parquet", headers=disposition
+        )
+    return StreamingResponse(
+        stream_csv(path), media_type="text/csv; charset=utf-8", headers=disposition
+    )
+
+
+def store_table(
+    storage: Storage,
+    schema: TableSchema,
+    codes: npt.NDArray[np.int64],
+    rng: np.random.Generator,
+    key: str,
+) -> None:
+    """Decode synthetic ``codes`` (``rng``: values drawn inside their bins; post-processing) and
+    store them at ``key`` as Parquet, each column with its declared type (Int64, dates, booleans,
+    nulls; see ``TableSchema.to_arrow``): a job's output and a derived sample alike."""
+    frame = schema.decode(codes, rng)
+    temp = storage.temp_path(".parquet")
+    try:
+        pq.write_table(schema.to_arrow(frame), temp, compression="zstd")
+        storage.put(temp, key)
+    finally:
+        temp.unlink(missing_ok=True)

@@ -12,7 +12,7 @@ from app.api.deps import AnalystKey, DatabaseDep, SettingsDep, StorageDep
 from app.api.errors import error_responses
 from app.api.limits import FiniteJSONRoute
 from app.jobs import service as job_service
-from app.jobs.export import stream_csv, stream_file
+from app.jobs.export import table_download
 from app.samples import service
 from app.samples.schemas import SampleList, SampleOut, SampleRequest
 
@@ -123,13 +123,4 @@ def download_sample(
         raise HTTPException(
             status.HTTP_410_GONE, "the sample was erased with its dataset"
         ) from None
-    disposition = {
-        "Content-Disposition": f'attachment; filename="rhosynth-sample-{sample.id}.{format}"'
-    }
-    if format == "parquet":
-        return StreamingResponse(
-            stream_file(path), media_type="application/vnd.apache.parquet", headers=disposition
-        )
-    return StreamingResponse(
-        stream_csv(path), media_type="text/csv; charset=utf-8", headers=disposition
-    )
+    return table_download(path, format, f"rhosynth-sample-{sample.id}")

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from app.config import JOB_SOFT_GRACE_SECONDS, Settings
 from app.datasets import repository as dataset_repository
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
 from app.jobs import repository as job_repository
+from app.jobs.export import store_table
 from app.reports.names import MODEL, artefact_key
 from app.samples import repository
 from app.storage import Storage, sample_output_key
@@ -107,11 +107,5 @@ def _draw(storage: Storage, claimed: _Claimed, schema: TableSchema, output_key: 
     model, _schema = read_model_file(storage.path(claimed.model_key).read_bytes())
     rng = np.random.default_rng(claimed.seed)  # post-processing only; no DP noise is drawn here
     codes = model.sample(claimed.rows, rng)
-    frame = schema.decode(codes, rng)
-    temp = storage.temp_path(".parquet")
-    try:
-        pq.write_table(schema.to_arrow(frame), temp, compression="zstd")
-        storage.put(temp, output_key)
-    finally:
-        temp.unlink(missing_ok=True)
+    store_table(storage, schema, codes, rng, output_key)
     return int(codes.shape[0])
