@@ -14,14 +14,18 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from app.datasets.ingest import read_encoded_table
 from app.jobs.models import Job
 from app.reports import names
+from app.storage import dataset_table_key
 from engine.cli import load_table
 from engine.encoding import TableSchema
 from engine.release.model_file import read_model_file
 from engine.release.record import ReleaseRecord
+from engine.reports.owner import build_owner_report
 from engine.reports.release import build_release_report
 from tests.conftest import Tenant
 from tests.support.ledger import assert_reconciled
@@ -70,7 +74,7 @@ def test_artefacts_are_listed_by_tier(worker_tenant: Tenant, released: dict[str,
     assert set(owner_view["artefacts"]) == ANALYST_ARTEFACTS | names.OWNER_ONLY
 
 
-def test_release_tier_report_is_built_from_published_artefacts_only(
+def test_release_tier_is_built_from_published_artefacts_only_whatever_the_table(
     worker_stack: Stack, worker_tenant: Tenant, released: dict[str, Any], people_schema: str
 ) -> None:
     job_id = released["job"]["id"]
@@ -89,8 +93,24 @@ def test_release_tier_report_is_built_from_published_artefacts_only(
     path = worker_stack.workdir / f"{job_id}.parquet"
     path.write_bytes(output.content)
     synthetic = load_table(path, schema)
+
+    # Swap the real table for another one of the same schema: the release tier rebuilt from the
+    # published artefacts is unchanged, while the owner tier, which reads the table, changes.
+    table = worker_stack.settings.resolved_storage_dir / dataset_table_key(
+        uuid.UUID(released["dataset"]["id"])
+    )
+    real = read_encoded_table(table, schema)
+    swapped = np.zeros_like(real)
+    pq.write_table(pa.table({n: swapped[:, j] for j, n in enumerate(schema.names)}), table)
     rebuilt = build_release_report(schema, record, synthetic, model_marginal=model.marginal)
     assert json.loads(json.dumps(rebuilt)) == stored
+    stored_owner = worker_tenant.owner.get(
+        f"/v1/jobs/{job_id}/report", params={"tier": "owner"}
+    ).json()
+    swapped_owner = build_owner_report(
+        schema, read_encoded_table(table, schema), synthetic, rng=np.random.default_rng(0)
+    )
+    assert swapped_owner["marginals"]["mean_tvd"] != stored_owner["marginals"]["mean_tvd"]
 
     html = worker_tenant.analyst.get(f"/v1/jobs/{job_id}/report", params={"format": "html"})
     assert html.status_code == 200
