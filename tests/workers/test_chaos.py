@@ -152,6 +152,7 @@ def test_job_survives_a_flushed_broker(
 ) -> None:
     stack, tenant = chaos
     dataset = create_dataset(tenant.owner, people_csv, people_schema)
+    stack.flush_queue()  # messages earlier tests of this shared stack left behind
     job_id = submit(tenant.analyst, dataset["id"], rho="0.5").json()["id"]
     # The API rings the doorbell from a background thread after it answers: wait for the message.
     assert stack.queued_messages(at_least=1) == 1
