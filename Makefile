@@ -29,8 +29,8 @@ pytest: install
 	$(BIN)/python -m pytest
 
 lint: install
-	$(BIN)/ruff check app workers engine migrations tests benchmarks
-	$(BIN)/ruff format --check app workers engine migrations tests benchmarks
+	$(BIN)/ruff check app workers engine rhosynth migrations tests benchmarks
+	$(BIN)/ruff format --check app workers engine rhosynth migrations tests benchmarks
 
 typecheck: install
 	$(BIN)/mypy

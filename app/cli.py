@@ -92,6 +92,11 @@ ENGINE_COMMANDS: dict[str, tuple[str, str, str]] = {
         "report",
         "Quality report of a synthetic table (HTML and JSON).",
     ),
+    "remote": (
+        "rhosynth.cli",
+        "remote",
+        "Use a running rhosynth service over HTTP (RHOSYNTH_URL, RHOSYNTH_API_KEY).",
+    ),
     "sample": ("engine.cli", "sample", "Draw more rows from a saved model (no privacy cost)."),
     "schema": ("engine.schema_draft.cli", "schema", "Draft a schema for a raw CSV/Parquet table."),
     "synthesize": (

@@ -1,0 +1,618 @@
+"""A typed, synchronous Python client for a running rhosynth service.
+
+Five lines from a file to a differentially private synthetic DataFrame::
+
+    from rhosynth.client import Client
+
+    owner = Client("http://127.0.0.1:8000", OWNER_KEY)
+    ds = owner.upload("people.csv", "people-schema.json", "people", budget_rho=1)
+    analyst = Client("http://127.0.0.1:8000", ANALYST_KEY)
+    job = analyst.wait(analyst.submit(ds, "mst", rho=0.5))
+    df, report = analyst.download(job), analyst.report(job)
+
+Reliability: each :meth:`Client.submit` sends a fresh ``Idempotency-Key`` and reuses it on its
+retries, so a retried submission never reserves ρ twice. A 503 (after its ``Retry-After``) and a
+failed connection are retried with capped exponential backoff, but only for requests that are
+safe to repeat (reads, dry runs, drafts, and submissions with their key). Every error answer is
+raised as a typed :class:`~rhosynth.errors.ApiError` carrying the server's ``detail``.
+
+This module imports nothing of the server or the engine (tests/client/test_imports.py).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from decimal import Decimal
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Literal, Self, TypeVar, overload
+
+import httpx
+import pandas as pd
+from pydantic import BaseModel
+
+from rhosynth.errors import ApiError, Unavailable, error_for
+from rhosynth.models import (
+    Budget,
+    Dataset,
+    Job,
+    JobPreview,
+    Ledger,
+    LedgerEntry,
+    Method,
+    Sample,
+    SchemaDraft,
+)
+
+__all__ = ["Client"]
+
+TableSource = str | Path | pd.DataFrame
+SchemaSource = str | Path | Mapping[str, Any]
+Number = Decimal | int | float | str
+DatasetRef = Dataset | uuid.UUID | str
+JobRef = Job | uuid.UUID | str
+TableFormat = Literal["csv", "parquet"]
+
+_M = TypeVar("_M", bound=BaseModel)
+
+RETRY_STATUSES = frozenset({503})
+USER_AGENT = "rhosynth-client/0.1"
+
+
+def _id(ref: Dataset | Job | Sample | uuid.UUID | str) -> str:
+    if isinstance(ref, Dataset | Job | Sample):
+        return str(ref.id)
+    return str(uuid.UUID(str(ref)))  # refuses a malformed id before any request
+
+
+def _amount(value: Number) -> str:
+    """The exact decimal text of an amount (floats by their shortest repr: 0.1 -> "0.1")."""
+    if isinstance(value, bool):
+        raise TypeError("an amount must be a number, not a bool")
+    return str(value) if isinstance(value, Decimal | int | float) else value.strip()
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date), if any."""
+    value = response.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _schema_text(schema: SchemaSource) -> str:
+    """The schema's JSON text, from a mapping, a JSON string or a path to a JSON file."""
+    if isinstance(schema, Mapping):
+        return json.dumps(schema)
+    if isinstance(schema, str) and schema.lstrip().startswith("{"):
+        return schema
+    return Path(schema).read_text(encoding="utf-8")
+
+
+def _parquet_bytes(frame: pd.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
+@contextmanager
+def _table_file(source: TableSource) -> Iterator[tuple[str, IO[bytes] | bytes]]:
+    """(file name, content) of a table: a DataFrame as Parquet bytes, a path as an open file."""
+    if isinstance(source, pd.DataFrame):
+        yield "table.parquet", _parquet_bytes(source)
+        return
+    path = Path(source)
+    with path.open("rb") as handle:
+        yield path.name, handle
+
+
+def _read_table(content: bytes, format: TableFormat) -> pd.DataFrame:
+    if format == "parquet":
+        return pd.read_parquet(io.BytesIO(content))
+    return pd.read_csv(io.BytesIO(content))
+
+
+class Client:
+    """A client of one rhosynth service with one API key (owner or analyst).
+
+    ``retries``: how many times a request that is safe to repeat is retried after a 503 or a
+    failed connection; the wait is the server's ``Retry-After`` when it gives one, else
+    ``backoff * 2**attempt``, both capped at ``max_backoff`` seconds. ``sleep`` and
+    ``transport`` are injectable for tests.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 60.0,
+        retries: int = 4,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        poll_interval: float = 0.5,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if retries < 0:
+            raise ValueError("retries must be at least 0")
+        self.base_url = base_url.rstrip("/")
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.poll_interval = poll_interval
+        self._sleep = sleep
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {api_key}", "User-Agent": USER_AGENT},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({self.base_url!r})"  # never the key
+
+    # -- transport ---------------------------------------------------------------------------
+
+    def _delay(self, attempt: int, response: httpx.Response | None) -> float:
+        after = _retry_after(response) if response is not None else None
+        wait = after if after is not None else self.backoff * 2**attempt
+        return min(wait, self.max_backoff)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        retry: bool,
+        stream: bool = False,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        """Send a request; retry a 503 or a failed connection when ``retry``; raise the typed
+        error of an error answer. With ``stream``, the caller must close the response."""
+        attempt = 0
+        while True:
+            request = self._http.build_request(method, path, **kwargs)
+            try:
+                response = self._http.send(request, stream=stream)
+            except httpx.TransportError as error:
+                if retry and attempt < self.retries:
+                    self._sleep(self._delay(attempt, None))
+                    attempt += 1
+                    continue
+                raise Unavailable(None, f"could not reach {self.base_url}: {error}") from error
+            if response.status_code < 400:
+                return response
+            if stream:
+                response.read()
+                response.close()
+            if response.status_code in RETRY_STATUSES and retry and attempt < self.retries:
+                self._sleep(self._delay(attempt, response))
+                attempt += 1
+                continue
+            raise self._error(response)
+
+    @staticmethod
+    def _error(response: httpx.Response) -> ApiError:
+        try:
+            body: Any = response.json()
+        except ValueError:
+            body = response.text
+        return error_for(response.status_code, body, _retry_after(response))
+
+    def _get(self, path: str, model: type[_M], **params: Any) -> _M:
+        response = self._send("GET", path, retry=True, params=params or None)
+        return model.model_validate(response.json())
+
+    # -- datasets (owner keys write; every key reads) ----------------------------------------
+
+    def upload(
+        self,
+        table: TableSource,
+        schema: SchemaSource,
+        name: str,
+        budget_rho: Number,
+        *,
+        budget_delta: Number | None = None,
+        discovery_rho: Number | None = None,
+    ) -> Dataset:
+        """Upload a table (a CSV/Parquet path, or a DataFrame sent as Parquet) with its schema
+        (a mapping, JSON text or a JSON file) and total ρ budget (owner keys). Not retried: a
+        repeated upload would create a second dataset."""
+        fields = {"schema": _schema_text(schema), "name": name, "budget_rho": _amount(budget_rho)}
+        if budget_delta is not None:
+            fields["budget_delta"] = _amount(budget_delta)
+        if discovery_rho is not None:
+            fields["discovery_rho"] = _amount(discovery_rho)
+        with _table_file(table) as (filename, content):
+            response = self._send(
+                "POST",
+                "/v1/datasets",
+                retry=False,
+                data=fields,
+                files={"file": (filename, content, "application/octet-stream")},
+            )
+        return Dataset.model_validate(response.json())
+
+    def draft_schema(
+        self,
+        table: TableSource,
+        *,
+        show_values: bool = False,
+        missing_values: list[str] | None = None,
+    ) -> SchemaDraft:
+        """Propose a schema for a table (owner keys); nothing is stored and no ρ is spent.
+        ``draft.schema_`` is ready to pass to :meth:`upload`."""
+        fields = {"show_values": "true" if show_values else "false"}
+        if missing_values is not None:
+            fields["missing_values"] = json.dumps(missing_values)
+        with _table_file(table) as (filename, content):
+            # Read into memory: a draft is safe to repeat, and a retry must resend the file.
+            data = content if isinstance(content, bytes) else content.read()
+        response = self._send(
+            "POST",
+            "/v1/schema-drafts",
+            retry=True,
+            data=fields,
+            files={"file": (filename, data, "application/octet-stream")},
+        )
+        return SchemaDraft.model_validate(response.json())
+
+    def datasets(self) -> list[Dataset]:
+        """Every dataset of the key's tenant (all pages)."""
+        items: list[Dataset] = []
+        offset: int | None = 0
+        while offset is not None:
+            page = self._send("GET", "/v1/datasets", retry=True, params={"offset": offset}).json()
+            items.extend(Dataset.model_validate(item) for item in page["items"])
+            offset = page["next_offset"]
+        return items
+
+    def dataset(self, dataset: DatasetRef) -> Dataset:
+        return self._get(f"/v1/datasets/{_id(dataset)}", Dataset)
+
+    def budget(self, dataset: DatasetRef) -> Budget:
+        """The dataset's budget now: total, spent, reserved and remaining ρ (and δ)."""
+        return self.dataset(dataset).budget
+
+    def ledger(self, dataset: DatasetRef) -> Ledger:
+        """The dataset's whole privacy ledger, oldest first (every page)."""
+        path = f"/v1/datasets/{_id(dataset)}/ledger"
+        first = self._get(path, Ledger)
+        entries: list[LedgerEntry] = list(first.items)
+        page = first
+        while page.next_after is not None:
+            page = self._get(path, Ledger, after=page.next_after)
+            entries.extend(page.items)
+        return Ledger(
+            dataset_id=first.dataset_id, budget=page.budget, items=entries, next_after=None
+        )
+
+    def grant(self, dataset: DatasetRef, rho: Number, *, delta: Number | None = None) -> Dataset:
+        """Raise the dataset's total ρ (and optionally δ) (owner keys). Not retried."""
+        body: dict[str, str] = {"add_rho": _amount(rho)}
+        if delta is not None:
+            body["add_delta"] = _amount(delta)
+        response = self._send("POST", f"/v1/datasets/{_id(dataset)}/budget", retry=False, json=body)
+        return Dataset.model_validate(response.json())
+
+    def delete(self, dataset: DatasetRef) -> Dataset:
+        """Erase the stored table and every output (owner keys); the ledger stays."""
+        response = self._send("DELETE", f"/v1/datasets/{_id(dataset)}", retry=True)
+        return Dataset.model_validate(response.json())
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _job_body(
+        method: str,
+        rho: Number | None,
+        epsilon: Number | None,
+        delta: Number | None,
+        rows: int | None,
+        seed: int | None,
+        params: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
+        if (rho is None) == (epsilon is None):
+            raise ValueError("give the budget as rho=, or as epsilon= with delta=")
+        if epsilon is not None and delta is None:
+            raise ValueError("epsilon= needs delta=")
+        if rho is not None and delta is not None:
+            raise ValueError("delta= goes with epsilon=, not with rho=")
+        budget = (
+            {"rho": _amount(rho)}
+            if rho is not None
+            else {"epsilon": _amount(epsilon), "delta": _amount(delta)}  # type: ignore[arg-type]
+        )
+        body: dict[str, Any] = {"method": method, "budget": budget, "params": dict(params or {})}
+        if rows is not None:
+            body["rows"] = rows
+        if seed is not None:
+            body["seed"] = seed
+        return body
+
+    def submit(
+        self,
+        dataset: DatasetRef,
+        method: str,
+        *,
+        rho: Number | None = None,
+        epsilon: Number | None = None,
+        delta: Number | None = None,
+        rows: int | None = None,
+        seed: int | None = None,
+        params: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Job:
+        """Ask for a synthetic release; reserves the job's ρ (given as ``rho``, or as
+        ``epsilon`` and ``delta``). One Idempotency-Key per call (``idempotency_key`` or a
+        fresh one), reused on retries: a retried call gets the same job, never a second one."""
+        body = self._job_body(method, rho, epsilon, delta, rows, seed, params)
+        key = idempotency_key or f"rhosynth-client-{uuid.uuid4().hex}"
+        response = self._send(
+            "POST",
+            f"/v1/datasets/{_id(dataset)}/jobs",
+            retry=True,
+            json=body,
+            headers={"Idempotency-Key": key},
+        )
+        return Job.model_validate(response.json())
+
+    def estimate(
+        self,
+        dataset: DatasetRef,
+        method: str,
+        *,
+        rho: Number | None = None,
+        epsilon: Number | None = None,
+        delta: Number | None = None,
+        rows: int | None = None,
+        seed: int | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> JobPreview:
+        """What :meth:`submit` with the same arguments would cost (ρ, (ε, δ), remaining budget,
+        first noise, predicted time and memory); validated as a submission, nothing reserved."""
+        body = self._job_body(method, rho, epsilon, delta, rows, seed, params)
+        response = self._send(
+            "POST",
+            f"/v1/datasets/{_id(dataset)}/jobs",
+            retry=True,
+            json=body,
+            params={"dry_run": "true"},
+        )
+        return JobPreview.model_validate(response.json())
+
+    def job(self, job: JobRef) -> Job:
+        return self._get(f"/v1/jobs/{_id(job)}", Job)
+
+    def jobs(self, dataset: DatasetRef) -> list[Job]:
+        """The dataset's jobs, oldest first (all pages)."""
+        items: list[Job] = []
+        offset: int | None = 0
+        path = f"/v1/datasets/{_id(dataset)}/jobs"
+        while offset is not None:
+            page = self._send("GET", path, retry=True, params={"offset": offset}).json()
+            items.extend(Job.model_validate(item) for item in page["items"])
+            offset = page["next_offset"]
+        return items
+
+    def cancel(self, job: JobRef) -> Job:
+        """Cancel a job: a queued one's reservation is released; a running one stops at its
+        next stage, its ρ stays spent and nothing is released. Not retried."""
+        response = self._send("POST", f"/v1/jobs/{_id(job)}/cancel", retry=False)
+        return Job.model_validate(response.json())
+
+    def methods(self) -> list[Method]:
+        """The synthesis methods and the JSON schema of each one's ``params``."""
+        body = self._send("GET", "/v1/methods", retry=True).json()
+        return [Method.model_validate(item) for item in body["items"]]
+
+    @overload
+    def wait(self, job: Job, *, progress: bool = ..., timeout: float | None = ...) -> Job: ...
+    @overload
+    def wait(self, job: Sample, *, progress: bool = ..., timeout: float | None = ...) -> Sample: ...
+    @overload
+    def wait(
+        self, job: uuid.UUID | str, *, progress: bool = ..., timeout: float | None = ...
+    ) -> Job: ...
+
+    def wait(
+        self,
+        job: Job | Sample | uuid.UUID | str,
+        *,
+        progress: bool = True,
+        timeout: float | None = None,
+    ) -> Job | Sample:
+        """Poll a job (or a :class:`Sample`) until it has finished and return it, whatever its
+        status (check ``.status``). ``progress``: a progress bar (tqdm; a widget in notebooks)
+        of the public progress. Raises :class:`TimeoutError` after ``timeout`` seconds."""
+        if isinstance(job, Sample):
+            return self._wait_sample(job, progress=progress, timeout=timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        current = self.job(job)
+        with _ProgressBar(f"job {current.method}", enabled=progress) as bar:
+            while True:
+                bar.show(current.progress.fraction, current.progress.stage or current.status)
+                if current.finished:
+                    bar.show(1.0 if current.status == "succeeded" else None, current.status)
+                    return current
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"job {current.id} is still {current.status}")
+                self._sleep(self.poll_interval)
+                current = self.job(current)
+
+    @overload
+    def download(self, job: Job | Sample, *, format: TableFormat = ...) -> pd.DataFrame: ...
+    @overload
+    def download(self, job: uuid.UUID | str, *, format: TableFormat = ...) -> pd.DataFrame: ...
+
+    def download(
+        self, job: Job | Sample | uuid.UUID | str, *, format: TableFormat = "parquet"
+    ) -> pd.DataFrame:
+        """A succeeded job's synthetic table (or a sample's) as a DataFrame. Parquet keeps the
+        column types; ``csv`` reads the service's CSV with pandas' inference."""
+        response = self._send("GET", self._output_path(job), retry=True, params={"format": format})
+        return _read_table(response.content, format)
+
+    def download_to(
+        self,
+        job: Job | Sample | uuid.UUID | str,
+        path: str | Path,
+        format: TableFormat = "parquet",
+    ) -> Path:
+        """Stream a job's (or a sample's) table to ``path``; returns the path."""
+        target = Path(path)
+        response = self._send(
+            "GET", self._output_path(job), retry=True, stream=True, params={"format": format}
+        )
+        try:
+            with target.open("wb") as handle:
+                for chunk in response.iter_bytes():
+                    handle.write(chunk)
+        finally:
+            response.close()
+        return target
+
+    @staticmethod
+    def _output_path(job: Job | Sample | uuid.UUID | str) -> str:
+        if isinstance(job, Sample):
+            return f"/v1/samples/{job.id}/output"
+        return f"/v1/jobs/{_id(job)}/output"
+
+    @overload
+    def report(
+        self, job: JobRef, *, tier: Literal["release", "owner"] = ..., format: Literal["json"] = ...
+    ) -> dict[str, Any]: ...
+    @overload
+    def report(
+        self, job: JobRef, *, tier: Literal["release", "owner"] = ..., format: Literal["html"]
+    ) -> str: ...
+
+    def report(
+        self,
+        job: JobRef,
+        *,
+        tier: Literal["release", "owner"] = "release",
+        format: Literal["json", "html"] = "json",
+    ) -> dict[str, Any] | str:
+        """A succeeded job's quality report: ``tier="release"`` (any key, built from the release
+        alone) or ``"owner"`` (owner keys: compared with the real table). JSON as a dict, HTML
+        as text."""
+        response = self._send(
+            "GET",
+            f"/v1/jobs/{_id(job)}/report",
+            retry=True,
+            params={"tier": tier, "format": format},
+        )
+        if format == "html":
+            return response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    @overload
+    def measurements(self, job: JobRef, *, format: Literal["json"] = ...) -> dict[str, Any]: ...
+    @overload
+    def measurements(self, job: JobRef, *, format: Literal["parquet"]) -> pd.DataFrame: ...
+
+    def measurements(
+        self, job: JobRef, *, format: Literal["json", "parquet"] = "json"
+    ) -> dict[str, Any] | pd.DataFrame:
+        """The job's noisy marginals (the DP measurements themselves): per marginal as a dict,
+        or one row per cell as a DataFrame (``format="parquet"``)."""
+        response = self._send(
+            "GET", f"/v1/jobs/{_id(job)}/measurements", retry=True, params={"format": format}
+        )
+        if format == "parquet":
+            return _read_table(response.content, "parquet")
+        body: dict[str, Any] = response.json()
+        return body
+
+    # -- samples -----------------------------------------------------------------------------
+
+    def sample(self, job: JobRef, rows: int | None = None, seed: int | None = None) -> Sample:
+        """Draw more rows from a succeeded job's fitted model: no ρ, the ledger is untouched;
+        the same seed gives the same rows. Wait for it with :meth:`wait`, then :meth:`download`.
+        Not retried (a 429 is raised as :class:`~rhosynth.errors.RateLimited`)."""
+        body: dict[str, Any] = {}
+        if rows is not None:
+            body["rows"] = rows
+        if seed is not None:
+            body["seed"] = seed
+        response = self._send("POST", f"/v1/jobs/{_id(job)}/samples", retry=False, json=body)
+        return Sample.model_validate(response.json())
+
+    def sample_status(self, sample: Sample | uuid.UUID | str) -> Sample:
+        return self._get(f"/v1/samples/{_id(sample)}", Sample)
+
+    def _wait_sample(self, sample: Sample, *, progress: bool, timeout: float | None) -> Sample:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        current = sample
+        with _ProgressBar("sample", enabled=progress) as bar:
+            while True:
+                bar.show(1.0 if current.finished else 0.0, current.status)
+                if current.finished:
+                    return current
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"sample {current.id} is still {current.status}")
+                self._sleep(self.poll_interval)
+                current = self.sample_status(current)
+
+
+class _ProgressBar:
+    """A tqdm bar over [0, 100] % (tqdm.auto: a widget in notebooks), or nothing."""
+
+    def __init__(self, description: str, *, enabled: bool) -> None:
+        self._bar: Any = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=100, desc=description, unit="%", leave=True)
+
+    def show(self, fraction: float | None, stage: str) -> None:
+        if self._bar is None:
+            return
+        if fraction is not None:
+            target = round(min(max(fraction, 0.0), 1.0) * 100)
+            if target > self._bar.n:
+                self._bar.update(target - self._bar.n)
+        self._bar.set_postfix_str(stage, refresh=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()

@@ -1,0 +1,243 @@
+"""The client's typed results: the API's wire types, as the client reads them.
+
+They mirror the server's response models (app/*/schemas.py) field for field; the client does not
+import the server, so tests/client/test_models.py compares each of them with the service's
+OpenAPI document and fails on any drift. Exact ρ and δ amounts are :class:`~decimal.Decimal`
+(the service sends them as decimal strings). Unknown fields are ignored, so an older client keeps
+working against a newer service.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Exact amounts travel as decimal strings; documented as the service documents them.
+Amount = Annotated[Decimal, Field(json_schema_extra={"type": "string", "format": "decimal"})]
+
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+SampleStatus = Literal["queued", "running", "succeeded", "failed"]
+FINISHED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+
+class Budget(_Wire):
+    """A dataset's privacy budget (zCDP ρ; δ only for DP discovery at upload)."""
+
+    total_rho: Amount
+    spent_rho: Amount
+    reserved_rho: Amount
+    remaining_rho: Amount
+    total_delta: Amount
+    spent_delta: Amount
+    remaining_delta: Amount
+
+
+class Column(_Wire):
+    """A stored column of a dataset's public schema."""
+
+    name: str
+    type: Literal["categorical", "numeric", "date", "datetime", "boolean", "codes"]
+    size: int
+    categories: list[str] | None = None
+    bins: list[float] | list[str] | None = None
+    nullable: bool = False
+    other: str | None = None
+    ordered: bool = False
+    integer: bool = False
+    decimals: int | None = None
+    clip: bool = False
+    format: str | None = None
+    resolution: str | None = None
+    true_values: list[str] | None = None
+    false_values: list[str] | None = None
+    discovered: bool = False
+
+
+class Dataset(_Wire):
+    """An uploaded dataset: its public schema and budget (``n_rows`` for owner keys only)."""
+
+    id: uuid.UUID
+    name: str
+    columns: list[Column]
+    dropped_columns: list[str] = Field(default_factory=list)
+    created_at: datetime
+    deleted_at: datetime | None
+    budget: Budget
+    n_rows: int | None
+
+
+class LedgerEntry(_Wire):
+    """One entry of a dataset's append-only privacy ledger."""
+
+    id: int
+    kind: Literal["grant", "reserve", "spend", "release", "discover"]
+    rho: Amount
+    delta: Amount
+    job_id: uuid.UUID | None
+    actor: str
+    at: datetime
+    detail: dict[str, Any] | None
+
+
+class Ledger(_Wire):
+    """A dataset's ledger (every page, oldest first) and its budget now."""
+
+    dataset_id: uuid.UUID
+    budget: Budget
+    items: list[LedgerEntry]
+    next_after: int | None
+
+
+class Progress(_Wire):
+    fraction: float
+    stage: str
+
+
+class Job(_Wire):
+    """A synthesis job: its request, status and public progress."""
+
+    id: uuid.UUID
+    dataset_id: uuid.UUID
+    method: str
+    params: dict[str, Any]
+    status: JobStatus
+    rho: Amount
+    epsilon: str | None
+    delta: str | None
+    rows: int | None
+    seed: int | None
+    progress: Progress
+    progress_detail: Progress | None
+    cancel_requested: bool
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    output_rows: int | None
+    artefacts: list[str] = Field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+
+class Method(_Wire):
+    """A synthesis method and the JSON schema of its ``params``."""
+
+    name: str
+    description: str
+    params_schema: dict[str, Any]
+    resamplable: bool
+
+
+class NoisePreview(_Wire):
+    description: str
+    attributes: list[str]
+    sensitivity: float
+    sigma: float
+    rho: float
+
+
+class EpsilonAtDelta(_Wire):
+    delta: str
+    epsilon: str
+
+
+class CostPrediction(_Wire):
+    rows: int
+    rows_source: Literal["requested", "dataset", "previous_release"]
+    seconds: float
+    seconds_factor: float
+    peak_memory_bytes: int
+    memory_factor: float
+
+
+class JobLimits(_Wire):
+    memory_limit_bytes: int
+    time_limit_seconds: int
+    max_output_rows: int
+    memory_upper_bound_bytes: int
+
+
+class JobPreview(_Wire):
+    """What a submission would cost (``estimate``); nothing was reserved or written."""
+
+    method: str
+    params: dict[str, Any]
+    rows: int | None
+    rho: Amount
+    epsilon: str | None
+    delta: str | None
+    privacy_profile: list[EpsilonAtDelta]
+    remaining_rho: Amount
+    remaining_rho_after: Amount | None
+    would_exceed_budget: bool
+    first_noise: list[NoisePreview]
+    prediction: CostPrediction | None
+    limits: JobLimits
+
+
+class Sample(_Wire):
+    """More rows drawn from a job's fitted model: post-processing, no ρ."""
+
+    id: uuid.UUID
+    job_id: uuid.UUID
+    dataset_id: uuid.UUID
+    rows: int
+    seed: int
+    rho: Literal["0"] = "0"
+    status: SampleStatus
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    output_rows: int | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+
+class DraftColumnReason(_Wire):
+    name: str
+    reason: str
+
+
+class SchemaDraft(_Wire):
+    """A proposed schema (``schema`` is ready to upload as is) and why each column got it."""
+
+    schema_: dict[str, Any] = Field(alias="schema", serialization_alias="schema")
+    reasons: list[DraftColumnReason]
+    rows: int
+    discovers: bool
+    show_values: bool
+    warning: str | None = None
+
+
+# The server's name of each model (the OpenAPI components the drift test compares them with).
+SERVER_NAMES: dict[type[BaseModel], str] = {
+    Budget: "BudgetOut",
+    Column: "ColumnOut",
+    Dataset: "DatasetOut",
+    LedgerEntry: "LedgerEntryOut",
+    Ledger: "LedgerOut",
+    Progress: "ProgressOut",
+    Job: "JobOut",
+    Method: "MethodOut",
+    NoisePreview: "NoisePreviewOut",
+    EpsilonAtDelta: "EpsilonAtDeltaOut",
+    CostPrediction: "CostPredictionOut",
+    JobLimits: "JobLimitsOut",
+    JobPreview: "JobPreview",
+    Sample: "SampleOut",
+    DraftColumnReason: "DraftColumnReason",
+    SchemaDraft: "SchemaDraftOut",
+}
