@@ -147,3 +147,34 @@ def test_remote_cli_errors_print_the_detail_and_exit_non_zero(worker_clients: Cl
         main, ["remote", "datasets"], env={"RHOSYNTH_URL": "", "RHOSYNTH_API_KEY": ""}
     )
     assert result.exit_code == 2 and "RHOSYNTH_URL" in result.stderr
+
+
+def test_remote_cli_draft_grant_and_cancel(worker_clients: Clients, tmp_path: Path) -> None:
+    owner, analyst = worker_clients.owner_key, worker_clients.analyst_key
+    code, out, err = _remote(worker_clients, owner, "draft", str(PEOPLE_CSV))
+    assert code == 0, err
+    assert [c["name"] for c in json.loads(out)["columns"]] == ["city", "age", "tier", "income"]
+    assert "city:" in err  # the reasons, on stderr
+    schema = tmp_path / "schema.json"
+    schema.write_text(out)
+    code, out, err = _remote(
+        worker_clients, owner, "upload", str(PEOPLE_CSV), "--schema", str(schema),
+        "--name", "drafted", "--budget-rho", "1", "--budget-delta", "1e-6",
+    )  # fmt: skip
+    assert code == 0, err
+    dataset = json.loads(out)["id"]
+    code, out, err = _remote(worker_clients, owner, "grant", dataset, "0.5")
+    assert code == 0, err
+    assert json.loads(out)["budget"]["total_rho"] == "1.5"
+    code, out, err = _remote(worker_clients, owner, "datasets")
+    assert dataset in {d["id"] for d in json.loads(out)}
+    code, out, err = _remote(worker_clients, analyst, "submit", dataset, "mst", "--rho", "0.1")
+    job = json.loads(out)["id"]
+    code, out, err = _remote(worker_clients, analyst, "cancel", job)
+    # Queued when the cancel arrived: cancelled; running: asked to stop; already finished: a
+    # conflict the CLI reports with the server's detail.
+    if code == 0:
+        cancelled = json.loads(out)
+        assert cancelled["status"] == "cancelled" or cancelled["cancel_requested"]
+    else:
+        assert code == 1 and "409" in err
