@@ -37,6 +37,26 @@ def _settings() -> Settings:
         raise click.ClickException(str(error)) from None
 
 
+def existing_database(settings: Settings) -> None:
+    """For commands that use the service's database but must not create one: in embedded mode,
+    refuse when the SQLite file does not exist (a different RHOSYNTH_HOME than the server's would
+    otherwise get a new, empty database). Says on stderr which database is used."""
+    if settings.embedded:
+        path = settings.embedded_database
+        if not path.is_file():
+            raise click.ClickException(
+                f"no rhosynth database at {path} (RHOSYNTH_HOME={settings.resolved_home}); "
+                "start the server (`make run` or `rhosynth run`) or run `rhosynth migrate` with "
+                "the same RHOSYNTH_HOME first"
+            )
+        click.echo(f"database: {path}", err=True)
+        return
+    from sqlalchemy.engine import make_url
+
+    shown = make_url(settings.sqlalchemy_url).render_as_string(hide_password=True)
+    click.echo(f"database: {shown}", err=True)
+
+
 def run_migrations(settings: Settings) -> None:
     """Bring the configured database to the newest schema revision."""
     from alembic import command
@@ -205,6 +225,7 @@ def recover() -> None:
     """Run one recovery pass: requeue jobs of dead workers, resend lost messages, expire."""
     settings = _settings()
     _configure_logging(settings)
+    existing_database(settings)
     from app.jobs.recovery import recover_jobs
 
     report = recover_jobs(settings)
@@ -294,8 +315,9 @@ def keys_create(tenant: str, role: str, name: str) -> None:
     from app.auth.service import create_key
     from app.db.session import get_session_factory, transaction
 
+    existing_database(settings)
     if settings.embedded:
-        run_migrations(settings)
+        run_migrations(settings)  # an existing database from an older version: upgrade it
     with transaction(get_session_factory(settings.sqlalchemy_url)) as session:
         try:
             created = create_key(session, settings.secret_key_bytes(), tenant, role, name)

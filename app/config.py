@@ -144,9 +144,14 @@ class Settings(BaseSettings):
         return self.home.expanduser().resolve()
 
     @property
+    def embedded_database(self) -> Path:
+        """The embedded mode's SQLite file (unused when ``RHOSYNTH_DATABASE_URL`` is set)."""
+        return self.resolved_home / "rhosynth.sqlite"
+
+    @property
     def sqlalchemy_url(self) -> str:
         if self.database_url is None:
-            return f"sqlite:///{self.resolved_home / 'rhosynth.sqlite'}"
+            return f"sqlite:///{self.embedded_database}"
         return normalize_database_url(self.database_url)
 
     @property

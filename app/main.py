@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import exc, text
 from starlette.types import Scope
 
+from app.api.docs import install_docs
 from app.api.errors import validation_error_handler
 from app.api.limits import BodySizeLimitMiddleware
 from app.auth.endpoints import router as auth_router
@@ -61,8 +62,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         redirect_slashes=False,
         lifespan=lifespan,
+        # FastAPI's own pages load Swagger UI and ReDoc from a CDN: these are served locally.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
+    install_docs(app)
     app.include_router(datasets_router)
     app.include_router(drafts_router)
     app.include_router(jobs_router)

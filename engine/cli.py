@@ -49,9 +49,9 @@ import pydantic
 from engine.accounting import RHO_QUANTUM, rho_from_epsilon_delta
 from engine.columns.categorical import as_float
 from engine.columns.numeric import NumericColumn
-from engine.columns.output import text_batch
 from engine.columns.spec import DELTA_QUANTUM
 from engine.columns.spec import RHO_QUANTUM as RHO_GRID
+from engine.columns.spreadsheet import csv_header, csv_rows, unescape_cell, unescape_text
 from engine.discovery.plan import Counts, Discovered, DiscoveryRefused, allocate, release
 from engine.discovery.schema import count_batch, provisional, requests_for, resolve
 from engine.domain import Dataset
@@ -69,6 +69,7 @@ PARQUET_MAGIC = b"PAR1"
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
 MAX_HEADER_BYTES = 16 * 1024 * 1024
 PARQUET_BATCH_CELLS = 4_000_000
+CSV_BATCH_ROWS = 65_536
 MAX_EPSILON = Decimal(1000)
 """The service's cap on ε (a larger ε gives no meaningful guarantee)."""
 MAX_DECIMAL_EXPONENT = 1000
@@ -292,7 +293,7 @@ def _read_csv_header(path: Path) -> list[str]:
     rows = list(csv.reader(io.StringIO(text)))
     if not rows or not rows[0] or rows[0] == [""]:
         raise TableError("the CSV header row is empty")
-    return rows[0]
+    return [unescape_cell(name) for name in rows[0]]
 
 
 def _csv_frames(path: Path, schema: TableSchema, allow_extra: bool) -> Iterator[pd.DataFrame]:
@@ -326,7 +327,9 @@ def _csv_frames(path: Path, schema: TableSchema, allow_extra: bool) -> Iterator[
                 batch = reader.read_next_batch()
             except StopIteration:
                 break
-            yield batch.to_pandas()
+            # Cells escaped against spreadsheet formulas (our own CSV output) read as written.
+            columns = [unescape_text(column) for column in batch.columns]
+            yield pa.RecordBatch.from_arrays(columns, names=batch.schema.names).to_pandas()
     except pa.ArrowInvalid as error:
         # pyarrow's messages can quote the offending row: classify them, never forward them.
         text = str(error)
@@ -435,10 +438,11 @@ def write_table(
 
     With ``schema`` (a decoded synthetic table), each column keeps its declared type: Parquet
     logical types, and CSV with integers as integers, dates ISO 8601 or in the declared format,
-    booleans as declared, empty cells for nulls (the service's download renders them the same).
-    The CSV is plain RFC 4180 text in the original value space, so ``evaluate`` and other tools
-    read it back exactly. Unlike the service's download, text cells are not escaped against
-    spreadsheet formula injection: a leading apostrophe would change the values.
+    booleans as declared, empty cells for nulls. The CSV is the service's download, byte for
+    byte (engine.columns.spreadsheet): RFC 4180, every text cell quoted, and a text cell a
+    spreadsheet could run as a formula (``=…``, ``+…``, ``-…``, ``@…``) gets a leading
+    apostrophe, so such cells do not read back as the values they were drawn from (Parquet keeps
+    them unchanged).
     """
     temporary = out.with_name(f".{out.name}.{os.getpid()}.partial")
     table = (
@@ -455,10 +459,10 @@ def write_table(
         if parquet:
             pq.write_table(table, temporary, compression="zstd")
         else:
-            text = pa.Table.from_arrays(text_batch(table, table.schema), names=table.column_names)
-            pacsv.write_csv(
-                text, temporary, pacsv.WriteOptions(quoting_style="needed", batch_size=65_536)
-            )
+            with open(temporary, "wb") as handle:
+                handle.write(csv_header(table.column_names))
+                for batch in table.to_batches(max_chunksize=CSV_BATCH_ROWS):
+                    handle.write(csv_rows(batch, table.schema))
         os.replace(temporary, out)
     finally:
         temporary.unlink(missing_ok=True)
@@ -803,7 +807,10 @@ def evaluate(
 
     Both tables are encoded with the schema (categories as text, numeric values into their bins,
     codes as codes); columns the schema does not declare are ignored. TVD is ½·Σ|p − q| between
-    normalised histograms, averaged over every set of k columns, as in ../shared/bench.
+    normalised histograms, averaged over every set of k columns.
+
+    Example: rhosynth evaluate tests/fixtures/adult-sample.csv synth.csv --schema
+    tests/fixtures/adult-domain.json
     """
     schema = _load_schema_or_fail(schema_path)
     real_codes = _load_table_or_fail("REAL", real, schema, allow_extra_columns=True)

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from app.jobs.export import _escape_text, escape_cell, stream_csv
+from app.jobs.export import stream_csv
+from engine.columns.spreadsheet import escape_cell, escape_text
 
 
 @pytest.mark.parametrize(
@@ -42,7 +43,7 @@ from app.jobs.export import _escape_text, escape_cell, stream_csv
 def test_escape_cell(cell: str, expected: str) -> None:
     assert escape_cell(cell) == expected
     # The vectorised export applies the same rule as the single-cell function.
-    assert _escape_text(pa.array([cell])).to_pylist() == [expected]
+    assert escape_text(pa.array([cell])).to_pylist() == [expected]
 
 
 def test_stream_csv(tmp_path: Path) -> None:

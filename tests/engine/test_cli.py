@@ -32,6 +32,7 @@ from engine.cli import (
     parse_rho,
     synthesize,
 )
+from engine.columns.spreadsheet import unescape_cell
 from engine.encoding import CategoricalColumn, NumericColumn, TableSchema
 from engine.evaluation import mean_tvd
 from engine.mechanisms import MECHANISMS
@@ -65,7 +66,10 @@ def synthesize_people(out: Path, *extra: str | Path) -> Result:
 def read_people_output(path: Path) -> pd.DataFrame:
     if path.suffix == ".parquet":
         return pd.read_parquet(path)
-    return pd.read_csv(path, dtype={"city": str}, keep_default_na=False)
+    frame = pd.read_csv(path, dtype={"city": str}, keep_default_na=False)
+    # The CSV escapes formula-like cells (=HYPERLINK…, -minus, @at) as the service does.
+    frame["city"] = frame["city"].map(unescape_cell)
+    return frame
 
 
 def assert_people_in_domain(frame: pd.DataFrame) -> None:
