@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
 from app.api.deps import DatabaseDep, SettingsDep, StorageDep, require_owner
+from app.api.types import format_decimal
 from app.console import service
 from app.console.forms import ParamError, param_fields, parse_params
 from app.console.security import ConsoleHeadersMiddleware
@@ -34,6 +35,8 @@ PREFIX = "/console"
 UPLOAD_PATH = f"{PREFIX}/datasets/upload"
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
+# Decimals as the API writes them in JSON: plain notation, no trailing zeros.
+templates.env.filters["dec"] = lambda value: format_decimal(Decimal(value))
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
 
@@ -82,6 +85,7 @@ async def _checked_form(
     else:
         form = await request.form(max_files=1, max_fields=10, max_part_size=multipart_limit)
     if not service.csrf_matches(signed.csrf_token, form.get(service.CSRF_FIELD)):
+        await form.close()
         raise Refused(status.HTTP_403_FORBIDDEN, "missing or wrong form token; reload the page")
     return form
 
@@ -149,10 +153,10 @@ def gauge(budget: BudgetOut) -> dict[str, Any]:
     total = Decimal(budget.total_rho)
     used = Decimal(budget.spent_rho) + Decimal(budget.reserved_rho)
     return {
-        "total": budget.total_rho,
-        "spent": budget.spent_rho,
-        "reserved": budget.reserved_rho,
-        "remaining": budget.remaining_rho,
+        "total": format_decimal(budget.total_rho),
+        "spent": format_decimal(budget.spent_rho),
+        "reserved": format_decimal(budget.reserved_rho),
+        "remaining": format_decimal(budget.remaining_rho),
         "used": float(used),
         "max": float(total) if total > 0 else 1.0,
         "percent": round(float(used / total * 100), 1) if total > 0 else 0.0,
