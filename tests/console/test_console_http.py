@@ -312,7 +312,7 @@ def test_an_owner_uploads_drafts_grants_and_sees_the_ledger(
     bad_grant = owner.post(f"/console/datasets/{dataset_id}/grant", {"add_rho": "-1"})
     assert bad_grant.status_code == 422 and "add_rho" in bad_grant.text
     page = owner.http.get(f"/console/datasets/{dataset_id}")
-    assert "Ledger" in page.text and page.text.count("<td>grant</td>") == 2
+    assert "Ledger" in page.text and page.text.count('<td data-label="Kind">grant</td>') == 2
     gone = owner.post(f"/console/datasets/{dataset_id}/delete", {"confirm": "yes"})
     assert gone.status_code == 303
     assert tenant.owner.get(f"/v1/datasets/{dataset_id}").json()["deleted_at"] is not None
