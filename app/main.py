@@ -19,6 +19,7 @@ from app.api.errors import validation_error_handler
 from app.api.limits import BodySizeLimitMiddleware
 from app.auth.endpoints import router as auth_router
 from app.config import Settings, get_settings
+from app.console import endpoints as console
 from app.datasets.endpoints import router as datasets_router
 from app.db.session import get_health_engine
 from app.drafts.endpoints import router as drafts_router
@@ -74,10 +75,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(reports_router)
     app.include_router(samples_router)
     app.include_router(auth_router)
+    console.install(app)
 
     def body_limit(scope: Scope) -> int:
         path = scope.get("path", "").rstrip("/") if scope.get("method") == "POST" else None
-        if path == UPLOAD_PATH:
+        if path in (UPLOAD_PATH, console.UPLOAD_PATH):
             return settings.max_upload_bytes
         if path == DRAFT_PATH:
             draft = settings.max_draft_bytes + MULTIPART_OVERHEAD_BYTES

@@ -107,10 +107,15 @@ def _principal(
 CurrentKey = Annotated[Principal, Depends(_principal)]
 
 
-async def _owner(principal: CurrentKey) -> Principal:
+def require_owner(principal: Principal) -> Principal:
+    """``principal`` if it is an owner key; 403 otherwise (the rule of every owner route)."""
     if not principal.is_owner:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "this action needs an owner key")
     return principal
+
+
+async def _owner(principal: CurrentKey) -> Principal:
+    return require_owner(principal)
 
 
 OwnerKey = Annotated[Principal, Depends(_owner)]

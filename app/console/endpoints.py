@@ -1,0 +1,608 @@
+"""The console's pages. Every action calls the API's own route functions with the signed-in key's
+principal: the same services, the same role checks (``require_owner`` for the owner routes,
+whose ``OwnerKey`` dependency is not resolved when the function is called directly), the same
+error messages. The console adds sessions, CSRF checks and HTML, never a rule of its own."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+
+from app.api.deps import DatabaseDep, SettingsDep, StorageDep, require_owner
+from app.api.types import format_decimal
+from app.console import service
+from app.console.forms import ParamError, param_fields, parse_params
+from app.console.security import ConsoleHeadersMiddleware
+from app.datasets import endpoints as datasets_api
+from app.datasets.schemas import BudgetOut, DatasetOut, GrantRequest
+from app.drafts import endpoints as drafts_api
+from app.jobs import endpoints as jobs_api
+from app.jobs.schemas import JobOut, JobRequest, MethodOut
+from app.reports import endpoints as reports_api
+
+PREFIX = "/console"
+UPLOAD_PATH = f"{PREFIX}/datasets/upload"
+HERE = Path(__file__).parent
+templates = Jinja2Templates(directory=HERE / "templates")
+# Decimals as the API writes them in JSON: plain notation, no trailing zeros.
+templates.env.filters["dec"] = lambda value: format_decimal(Decimal(value))
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+
+
+class NotSignedIn(Exception):
+    """No live session: GET pages redirect to the sign-in page, POSTs answer 403."""
+
+
+class Refused(Exception):
+    """A request the console refuses with a page (403 forgery, 403 role, 404...)."""
+
+    def __init__(self, status_code: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status_code = status_code
+        self.detail = detail
+
+
+def _signed_in(request: Request, db: DatabaseDep) -> service.SignedIn:
+    with db.transaction() as session:
+        signed = service.resolve(session, request.cookies.get(service.COOKIE))
+    if signed is None:
+        raise NotSignedIn
+    request.state.signed = signed
+    return signed
+
+
+SignedInDep = Annotated[service.SignedIn, Depends(_signed_in)]
+
+
+def _check_origin(request: Request) -> None:
+    if not service.same_origin(
+        request.headers.get("origin"),
+        request.headers.get("sec-fetch-site"),
+        request.url.scheme,
+        request.headers.get("host"),
+    ):
+        raise Refused(status.HTTP_403_FORBIDDEN, "cross-site request refused")
+
+
+async def _checked_form(
+    request: Request, signed: service.SignedIn, *, multipart_limit: int | None = None
+) -> FormData:
+    """The POST's form once its origin and CSRF token are checked (403 otherwise)."""
+    _check_origin(request)
+    if multipart_limit is None:
+        form = await request.form(max_files=0, max_fields=60)
+    else:
+        form = await request.form(max_files=1, max_fields=10, max_part_size=multipart_limit)
+    if not service.csrf_matches(signed.csrf_token, form.get(service.CSRF_FIELD)):
+        await form.close()
+        raise Refused(status.HTTP_403_FORBIDDEN, "missing or wrong form token; reload the page")
+    return form
+
+
+def _owner(signed: service.SignedIn) -> None:
+    try:
+        require_owner(signed.principal)
+    except HTTPException as error:
+        raise Refused(error.status_code, str(error.detail)) from None
+
+
+def _texts(form: FormData) -> dict[str, str]:
+    return {key: value for key, value in form.items() if isinstance(value, str)}
+
+
+def _detail(error: HTTPException | JSONResponse) -> str:
+    """The API's error text: an HTTPException's detail, or an error body's ``detail`` (with an
+    over-budget refusal's requested and remaining ρ)."""
+    if isinstance(error, HTTPException):
+        detail: Any = error.detail
+    else:
+        body = json.loads(bytes(error.body))
+        detail = body.get("detail", "")
+        if "requested_rho" in body:
+            return (
+                f"{detail}: requested ρ = {body['requested_rho']}, "
+                f"remaining ρ = {body['remaining_rho']}"
+            )
+    if isinstance(detail, list):
+        return "; ".join(_validation_text(item) for item in detail)
+    return str(detail)
+
+
+def _validation_text(item: Any) -> str:
+    location = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
+    return f"{location}: {item.get('msg', '')}" if location else str(item.get("msg", ""))
+
+
+def _validation_errors(error: ValidationError) -> str:
+    # Only the location and message: pydantic's "input" would echo what was typed.
+    return "; ".join(_validation_text(item) for item in error.errors())
+
+
+def _page(
+    request: Request,
+    name: str,
+    context: dict[str, Any],
+    status_code: int = 200,
+) -> HTMLResponse:
+    signed: service.SignedIn | None = getattr(request.state, "signed", None)
+    return templates.TemplateResponse(
+        request,
+        name,
+        {"signed": signed, "csrf_field": service.CSRF_FIELD, **context},
+        status_code=status_code,
+    )
+
+
+def _redirect(path: str) -> RedirectResponse:
+    return RedirectResponse(path, status_code=status.HTTP_303_SEE_OTHER)
+
+
+def gauge(budget: BudgetOut) -> dict[str, Any]:
+    """The budget gauge's numbers: ρ total, spent, reserved, remaining and the used share."""
+    total = Decimal(budget.total_rho)
+    used = Decimal(budget.spent_rho) + Decimal(budget.reserved_rho)
+    return {
+        "total": format_decimal(budget.total_rho),
+        "spent": format_decimal(budget.spent_rho),
+        "reserved": format_decimal(budget.reserved_rho),
+        "remaining": format_decimal(budget.remaining_rho),
+        "used": float(used),
+        "max": float(total) if total > 0 else 1.0,
+        "percent": round(float(used / total * 100), 1) if total > 0 else 0.0,
+    }
+
+
+# ---------------------------------------------------------------- sign-in
+
+
+@router.get("", response_model=None)
+def home(request: Request, db: DatabaseDep) -> RedirectResponse:
+    with db.transaction() as session:
+        signed = service.resolve(session, request.cookies.get(service.COOKIE))
+    return _redirect(f"{PREFIX}/datasets" if signed else f"{PREFIX}/login")
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_page(request: Request) -> HTMLResponse:
+    return _page(request, "login.html", {"error": None})
+
+
+@router.post("/login", response_model=None)
+async def login(request: Request, db: DatabaseDep, settings: SettingsDep) -> Response:
+    _check_origin(request)
+    form = await request.form(max_files=0, max_fields=5)
+    key = form.get("api_key")
+
+    def create() -> tuple[str, service.SignedIn] | None:
+        if not isinstance(key, str) or not key.strip() or len(key) > 200:
+            return None
+        with db.transaction() as session:
+            return service.sign_in(session, settings.secret_key_bytes(), key)
+
+    created = await run_in_threadpool(create)
+    if created is None:
+        return _page(request, "login.html", {"error": "invalid API key"}, status_code=401)
+    token, _signed = created
+    response = _redirect(f"{PREFIX}/datasets")
+    response.set_cookie(
+        service.COOKIE,
+        token,
+        max_age=int(service.SESSION_LIFETIME.total_seconds()),
+        path=PREFIX,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.post("/logout", response_model=None)
+async def logout(request: Request, db: DatabaseDep, signed: SignedInDep) -> Response:
+    await _checked_form(request, signed)
+
+    def delete() -> None:
+        with db.transaction() as session:
+            service.sign_out(session, request.cookies.get(service.COOKIE))
+
+    await run_in_threadpool(delete)
+    response = _redirect(f"{PREFIX}/login")
+    response.delete_cookie(
+        service.COOKIE,
+        path=PREFIX,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+# ---------------------------------------------------------------- datasets
+
+
+def _datasets_page(
+    request: Request,
+    db: DatabaseDep,
+    signed: service.SignedIn,
+    *,
+    upload: dict[str, str] | None = None,
+    upload_error: str | None = None,
+    draft: dict[str, Any] | None = None,
+    status_code: int = 200,
+) -> HTMLResponse:
+    listing = datasets_api.list_datasets(db, signed.principal, limit=1000, offset=0)
+    rows = [{"dataset": d, "gauge": gauge(d.budget)} for d in listing.items]
+    return _page(
+        request,
+        "datasets.html",
+        {
+            "rows": rows,
+            "upload": upload or {"budget_delta": "0"},
+            "upload_error": upload_error,
+            "draft": draft,
+            "upload_path": UPLOAD_PATH,
+        },
+        status_code=status_code,
+    )
+
+
+@router.get("/datasets", response_class=HTMLResponse)
+def datasets_page(request: Request, db: DatabaseDep, signed: SignedInDep) -> HTMLResponse:
+    return _datasets_page(request, db, signed)
+
+
+@router.post("/datasets/upload", response_model=None)
+async def upload(
+    request: Request,
+    db: DatabaseDep,
+    settings: SettingsDep,
+    storage: StorageDep,
+    signed: SignedInDep,
+) -> Response:
+    """Upload a table (``action=upload``) or draft its schema (``action=draft``): the API's
+    ``POST /v1/datasets`` and ``POST /v1/schema-drafts`` handlers, on the form parsed here."""
+    _owner(signed)
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise Refused(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send the upload form")
+    form = await _checked_form(request, signed, multipart_limit=settings.max_schema_bytes)
+    # The API handlers read the same (already parsed) form from the request.
+    fields = {k: v for k, v in _texts(form).items() if k in ("name", "budget_rho", "schema")}
+    fields["budget_delta"] = str(form.get("budget_delta") or "0")
+    try:
+        if form.get("action") == "draft":
+            draft = await drafts_api.create_draft(request, settings, storage, signed.principal)
+            fields["schema"] = json.dumps(draft.schema_, indent=2)
+            return await run_in_threadpool(
+                _datasets_page,
+                request,
+                db,
+                signed,
+                upload=fields,
+                draft=draft.model_dump(by_alias=True),
+            )
+        created = await datasets_api.create_dataset(
+            request, db, settings, storage, signed.principal
+        )
+    except HTTPException as error:
+        return await run_in_threadpool(
+            _datasets_page,
+            request,
+            db,
+            signed,
+            upload=fields,
+            upload_error=_detail(error),
+            status_code=error.status_code,
+        )
+    return _redirect(f"{PREFIX}/datasets/{created.id}")
+
+
+def _dataset_page(
+    request: Request,
+    db: DatabaseDep,
+    signed: service.SignedIn,
+    dataset_id: uuid.UUID,
+    *,
+    method: str | None = None,
+    values: dict[str, str] | None = None,
+    job_error: str | None = None,
+    preview: dict[str, Any] | None = None,
+    grant_error: str | None = None,
+    status_code: int = 200,
+) -> HTMLResponse:
+    principal = signed.principal
+    try:
+        dataset: DatasetOut = datasets_api.get_dataset(dataset_id, db, principal)
+        ledger = (
+            datasets_api.get_ledger(dataset_id, db, principal, limit=1000, after=None)
+            if principal.is_owner
+            else None
+        )
+        jobs = jobs_api.list_jobs(dataset_id, db, principal, limit=1000, offset=0)
+    except HTTPException as error:
+        raise Refused(error.status_code, _detail(error)) from None
+    methods = jobs_api.list_methods(principal).items
+    chosen: MethodOut = next(
+        (m for m in methods if m.name == method),
+        next((m for m in methods if m.name == "mst"), methods[0]),
+    )
+    return _page(
+        request,
+        "dataset.html",
+        {
+            "dataset": dataset,
+            "gauge": gauge(dataset.budget),
+            "ledger": ledger,
+            "jobs": jobs.items,
+            "methods": methods,
+            "method": chosen,
+            "fields": param_fields(chosen.params_schema),
+            "values": values or {"budget_kind": "rho"},
+            "job_error": job_error,
+            "preview": preview,
+            "grant_error": grant_error,
+            "idempotency_key": str(uuid.uuid4()),
+        },
+        status_code=status_code,
+    )
+
+
+@router.get("/datasets/{dataset_id}", response_class=HTMLResponse)
+def dataset_page(
+    request: Request,
+    dataset_id: uuid.UUID,
+    db: DatabaseDep,
+    signed: SignedInDep,
+    method: Annotated[str | None, Query(max_length=64)] = None,
+) -> HTMLResponse:
+    return _dataset_page(request, db, signed, dataset_id, method=method)
+
+
+@router.post("/datasets/{dataset_id}/grant", response_model=None)
+async def grant(
+    request: Request,
+    dataset_id: uuid.UUID,
+    db: DatabaseDep,
+    settings: SettingsDep,
+    signed: SignedInDep,
+) -> Response:
+    form = _texts(await _checked_form(request, signed))
+    _owner(signed)
+
+    def run() -> Response:
+        try:
+            body = GrantRequest.model_validate(
+                {"add_rho": form.get("add_rho", ""), "add_delta": form.get("add_delta") or "0"}
+            )
+            datasets_api.grant_budget(dataset_id, body, db, settings, signed.principal)
+        except ValidationError as error:
+            return _dataset_page(
+                request,
+                db,
+                signed,
+                dataset_id,
+                grant_error=_validation_errors(error),
+                status_code=422,
+            )
+        except HTTPException as error:
+            if error.status_code == status.HTTP_404_NOT_FOUND:
+                raise Refused(error.status_code, _detail(error)) from None
+            return _dataset_page(
+                request,
+                db,
+                signed,
+                dataset_id,
+                grant_error=_detail(error),
+                status_code=error.status_code,
+            )
+        return _redirect(f"{PREFIX}/datasets/{dataset_id}")
+
+    return await run_in_threadpool(run)
+
+
+@router.post("/datasets/{dataset_id}/delete", response_model=None)
+async def delete(
+    request: Request,
+    dataset_id: uuid.UUID,
+    db: DatabaseDep,
+    storage: StorageDep,
+    signed: SignedInDep,
+) -> Response:
+    form = _texts(await _checked_form(request, signed))
+    _owner(signed)
+    if form.get("confirm") != "yes":
+        raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, "tick the box to confirm erasure")
+
+    def run() -> Response:
+        try:
+            datasets_api.delete_dataset(dataset_id, db, storage, signed.principal)
+        except HTTPException as error:
+            raise Refused(error.status_code, _detail(error)) from None
+        return _redirect(f"{PREFIX}/datasets/{dataset_id}")
+
+    return await run_in_threadpool(run)
+
+
+def _job_request(form: dict[str, str], method: MethodOut) -> JobRequest:
+    """The API's ``JobRequest`` from the form (raises ValidationError or ParamError)."""
+    if form.get("budget_kind") == "epsilon_delta":
+        budget: dict[str, str] = {
+            "epsilon": form.get("epsilon", ""),
+            "delta": form.get("delta", ""),
+        }
+    else:
+        budget = {"rho": form.get("rho", "")}
+    body: dict[str, Any] = {
+        "method": method.name,
+        "budget": budget,
+        "params": parse_params(param_fields(method.params_schema), form),
+    }
+    for name in ("rows", "seed"):
+        if form.get(name, "").strip():
+            body[name] = form[name].strip()
+    return JobRequest.model_validate(body)
+
+
+@router.post("/datasets/{dataset_id}/jobs", response_model=None)
+async def submit(
+    request: Request,
+    dataset_id: uuid.UUID,
+    db: DatabaseDep,
+    settings: SettingsDep,
+    signed: SignedInDep,
+) -> Response:
+    """Preview the cost (``action=preview``: the API's dry run) or submit the job."""
+    form = _texts(await _checked_form(request, signed))
+    methods = {m.name: m for m in jobs_api.list_methods(signed.principal).items}
+    method = methods.get(form.get("method", ""))
+    if method is None:
+        raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, "unknown method")
+    dry_run = form.get("action") == "preview"
+
+    def run() -> Response:
+        def again(
+            error: str | None = None, preview: dict[str, Any] | None = None, code: int = 200
+        ) -> HTMLResponse:
+            return _dataset_page(
+                request,
+                db,
+                signed,
+                dataset_id,
+                method=method.name,
+                values=form,
+                job_error=error,
+                preview=preview,
+                status_code=code,
+            )
+
+        try:
+            body = _job_request(form, method)
+            result = jobs_api.submit_job(
+                dataset_id,
+                body,
+                db,
+                settings,
+                signed.principal,
+                idempotency_key=form.get("idempotency_key") or None,
+                dry_run=dry_run,
+            )
+        except ParamError as error:
+            return again(str(error), code=422)
+        except ValidationError as error:
+            return again(_validation_errors(error), code=422)
+        except HTTPException as error:
+            if error.status_code == status.HTTP_404_NOT_FOUND:
+                raise Refused(error.status_code, _detail(error)) from None
+            return again(_detail(error), code=error.status_code)
+        if isinstance(result, JobOut):
+            return _redirect(f"{PREFIX}/jobs/{result.id}")
+        if result.status_code != status.HTTP_200_OK:
+            return again(_detail(result), code=result.status_code)
+        return again(preview=json.loads(bytes(result.body)))
+
+    return await run_in_threadpool(run)
+
+
+# ---------------------------------------------------------------- jobs
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+def job_page(
+    request: Request, job_id: uuid.UUID, db: DatabaseDep, signed: SignedInDep
+) -> HTMLResponse:
+    try:
+        job = jobs_api.get_job(job_id, db, signed.principal)
+    except HTTPException as error:
+        raise Refused(error.status_code, _detail(error)) from None
+    return _page(
+        request,
+        "job.html",
+        {"job": job, "running": job.status in ("queued", "running"), "error": None},
+    )
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=None)
+async def cancel(
+    request: Request, job_id: uuid.UUID, db: DatabaseDep, signed: SignedInDep
+) -> Response:
+    await _checked_form(request, signed)
+
+    def run() -> Response:
+        try:
+            jobs_api.cancel_job(job_id, db, signed.principal)
+        except HTTPException as error:
+            raise Refused(error.status_code, _detail(error)) from None
+        return _redirect(f"{PREFIX}/jobs/{job_id}")
+
+    return await run_in_threadpool(run)
+
+
+@router.get("/jobs/{job_id}/output", response_model=None)
+def download(
+    job_id: uuid.UUID,
+    db: DatabaseDep,
+    storage: StorageDep,
+    signed: SignedInDep,
+    format: Annotated[Literal["csv", "parquet"], Query()] = "csv",
+) -> Response:
+    """The API's download handler (``GET /v1/jobs/{id}/output``), cookie-authenticated."""
+    try:
+        return jobs_api.download_output(job_id, db, storage, signed.principal, format)
+    except HTTPException as error:
+        raise Refused(error.status_code, _detail(error)) from None
+
+
+@router.get("/jobs/{job_id}/report", response_model=None)
+def report(
+    job_id: uuid.UUID,
+    db: DatabaseDep,
+    storage: StorageDep,
+    signed: SignedInDep,
+    tier: Annotated[Literal["release", "owner"], Query()] = "release",
+) -> Response:
+    """The HTML report through the API's handler: the owner tier for owner keys only."""
+    try:
+        return reports_api.get_report(job_id, db, storage, signed.principal, "html", tier)
+    except HTTPException as error:
+        raise Refused(error.status_code, _detail(error)) from None
+
+
+# ---------------------------------------------------------------- wiring
+
+
+def install(app: FastAPI) -> None:
+    """Serve the console on ``app``: its pages, its stylesheet, its headers and error pages."""
+    app.include_router(router)
+    app.mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="console-static")
+    app.add_middleware(ConsoleHeadersMiddleware)
+
+    async def not_signed_in(request: Request, _error: Exception) -> Response:
+        if request.method in ("GET", "HEAD"):
+            return _redirect(f"{PREFIX}/login")
+        return _page(
+            request,
+            "error.html",
+            {"status": 403, "detail": "not signed in (or the session ended): sign in again"},
+            status_code=status.HTTP_403_FORBIDDEN,
+        )
+
+    async def refused(request: Request, error: Exception) -> Response:
+        assert isinstance(error, Refused)
+        return _page(
+            request,
+            "error.html",
+            {"status": error.status_code, "detail": error.detail},
+            status_code=error.status_code,
+        )
+
+    app.add_exception_handler(NotSignedIn, not_signed_in)
+    app.add_exception_handler(Refused, refused)

@@ -1,0 +1,174 @@
+"""The console in a real headless Chromium against a real worker: an owner uploads and grants,
+an analyst submits through the generated form, watches the job finish, downloads it and opens
+the report; nothing is fetched from another host; a cross-site form post is refused.
+
+With RHOSYNTH_CONSOLE_SCREENSHOTS set to a directory (``RHOSYNTH_CONSOLE_SCREENSHOTS=docs
+.venv/bin/python -m pytest tests/console/test_console_browser.py`` refreshes docs/),
+the main pages are saved there as console-*.png; a normal test run writes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.conftest import FIXTURES, Tenant
+from tests.support.browser import chromium_path
+from tests.support.stack import Stack
+
+pytestmark = pytest.mark.browser
+
+SHOTS = os.environ.get("RHOSYNTH_CONSOLE_SCREENSHOTS")
+
+
+def _shot(page: Any, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / f"console-{name}.png"), full_page=True)
+
+
+def _sign_in(page: Any, base: str, key: str) -> None:
+    page.goto(f"{base}/console")
+    page.fill("#api_key", key)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/console/datasets")
+
+
+def test_owner_to_analyst_release_in_chromium(
+    worker_stack: Stack, worker_tenant: Tenant, tmp_path: Path
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    chromium = chromium_path()
+    base = worker_stack.base_url
+    own_host = urlsplit(base).netloc
+    owner_key = worker_stack.create_key(worker_tenant.name, "owner", "browser-owner")
+    analyst_key = worker_stack.create_key(worker_tenant.name, "analyst", "browser-analyst")
+    foreign: list[str] = []
+    errors: list[str] = []
+    console_errors: list[str] = []
+
+    def watch(context: Any) -> None:
+        def record(request: Any) -> None:
+            if urlsplit(request.url).netloc != own_host:
+                foreign.append(request.url)
+
+        context.on("request", record)
+        context.on(
+            "response",
+            lambda response: (
+                errors.append(f"{response.status} {response.url}")
+                if response.status >= 400
+                and urlsplit(response.url).netloc == own_host
+                and "/grant" not in response.url
+                else None
+            ),
+        )
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            # The owner: upload the fixture with its schema, then grant more budget.
+            owner = browser.new_context(viewport={"width": 1280, "height": 900})
+            watch(owner)
+            page = owner.new_page()
+            page.on("console", lambda message: console_errors.append(message.text))
+            page.goto(f"{base}/console/login")
+            _shot(page, "login")
+            _sign_in(page, base, owner_key)
+            page.set_input_files("#file", str(FIXTURES / "people.csv"))
+            page.fill("#name", "people-in-browser")
+            page.fill("#budget_rho", "1")
+            page.fill("#schema", (FIXTURES / "people-schema.json").read_text())
+            page.click("button[value=upload]")
+            page.wait_for_url(f"{base}/console/datasets/*")
+            dataset_url = page.url
+            page.fill("#add_rho", "0.5")
+            page.click("text=Grant budget")
+            page.wait_for_load_state()
+            assert "1.5" in page.inner_text(".gauge")
+            assert page.locator("table.list td", has_text="grant").count() == 2
+            _shot(page, "dataset-owner")
+            page.goto(f"{base}/console/datasets")
+            _shot(page, "datasets")
+
+            # The analyst, in a browser context of their own.
+            analyst = browser.new_context(viewport={"width": 1280, "height": 900})
+            watch(analyst)
+            page = analyst.new_page()
+            page.on("console", lambda message: console_errors.append(message.text))
+            _sign_in(page, base, analyst_key)
+            assert "people-in-browser" in page.content()
+            page.goto(f"{dataset_url}?method=mst")
+            assert page.locator("text=Ledger").count() == 0
+            page.fill("#rho", "0.3")
+            page.fill("#seed", "11")
+            page.fill("#p_iterations", "200")
+            page.click("button[value=preview]")
+            page.wait_for_selector("#preview")
+            _shot(page, "release-form")
+            page.click("button[value=submit]")
+            page.wait_for_url(f"{base}/console/jobs/*")
+            job_url = page.url
+            deadline = time.monotonic() + 240
+            status = ""
+            while time.monotonic() < deadline:
+                status = page.inner_text("#job-status")
+                if status in ("succeeded", "failed", "cancelled"):
+                    break
+                time.sleep(1)
+                page.goto(job_url)
+            assert status == "succeeded", page.content()
+            _shot(page, "job")
+            with page.expect_download() as download_info:
+                page.click("text=Download CSV")
+            downloaded = tmp_path / "release.csv"
+            download_info.value.save_as(downloaded)
+            lines = downloaded.read_text().splitlines()
+            assert lines[0].replace('"', "") == "city,age,tier,income"
+            assert len(lines) > 1
+            page.click("#report-link")
+            page.wait_for_load_state()
+            assert page.locator("h1, h2").count() > 0
+            assert "/report?tier=release" in page.url
+            _shot(page, "report")
+
+            # Phone width: the dataset page still lays out (no horizontal overflow).
+            phone = browser.new_context(viewport={"width": 390, "height": 844})
+            watch(phone)
+            small = phone.new_page()
+            _sign_in(small, base, analyst_key)
+            small.goto(dataset_url)
+            overflow = small.evaluate(
+                "() => document.documentElement.scrollWidth - window.innerWidth"
+            )
+            assert overflow <= 1
+            _shot(small, "phone")
+
+            # A form on another site posting to the console: the SameSite=Strict cookie is not
+            # sent, so the console refuses it and the budget is unchanged.
+            evil_html = (
+                f'<form method="post" action="{dataset_url}/grant">'
+                '<input name="add_rho" value="100"><button id="go">go</button></form>'
+            )
+            attacker = owner.new_page()
+            attacker.route(
+                "http://evil.example/**",
+                lambda route: route.fulfill(status=200, content_type="text/html", body=evil_html),
+            )
+            attacker.goto("http://evil.example/")
+            with attacker.expect_navigation():
+                attacker.click("#go")
+            assert "Error 403" in attacker.content()
+            budget = worker_tenant.owner.get(f"/v1/datasets/{dataset_url.rsplit('/', 1)[1]}")
+            assert budget.json()["budget"]["total_rho"] in ("1.5", "1.50")
+        finally:
+            browser.close()
+    assert [url for url in foreign if not url.startswith("http://evil.example/")] == []
+    assert errors == []
+    assert console_errors == []

@@ -1,0 +1,318 @@
+"""The web console over HTTP: sessions, forgery checks, roles, tenants and security headers."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select, update
+
+from app.auth.models import ApiKey
+from app.console.models import ConsoleSession
+from app.db.base import utcnow
+from tests.conftest import Tenant, make_tenant
+from tests.console.support import Console, sign_in
+from tests.support.api import upload
+from tests.support.stack import Stack
+
+
+@pytest.fixture
+def dataset(tenant: Tenant, people_csv: bytes, people_schema: str) -> dict[str, Any]:
+    response = upload(tenant.owner, people_csv, people_schema, name="people-console")
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def _key(stack: Stack, tenant: Tenant, role: str) -> str:
+    return stack.create_key(tenant.name, role, f"console-{role}")
+
+
+@pytest.fixture
+def owner(api_stack: Stack, tenant: Tenant) -> Iterator[Console]:
+    console = sign_in(api_stack, _key(api_stack, tenant, "owner"))
+    yield console
+    console.close()
+
+
+@pytest.fixture
+def analyst(api_stack: Stack, tenant: Tenant) -> Iterator[Console]:
+    console = sign_in(api_stack, _key(api_stack, tenant, "analyst"))
+    yield console
+    console.close()
+
+
+def _total_rho(tenant: Tenant, dataset_id: str) -> str:
+    total: str = tenant.owner.get(f"/v1/datasets/{dataset_id}").json()["budget"]["total_rho"]
+    return total
+
+
+def test_sign_in_sets_a_strict_http_only_session_cookie(api_stack: Stack, owner: Console) -> None:
+    cookie = owner.sign_in_response.headers["set-cookie"]
+    assert cookie.startswith("rhosynth_console=")
+    flags = [part.strip().lower() for part in cookie.split(";")]
+    assert "httponly" in flags
+    assert "samesite=strict" in flags
+    assert "path=/console" in flags
+    assert "secure" not in flags  # plain http on loopback; https sets it
+    token = cookie.split(";")[0].split("=", 1)[1]
+    # Only a hash of the token is stored.
+    with api_stack.session() as session:
+        hashes = set(session.scalars(select(ConsoleSession.token_hash)))
+    assert hashlib.sha256(token.encode()).hexdigest() in hashes
+    assert token not in hashes
+    assert owner.http.get("/console/datasets").status_code == 200
+
+
+def test_a_wrong_key_is_refused_and_pages_need_a_session(api_stack: Stack) -> None:
+    with httpx.Client(base_url=api_stack.base_url, follow_redirects=False) as http:
+        refused = http.post("/console/login", data={"api_key": "rhs_not-a-key"})
+        assert refused.status_code == 401
+        assert "set-cookie" not in refused.headers
+        assert "invalid API key" in refused.text
+        page = http.get("/console/datasets")
+        assert page.status_code == 303
+        assert page.headers["location"] == "/console/login"
+        http.cookies.set("rhosynth_console", "made-up")
+        assert http.get("/console/datasets").status_code == 303
+
+
+def test_a_post_without_the_form_token_or_from_another_site_is_refused(
+    tenant: Tenant, owner: Console, dataset: dict[str, Any]
+) -> None:
+    path = f"/console/datasets/{dataset['id']}/grant"
+    before = _total_rho(tenant, dataset["id"])
+    no_token = owner.http.post(path, data={"add_rho": "1"})
+    assert no_token.status_code == 403
+    wrong_token = owner.http.post(path, data={"add_rho": "1", "csrf": "x" * 43})
+    assert wrong_token.status_code == 403
+    token = owner.token()
+    cross_origin = owner.http.post(
+        path,
+        data={"add_rho": "1", "csrf": token},
+        headers={"Origin": "http://evil.example"},
+    )
+    assert cross_origin.status_code == 403
+    cross_site = owner.http.post(
+        path, data={"add_rho": "1", "csrf": token}, headers={"Sec-Fetch-Site": "cross-site"}
+    )
+    assert cross_site.status_code == 403
+    login_cross_site = owner.http.post(
+        "/console/login", data={"api_key": "x"}, headers={"Sec-Fetch-Site": "cross-site"}
+    )
+    assert login_cross_site.status_code == 403
+    assert _total_rho(tenant, dataset["id"]) == before
+    # The same form from the console's own origin goes through.
+    origin = str(owner.http.base_url).rstrip("/")
+    accepted = owner.http.post(
+        path,
+        data={"add_rho": "1", "csrf": token},
+        headers={"Origin": origin, "Sec-Fetch-Site": "same-origin"},
+    )
+    assert accepted.status_code == 303, accepted.text
+    assert float(_total_rho(tenant, dataset["id"])) == float(before) + 1
+
+
+def test_another_tenants_session_sees_none_of_it(
+    api_stack: Stack, tenant: Tenant, dataset: dict[str, Any]
+) -> None:
+    job = tenant.analyst.post(
+        f"/v1/datasets/{dataset['id']}/jobs",
+        json={"method": "independent", "budget": {"rho": "0.1"}},
+    )
+    assert job.status_code == 202, job.text
+    job_id = job.json()["id"]
+    other = make_tenant(api_stack)
+    console = sign_in(api_stack, _key(api_stack, other, "owner"))
+    try:
+        listing = console.http.get("/console/datasets")
+        assert listing.status_code == 200
+        assert dataset["id"] not in listing.text and "people-console" not in listing.text
+        for path in (
+            f"/console/datasets/{dataset['id']}",
+            f"/console/jobs/{job_id}",
+            f"/console/jobs/{job_id}/output?format=csv",
+            f"/console/jobs/{job_id}/report",
+        ):
+            assert console.http.get(path).status_code == 404, path
+        before = _total_rho(tenant, dataset["id"])
+        grant = console.post(f"/console/datasets/{dataset['id']}/grant", {"add_rho": "5"})
+        assert grant.status_code == 404
+        cancel = console.post(f"/console/jobs/{job_id}/cancel", {})
+        assert cancel.status_code == 404
+        assert _total_rho(tenant, dataset["id"]) == before
+        assert tenant.analyst.get(f"/v1/jobs/{job_id}").json()["status"] == "queued"
+    finally:
+        console.close()
+        other.close()
+
+
+def test_an_analyst_cannot_grant_delete_or_upload(
+    tenant: Tenant, analyst: Console, dataset: dict[str, Any], people_csv: bytes
+) -> None:
+    page = analyst.http.get(f"/console/datasets/{dataset['id']}")
+    assert page.status_code == 200
+    assert "Grant budget" not in page.text and "Ledger" not in page.text
+    assert "Upload a dataset" not in analyst.http.get("/console/datasets").text
+    before = _total_rho(tenant, dataset["id"])
+    grant = analyst.post(f"/console/datasets/{dataset['id']}/grant", {"add_rho": "5"})
+    assert grant.status_code == 403 and "owner key" in grant.text
+    delete = analyst.post(f"/console/datasets/{dataset['id']}/delete", {"confirm": "yes"})
+    assert delete.status_code == 403
+    posted = analyst.http.post(
+        "/console/datasets/upload",
+        data={"csrf": analyst.token(), "name": "x", "budget_rho": "1", "schema": "{}"},
+        files={"file": ("t.csv", people_csv, "text/csv")},
+    )
+    assert posted.status_code == 403
+    assert _total_rho(tenant, dataset["id"]) == before
+    assert tenant.owner.get(f"/v1/datasets/{dataset['id']}").json()["deleted_at"] is None
+    assert len(tenant.owner.get("/v1/datasets").json()["items"]) == 1
+
+
+def test_revoking_the_key_ends_the_session(api_stack: Stack, tenant: Tenant) -> None:
+    key = _key(api_stack, tenant, "analyst")
+    console = sign_in(api_stack, key)
+    try:
+        assert console.http.get("/console/datasets").status_code == 200
+        with api_stack.session() as session:
+            session.execute(
+                update(ApiKey).where(ApiKey.name == "console-analyst").values(revoked_at=utcnow())
+            )
+        after = console.http.get("/console/datasets")
+        assert after.status_code == 303 and after.headers["location"] == "/console/login"
+    finally:
+        console.close()
+
+
+def test_signing_out_ends_the_session(api_stack: Stack, owner: Console) -> None:
+    cookie = owner.http.cookies.get("rhosynth_console")
+    assert cookie
+    out = owner.post("/console/logout", {})
+    assert out.status_code == 303 and out.headers["location"] == "/console/login"
+    with httpx.Client(base_url=api_stack.base_url, follow_redirects=False) as replay:
+        replay.cookies.set("rhosynth_console", cookie)
+        assert replay.get("/console/datasets").status_code == 303
+
+
+def test_every_console_page_sets_the_security_headers(
+    api_stack: Stack, tenant: Tenant, owner: Console, dataset: dict[str, Any]
+) -> None:
+    job = tenant.analyst.post(
+        f"/v1/datasets/{dataset['id']}/jobs",
+        json={"method": "independent", "budget": {"rho": "0.1"}},
+    ).json()
+    pages = [
+        owner.http.get("/console/login"),
+        owner.http.get("/console"),
+        owner.http.get("/console/datasets"),
+        owner.http.get(f"/console/datasets/{dataset['id']}"),
+        owner.http.get(f"/console/datasets/{dataset['id']}?method=aim"),
+        owner.http.get(f"/console/jobs/{job['id']}"),
+        owner.http.get("/console/jobs/00000000-0000-0000-0000-000000000000"),
+        owner.http.get("/console/static/console.css"),
+        owner.http.post("/console/login", data={"api_key": "wrong"}),
+    ]
+    assert [p.status_code for p in pages] == [200, 303, 200, 200, 200, 200, 404, 200, 401]
+    for page in pages:
+        csp = page.headers["content-security-policy"]
+        assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp
+        assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+        assert page.headers["x-content-type-options"] == "nosniff"
+        assert page.headers["referrer-policy"] == "same-origin"
+        assert page.headers["cache-control"] == "no-store"
+    # No inline script or style anywhere in the pages themselves.
+    for page in pages:
+        if page.headers.get("content-type", "").startswith("text/html"):
+            assert "<script" not in page.text and "style=" not in page.text
+
+
+def test_the_release_form_previews_submits_and_shows_the_apis_errors(
+    tenant: Tenant, analyst: Console, dataset: dict[str, Any]
+) -> None:
+    path = f"/console/datasets/{dataset['id']}/jobs"
+    page = analyst.http.get(f"/console/datasets/{dataset['id']}?method=mst")
+    # The generated form: every mst parameter, with its default.
+    for name in ("compress", "selection_iterations", "iterations", "synthesis"):
+        assert f'name="param.{name}"' in page.text
+    assert re.search(r'name="param.iterations" value="2000"', page.text)
+    base = {"method": "mst", "budget_kind": "rho", "rho": "0.2", "seed": "7"}
+    preview = analyst.post(path, {**base, "action": "preview"})
+    assert preview.status_code == 200 and "Cost preview" in preview.text
+    assert tenant.analyst.get(f"/v1/datasets/{dataset['id']}/jobs").json()["items"] == []
+    bad = analyst.post(path, {**base, "param.iterations": "0", "action": "submit"})
+    assert bad.status_code == 422 and "iterations" in bad.text
+    not_int = analyst.post(path, {**base, "param.iterations": "many", "action": "submit"})
+    assert not_int.status_code == 422 and "iterations: not a valid integer" in not_int.text
+    over = analyst.post(path, {**base, "rho": "50", "action": "submit"})
+    assert over.status_code == 409
+    assert "requested ρ = 50" in over.text and "remaining ρ = " in over.text
+    submitted = analyst.post(
+        path,
+        {**base, "param.iterations": "150", "param.compress": "false", "action": "submit"},
+    )
+    assert submitted.status_code == 303, submitted.text
+    job_id = submitted.headers["location"].rsplit("/", 1)[1]
+    job = tenant.analyst.get(f"/v1/jobs/{job_id}").json()
+    assert job["method"] == "mst" and job["seed"] == 7
+    assert job["params"]["iterations"] == 150 and job["params"]["compress"] is False
+    job_page = analyst.http.get(f"/console/jobs/{job_id}")
+    assert 'http-equiv="refresh"' in job_page.text and "queued" in job_page.text
+    cancelled = analyst.post(f"/console/jobs/{job_id}/cancel", {})
+    assert cancelled.status_code == 303
+    assert tenant.analyst.get(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
+    # (ε, δ) budgets go through the same conversion as the API.
+    eps = analyst.post(
+        path,
+        {
+            "method": "independent",
+            "budget_kind": "epsilon_delta",
+            "epsilon": "1",
+            "delta": "1e-6",
+            "action": "submit",
+        },
+    )
+    assert eps.status_code == 303
+    eps_job = tenant.analyst.get(f"/v1/jobs/{eps.headers['location'].rsplit('/', 1)[1]}")
+    assert eps_job.json()["epsilon"] == "1"
+
+
+def test_an_owner_uploads_drafts_grants_and_sees_the_ledger(
+    tenant: Tenant, owner: Console, people_csv: bytes, people_schema: str
+) -> None:
+    def post_upload(action: str, schema: str) -> httpx.Response:
+        return owner.http.post(
+            "/console/datasets/upload",
+            data={
+                "csrf": owner.token(),
+                "name": "uploaded-in-console",
+                "budget_rho": "2",
+                "budget_delta": "0",
+                "schema": schema,
+                "action": action,
+            },
+            files={"file": ("people.csv", people_csv, "text/csv")},
+        )
+
+    draft = post_upload("draft", "")
+    assert draft.status_code == 200 and "Drafted from" in draft.text
+    assert "&#34;columns&#34;" in draft.text  # the textarea holds the proposed schema
+    rejected = post_upload("upload", '{"columns": [{"name": "city"}]}')
+    assert rejected.status_code == 422 and 'class="error"' in rejected.text
+    created = post_upload("upload", people_schema)
+    assert created.status_code == 303, created.text
+    dataset_id = created.headers["location"].rsplit("/", 1)[1]
+    grant = owner.post(f"/console/datasets/{dataset_id}/grant", {"add_rho": "0.5"})
+    assert grant.status_code == 303
+    assert float(_total_rho(tenant, dataset_id)) == 2.5
+    bad_grant = owner.post(f"/console/datasets/{dataset_id}/grant", {"add_rho": "-1"})
+    assert bad_grant.status_code == 422 and "add_rho" in bad_grant.text
+    page = owner.http.get(f"/console/datasets/{dataset_id}")
+    assert "Ledger" in page.text and page.text.count('<td data-label="Kind">grant</td>') == 2
+    gone = owner.post(f"/console/datasets/{dataset_id}/delete", {"confirm": "yes"})
+    assert gone.status_code == 303
+    assert tenant.owner.get(f"/v1/datasets/{dataset_id}").json()["deleted_at"] is not None
