@@ -15,6 +15,7 @@ from decimal import Decimal
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 
 from app.datasets.schemas import LedgerEntryOut
@@ -69,7 +70,9 @@ def ledger_timeline_png(entries: Sequence[LedgerEntryOut]) -> bytes:
     axes.grid(True, alpha=0.3)
     if times:
         axes.legend(loc="upper left", fontsize="small")
-    figure.autofmt_xdate()
+    locator = AutoDateLocator()
+    axes.xaxis.set_major_locator(locator)
+    axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
     return buffer.getvalue()
