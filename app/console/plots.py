@@ -70,9 +70,9 @@ def ledger_timeline_png(entries: Sequence[LedgerEntryOut]) -> bytes:
     axes.grid(True, alpha=0.3)
     if times:
         axes.legend(loc="upper left", fontsize="small")
-    locator = AutoDateLocator()
+    locator = AutoDateLocator()  # type: ignore[no-untyped-call]
     axes.xaxis.set_major_locator(locator)
-    axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+    axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
     return buffer.getvalue()
