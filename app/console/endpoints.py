@@ -23,13 +23,27 @@ from app.api.deps import DatabaseDep, SettingsDep, StorageDep, require_owner
 from app.api.types import format_decimal
 from app.console import service
 from app.console.forms import ParamError, param_fields, parse_params
+from app.console.plots import ledger_timeline_png
+from app.console.schema_form import (
+    COLUMN_TYPES,
+    EXTRA_FIELD,
+    FIELDS_PER_COLUMN,
+    ColumnRow,
+    SchemaFormError,
+    rows_from_form,
+    rows_from_schema,
+    schema_extra,
+    schema_from_rows,
+)
 from app.console.security import ConsoleHeadersMiddleware
 from app.datasets import endpoints as datasets_api
-from app.datasets.schemas import BudgetOut, DatasetOut, GrantRequest
+from app.datasets.schemas import BudgetOut, DatasetOut, GrantRequest, LedgerEntryOut
 from app.drafts import endpoints as drafts_api
 from app.jobs import endpoints as jobs_api
 from app.jobs.schemas import JobOut, JobRequest, MethodOut
 from app.reports import endpoints as reports_api
+from app.samples import endpoints as samples_api
+from app.samples.schemas import SampleRequest
 
 PREFIX = "/console"
 UPLOAD_PATH = f"{PREFIX}/datasets/upload"
@@ -76,14 +90,18 @@ def _check_origin(request: Request) -> None:
 
 
 async def _checked_form(
-    request: Request, signed: service.SignedIn, *, multipart_limit: int | None = None
+    request: Request,
+    signed: service.SignedIn,
+    *,
+    multipart_limit: int | None = None,
+    max_fields: int = 10,
 ) -> FormData:
     """The POST's form once its origin and CSRF token are checked (403 otherwise)."""
     _check_origin(request)
     if multipart_limit is None:
         form = await request.form(max_files=0, max_fields=60)
     else:
-        form = await request.form(max_files=1, max_fields=10, max_part_size=multipart_limit)
+        form = await request.form(max_files=1, max_fields=max_fields, max_part_size=multipart_limit)
     if not service.csrf_matches(signed.csrf_token, form.get(service.CSRF_FIELD)):
         await form.close()
         raise Refused(status.HTTP_403_FORBIDDEN, "missing or wrong form token; reload the page")
@@ -127,6 +145,13 @@ def _validation_text(item: Any) -> str:
 def _validation_errors(error: ValidationError) -> str:
     # Only the location and message: pydantic's "input" would echo what was typed.
     return "; ".join(_validation_text(item) for item in error.errors())
+
+
+def _replace_form_field(request: Request, form: FormData, key: str, value: str) -> None:
+    """Make the request's parsed form (which the API handler reads again) carry ``value`` as
+    ``key``: the schema written from the column form goes through the upload route unchanged."""
+    items = [(k, v) for k, v in form.multi_items() if k != key]
+    request._form = FormData([*items, (key, value)])
 
 
 def _page(
@@ -238,18 +263,22 @@ def _datasets_page(
     upload: dict[str, str] | None = None,
     upload_error: str | None = None,
     draft: dict[str, Any] | None = None,
+    columns: list[ColumnRow] | None = None,
     status_code: int = 200,
 ) -> HTMLResponse:
     listing = datasets_api.list_datasets(db, signed.principal, limit=1000, offset=0)
     rows = [{"dataset": d, "gauge": gauge(d.budget)} for d in listing.items]
+    upload = upload or {"budget_delta": "0"}
     return _page(
         request,
         "datasets.html",
         {
             "rows": rows,
-            "upload": upload or {"budget_delta": "0"},
+            "upload": upload,
             "upload_error": upload_error,
             "draft": draft,
+            "columns": columns,
+            "column_types": COLUMN_TYPES,
             "upload_path": UPLOAD_PATH,
         },
         status_code=status_code,
@@ -270,18 +299,44 @@ async def upload(
     signed: SignedInDep,
 ) -> Response:
     """Upload a table (``action=upload``) or draft its schema (``action=draft``): the API's
-    ``POST /v1/datasets`` and ``POST /v1/schema-drafts`` handlers, on the form parsed here."""
+    ``POST /v1/datasets`` and ``POST /v1/schema-drafts`` handlers, on the form parsed here.
+
+    With ``schema_source=form`` the schema is the column form (a draft shown as one row per
+    column) written back as JSON; with ``json`` (or no draft) it is the raw JSON textarea."""
     _owner(signed)
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise Refused(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send the upload form")
-    form = await _checked_form(request, signed, multipart_limit=settings.max_schema_bytes)
+    form = await _checked_form(
+        request,
+        signed,
+        multipart_limit=settings.max_schema_bytes,
+        max_fields=20 + FIELDS_PER_COLUMN * settings.max_columns,
+    )
+    texts = _texts(form)
     # The API handlers read the same (already parsed) form from the request.
-    fields = {k: v for k, v in _texts(form).items() if k in ("name", "budget_rho", "schema")}
+    fields = {k: v for k, v in texts.items() if k in ("name", "budget_rho", "schema")}
     fields["budget_delta"] = str(form.get("budget_delta") or "0")
+    fields["schema_source"] = "form" if texts.get("schema_source") == "form" else "json"
+    fields[EXTRA_FIELD] = texts.get(EXTRA_FIELD, "")
+    columns: list[ColumnRow] | None = None
+
+    def again(error: str, code: int) -> Response:
+        return _datasets_page(
+            request,
+            db,
+            signed,
+            upload=fields,
+            upload_error=error,
+            columns=columns,
+            status_code=code,
+        )
+
     try:
         if form.get("action") == "draft":
             draft = await drafts_api.create_draft(request, settings, storage, signed.principal)
             fields["schema"] = json.dumps(draft.schema_, indent=2)
+            fields["schema_source"] = "form"
+            fields[EXTRA_FIELD] = schema_extra(draft.schema_)
             return await run_in_threadpool(
                 _datasets_page,
                 request,
@@ -289,20 +344,22 @@ async def upload(
                 signed,
                 upload=fields,
                 draft=draft.model_dump(by_alias=True),
+                columns=rows_from_schema(draft.schema_),
             )
+        if texts.get("col.count") is not None:
+            columns = rows_from_form(texts, settings.max_columns)
+        if fields["schema_source"] == "form" and columns is not None:
+            schema = schema_from_rows(columns, fields[EXTRA_FIELD])
+            fields["schema"] = json.dumps(schema, indent=2)
+            _replace_form_field(request, form, "schema", fields["schema"])
         created = await datasets_api.create_dataset(
             request, db, settings, storage, signed.principal
         )
+    except SchemaFormError as error:
+        await form.close()
+        return await run_in_threadpool(again, str(error), 422)
     except HTTPException as error:
-        return await run_in_threadpool(
-            _datasets_page,
-            request,
-            db,
-            signed,
-            upload=fields,
-            upload_error=_detail(error),
-            status_code=error.status_code,
-        )
+        return await run_in_threadpool(again, _detail(error), error.status_code)
     return _redirect(f"{PREFIX}/datasets/{created.id}")
 
 
@@ -365,6 +422,31 @@ def dataset_page(
     method: Annotated[str | None, Query(max_length=64)] = None,
 ) -> HTMLResponse:
     return _dataset_page(request, db, signed, dataset_id, method=method)
+
+
+def _all_ledger_entries(
+    db: DatabaseDep, signed: service.SignedIn, dataset_id: uuid.UUID
+) -> list[LedgerEntryOut]:
+    """Every ledger entry, page by page through the API's handler."""
+    entries: list[LedgerEntryOut] = []
+    after: int | None = None
+    while True:
+        page = datasets_api.get_ledger(dataset_id, db, signed.principal, limit=1000, after=after)
+        entries.extend(page.items)
+        if page.next_after is None:
+            return entries
+        after = page.next_after
+
+
+@router.get("/datasets/{dataset_id}/ledger.png", response_model=None)
+def ledger_plot(dataset_id: uuid.UUID, db: DatabaseDep, signed: SignedInDep) -> Response:
+    """The ledger as a timeline (owner keys, like ``GET /v1/datasets/{id}/ledger``)."""
+    _owner(signed)
+    try:
+        entries = _all_ledger_entries(db, signed, dataset_id)
+    except HTTPException as error:
+        raise Refused(error.status_code, _detail(error)) from None
+    return Response(ledger_timeline_png(entries), media_type="image/png")
 
 
 @router.post("/datasets/{dataset_id}/grant", response_model=None)
@@ -515,19 +597,118 @@ async def submit(
 # ---------------------------------------------------------------- jobs
 
 
-@router.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(
-    request: Request, job_id: uuid.UUID, db: DatabaseDep, signed: SignedInDep
+def _job_page(
+    request: Request,
+    db: DatabaseDep,
+    signed: service.SignedIn,
+    job_id: uuid.UUID,
+    *,
+    sample_values: dict[str, str] | None = None,
+    sample_error: str | None = None,
+    status_code: int = 200,
 ) -> HTMLResponse:
     try:
         job = jobs_api.get_job(job_id, db, signed.principal)
+        samples = (
+            samples_api.list_samples(job_id, db, signed.principal, limit=1000, offset=0).items
+            if job.status == "succeeded"
+            else []
+        )
     except HTTPException as error:
         raise Refused(error.status_code, _detail(error)) from None
     return _page(
         request,
         "job.html",
-        {"job": job, "running": job.status in ("queued", "running"), "error": None},
+        {
+            "job": job,
+            "running": job.status in ("queued", "running"),
+            "error": None,
+            "samples": samples,
+            "sample_values": sample_values or {},
+            "sample_error": sample_error,
+        },
+        status_code=status_code,
     )
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+def job_page(
+    request: Request, job_id: uuid.UUID, db: DatabaseDep, signed: SignedInDep
+) -> HTMLResponse:
+    return _job_page(request, db, signed, job_id)
+
+
+@router.post("/jobs/{job_id}/samples", response_model=None)
+async def draw_sample(
+    request: Request,
+    job_id: uuid.UUID,
+    db: DatabaseDep,
+    settings: SettingsDep,
+    signed: SignedInDep,
+) -> Response:
+    """More rows from the job's fitted model (``POST /v1/jobs/{id}/samples``): no ρ."""
+    form = _texts(await _checked_form(request, signed))
+    values = {k: form.get(k, "").strip() for k in ("rows", "seed")}
+
+    def run() -> Response:
+        try:
+            body = SampleRequest.model_validate({k: v for k, v in values.items() if v})
+            samples_api.create_sample(job_id, body, db, settings, signed.principal)
+        except ValidationError as error:
+            return _job_page(
+                request,
+                db,
+                signed,
+                job_id,
+                sample_values=values,
+                sample_error=_validation_errors(error),
+                status_code=422,
+            )
+        except HTTPException as error:
+            if error.status_code == status.HTTP_404_NOT_FOUND:
+                raise Refused(error.status_code, _detail(error)) from None
+            return _job_page(
+                request,
+                db,
+                signed,
+                job_id,
+                sample_values=values,
+                sample_error=_detail(error),
+                status_code=error.status_code,
+            )
+        return _redirect(f"{PREFIX}/jobs/{job_id}#samples")
+
+    return await run_in_threadpool(run)
+
+
+@router.get("/samples/{sample_id}/output", response_model=None)
+def sample_download(
+    sample_id: uuid.UUID,
+    db: DatabaseDep,
+    storage: StorageDep,
+    signed: SignedInDep,
+    format: Annotated[Literal["csv", "parquet"], Query()] = "csv",
+) -> Response:
+    """The API's sample download (``GET /v1/samples/{id}/output``), cookie-authenticated."""
+    try:
+        return samples_api.download_sample(sample_id, db, storage, signed.principal, format)
+    except HTTPException as error:
+        raise Refused(error.status_code, _detail(error)) from None
+
+
+@router.get("/jobs/{job_id}/measurements", response_model=None)
+def measurements(
+    job_id: uuid.UUID,
+    db: DatabaseDep,
+    storage: StorageDep,
+    signed: SignedInDep,
+    format: Annotated[Literal["json", "parquet"], Query()] = "json",
+) -> Response:
+    """The noisy measurements (``GET /v1/jobs/{id}/measurements``), cookie-authenticated."""
+    try:
+        return reports_api.get_measurements(job_id, db, storage, signed.principal, format)
+    except HTTPException as error:
+        raise Refused(error.status_code, _detail(error)) from None
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from html.parser import HTMLParser
 
 import httpx
 
@@ -36,3 +37,52 @@ def sign_in(stack: Stack, key: str) -> Console:
     response = http.post("/console/login", data={"api_key": key})
     assert response.status_code == 303, response.text
     return Console(http, response)
+
+
+class _FormReader(HTMLParser):
+    """What a browser would submit from the form posting to ``action`` (no file inputs)."""
+
+    def __init__(self, action: str) -> None:
+        super().__init__()
+        self.action = action
+        self.inside = False
+        self.values: dict[str, str] = {}
+        self._select: str | None = None
+        self._textarea: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "form":
+            self.inside = a.get("action") == self.action
+        if not self.inside or ("name" not in a and tag in ("input", "select", "textarea")):
+            return
+        if tag == "input" and a.get("type") not in ("file", "submit"):
+            if a.get("type") in ("checkbox", "radio") and "checked" not in a:
+                return
+            self.values[a["name"]] = a.get("value", "on")
+        elif tag == "select":
+            self._select = a["name"]
+        elif tag == "option" and self._select and "selected" in a:
+            self.values[self._select] = a.get("value", "")
+        elif tag == "textarea":
+            self._textarea = a["name"]
+            self.values[a["name"]] = ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "form":
+            self.inside = False
+        elif tag == "select":
+            self._select = None
+        elif tag == "textarea":
+            self._textarea = None
+
+    def handle_data(self, data: str) -> None:
+        if self._textarea:
+            self.values[self._textarea] += data
+
+
+def form_fields(page: str, action: str) -> dict[str, str]:
+    reader = _FormReader(action)
+    reader.convert_charrefs = True
+    reader.feed(page)
+    return reader.values

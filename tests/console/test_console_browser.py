@@ -84,6 +84,16 @@ def test_owner_to_analyst_release_in_chromium(
             page.set_input_files("#file", str(FIXTURES / "people.csv"))
             page.fill("#name", "people-in-browser")
             page.fill("#budget_rho", "1")
+            # The draft comes back as a column form with the public/budget warning.
+            page.click("button[value=draft]")
+            page.wait_for_selector("#c0_type")
+            assert "never learned from the data" in page.inner_text("#domain_help")
+            assert page.locator(".column-row").count() == 4
+            _shot(page, "upload-draft")
+            # The advanced alternative: the file chosen again and the JSON schema.
+            page.set_input_files("#file", str(FIXTURES / "people.csv"))
+            page.check("#source_json")
+            page.click("details summary")
             page.fill("#schema", (FIXTURES / "people-schema.json").read_text())
             page.click("button[value=upload]")
             page.wait_for_url(f"{base}/console/datasets/*")
@@ -93,6 +103,8 @@ def test_owner_to_analyst_release_in_chromium(
             page.wait_for_load_state()
             assert "1.5" in page.inner_text(".gauge")
             assert page.locator("table.list td", has_text="grant").count() == 2
+            # The ledger timeline is an image from the console's own origin, and it loaded.
+            assert page.evaluate("() => document.querySelector('img.plot').naturalWidth") > 0
             _shot(page, "dataset-owner")
             page.goto(f"{base}/console/datasets")
             _shot(page, "datasets")
@@ -137,6 +149,23 @@ def test_owner_to_analyst_release_in_chromium(
             assert page.locator("h1, h2").count() > 0
             assert "/report?tier=release" in page.url
             _shot(page, "report")
+
+            # More rows for free from the same release, then their download.
+            page.goto(job_url)
+            page.fill("#sample_rows", "30")
+            page.fill("#sample_seed", "5")
+            page.click("text=Draw rows")
+            page.wait_for_url(f"{job_url}#samples")
+            sample_csv = "a[href*='/console/samples/'][href$='format=csv']"
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and page.locator(sample_csv).count() == 0:
+                time.sleep(1)
+                page.goto(job_url)
+            with page.expect_download() as download_info:
+                page.click(sample_csv)
+            sample_file = tmp_path / "sample.csv"
+            download_info.value.save_as(sample_file)
+            assert len(sample_file.read_text().splitlines()) == 31
 
             # Phone width: the dataset page still lays out (no horizontal overflow).
             phone = browser.new_context(viewport={"width": 390, "height": 844})

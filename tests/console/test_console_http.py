@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,9 +15,11 @@ from sqlalchemy import select, update
 
 from app.auth.models import ApiKey
 from app.console.models import ConsoleSession
+from app.console.schema_form import rows_from_form, schema_from_rows
 from app.db.base import utcnow
+from app.jobs import execution
 from tests.conftest import Tenant, make_tenant
-from tests.console.support import Console, sign_in
+from tests.console.support import Console, form_fields, sign_in
 from tests.support.api import upload
 from tests.support.stack import Stack
 
@@ -316,3 +320,100 @@ def test_an_owner_uploads_drafts_grants_and_sees_the_ledger(
     gone = owner.post(f"/console/datasets/{dataset_id}/delete", {"confirm": "yes"})
     assert gone.status_code == 303
     assert tenant.owner.get(f"/v1/datasets/{dataset_id}").json()["deleted_at"] is not None
+
+
+def test_the_drafted_schema_form_uploads_as_drafted_or_as_edited(
+    tenant: Tenant, owner: Console, people_csv: bytes
+) -> None:
+    draft = owner.http.post(
+        "/console/datasets/upload",
+        data={"csrf": owner.token(), "name": "from-form", "budget_rho": "5", "action": "draft"},
+        files={"file": ("people.csv", people_csv, "text/csv")},
+    )
+    assert draft.status_code == 200, draft.text
+    assert "Choose the file again" in draft.text and "never learned from the data" in draft.text
+    fields = form_fields(draft.text, "/console/datasets/upload")
+    drafted = json.loads(fields["schema"])
+    assert fields["schema_source"] == "form" and int(fields["col.count"]) == len(drafted["columns"])
+    # Unedited, the form is the draft itself.
+    rows = rows_from_form(fields, 1000)
+    assert schema_from_rows(rows, fields["schema_extra"]) == drafted
+    # Edit one column: its type (to ignore) and another's nullable flag; upload through the form.
+    target = next(i for i, c in enumerate(drafted["columns"]) if c["type"] == "categorical")
+    fields[f"col.{target}.type"] = "ignore"
+    fields["schema"] = "not json: the form is the source"
+    uploaded = owner.http.post(
+        "/console/datasets/upload",
+        data={**fields, "action": "upload"},
+        files={"file": ("people.csv", people_csv, "text/csv")},
+    )
+    assert uploaded.status_code == 303, uploaded.text
+    dataset = tenant.owner.get(f"/v1/datasets/{uploaded.headers['location'].rsplit('/', 1)[1]}")
+    names = [c["name"] for c in dataset.json()["columns"]]
+    assert drafted["columns"][target]["name"] not in names  # ignored columns are not stored
+    # A value the form cannot write as JSON is shown next to the form, which keeps the edits.
+    fields[f"col.{target}.type"] = "numeric"
+    fields[f"col.{target}.min"] = "low"
+    bad = owner.http.post(
+        "/console/datasets/upload",
+        data={**fields, "action": "upload"},
+        files={"file": ("people.csv", people_csv, "text/csv")},
+    )
+    assert bad.status_code == 422 and "min must be a number" in bad.text
+    again = form_fields(bad.text, "/console/datasets/upload")
+    assert again[f"col.{target}.type"] == "numeric" and again[f"col.{target}.min"] == "low"
+
+
+def test_the_ledger_plot_is_an_owner_image(
+    owner: Console, analyst: Console, dataset: dict[str, Any]
+) -> None:
+    path = f"/console/datasets/{dataset['id']}/ledger.png"
+    page = owner.http.get(f"/console/datasets/{dataset['id']}")
+    assert f'src="{path}"' in page.text
+    plot = owner.http.get(path)
+    assert plot.status_code == 200 and plot.headers["content-type"] == "image/png"
+    assert plot.content.startswith(b"\x89PNG\r\n\x1a\n")
+    assert "default-src 'self'" in plot.headers["content-security-policy"]
+    refused = analyst.http.get(path)
+    assert refused.status_code == 403 and b"PNG" not in refused.content
+    assert (
+        owner.http.get(
+            "/console/datasets/00000000-0000-0000-0000-000000000000/ledger.png"
+        ).status_code
+        == 404
+    )
+
+
+def test_a_succeeded_job_offers_measurements_and_free_samples(
+    api_stack: Stack, tenant: Tenant, analyst: Console, dataset: dict[str, Any]
+) -> None:
+    job_id = tenant.analyst.post(
+        f"/v1/datasets/{dataset['id']}/jobs",
+        json={"method": "independent", "budget": {"rho": "0.1"}, "seed": 3},
+    ).json()["id"]
+    # The API stack has no worker: run jobs here, on the same database and storage (in fair
+    # order, so other tests' queued jobs may run first).
+    for _ in range(30):
+        if tenant.analyst.get(f"/v1/jobs/{job_id}").json()["status"] == "succeeded":
+            break
+        execution.execute_job(api_stack.settings, uuid.UUID(job_id))
+    assert tenant.analyst.get(f"/v1/jobs/{job_id}").json()["status"] == "succeeded"
+    page = analyst.http.get(f"/console/jobs/{job_id}")
+    assert "Draw more rows for free" in page.text
+    measured = analyst.http.get(f"/console/jobs/{job_id}/measurements?format=json")
+    api = tenant.analyst.get(f"/v1/jobs/{job_id}/measurements", params={"format": "json"})
+    assert measured.status_code == 200 and measured.json() == api.json()
+    parquet = analyst.http.get(f"/console/jobs/{job_id}/measurements?format=parquet")
+    assert parquet.status_code == 200 and parquet.content[:4] == b"PAR1"
+    ledger = tenant.owner.get(f"/v1/datasets/{dataset['id']}/ledger").json()
+    bad = analyst.post(f"/console/jobs/{job_id}/samples", {"rows": "0"})
+    assert bad.status_code == 422 and "rows" in bad.text
+    drawn = analyst.post(f"/console/jobs/{job_id}/samples", {"rows": "25", "seed": "11"})
+    assert drawn.status_code == 303, drawn.text
+    samples = tenant.analyst.get(f"/v1/jobs/{job_id}/samples").json()["items"]
+    assert [(s["rows"], s["seed"], s["status"]) for s in samples] == [(25, 11, "queued")]
+    assert tenant.owner.get(f"/v1/datasets/{dataset['id']}/ledger").json() == ledger
+    listed = analyst.http.get(f"/console/jobs/{job_id}")
+    assert samples[0]["id"][:8] in listed.text and "queued" in listed.text
+    # Not finished: the download is refused with the API's conflict.
+    assert analyst.http.get(f"/console/samples/{samples[0]['id']}/output").status_code == 409

@@ -1,0 +1,134 @@
+"""The schema draft as a form and back: unedited it is the draft; edits are written as JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.console.schema_form import (
+    SchemaFormError,
+    form_values,
+    rows_from_form,
+    rows_from_schema,
+    schema_extra,
+    schema_from_rows,
+)
+
+DRAFT: dict[str, Any] = {
+    "columns": [
+        {"name": "id", "type": "ignore"},
+        {
+            "name": "city",
+            "type": "categorical",
+            "categories": {"discover": True, "max": 200},
+            "other": "other",
+            "nullable": True,
+        },
+        {
+            "name": "grams",
+            "type": "numeric",
+            "integer": True,
+            "min": -1000000000000000,
+            "max": 1000000000000000,
+            "bins": {"quantiles": 16, "range": True},
+        },
+        {
+            "name": "weight",
+            "type": "numeric",
+            "decimals": 2,
+            "min": -1e15,
+            "max": 1e15,
+            "bins": {"quantiles": 16, "range": True},
+        },
+        {
+            "name": "opened",
+            "type": "date",
+            "format": "%b-%Y",
+            "min": "1900-01-01",
+            "max": "2099-12-31",
+            "bins": {"quantiles": 16, "range": True},
+        },
+        {"name": "smoker", "type": "boolean", "nullable": True},
+        {
+            "name": "age",
+            "type": "numeric",
+            "integer": True,
+            "min": 18,
+            "max": 91,
+            "bins": 73,
+            "clip": True,
+        },
+        {"name": "colour", "type": "categorical", "categories": ["red", "a, b", "blue"]},
+        {"name": "hour", "type": "numeric", "min": 0, "max": 24, "bins": [0, 6.5, 12, 24]},
+        {"name": "code", "type": "codes", "size": 7},
+    ],
+    "missing_values": ["", "NA"],
+}
+
+
+def _round_trip(schema: dict[str, Any], edits: dict[str, str | None]) -> dict[str, Any]:
+    submitted = form_values(rows_from_schema(schema), schema_extra(schema))
+    for key, value in edits.items():
+        if value is None:
+            submitted.pop(key, None)
+        else:
+            submitted[key] = value
+    return schema_from_rows(rows_from_form(submitted, 1000), submitted["schema_extra"])
+
+
+def test_an_unedited_form_is_the_draft() -> None:
+    assert _round_trip(DRAFT, {}) == DRAFT
+
+
+def test_edits_of_type_nullable_and_domain_are_written() -> None:
+    edited = _round_trip(
+        DRAFT,
+        {
+            "col.1.nullable": None,  # unticked
+            "col.1.domain": "declare",
+            "col.1.categories": "Paris, Lyon",
+            "col.5.type": "ignore",
+            "col.2.domain": "declare",
+            "col.2.min": "0",
+            "col.2.max": "5000",
+            "col.2.bins": "10",
+            "col.4.range": None,
+        },
+    )
+    columns = {c["name"]: c for c in edited["columns"]}
+    assert columns["city"]["categories"] == ["Paris", "Lyon"]
+    assert columns["city"]["nullable"] is False  # it was declared nullable: now explicitly not
+    assert columns["smoker"] == {"name": "smoker", "type": "ignore"}
+    assert columns["grams"]["bins"] == 10
+    assert (columns["grams"]["min"], columns["grams"]["max"]) == (0, 5000)
+    assert columns["grams"]["integer"] is True  # a key the form does not edit is kept
+    assert columns["opened"]["bins"] == {"quantiles": 16, "range": False}
+    assert columns["id"] == {"name": "id", "type": "ignore"}
+
+
+def test_a_type_change_drops_the_old_types_keys() -> None:
+    edited = _round_trip(DRAFT, {"col.0.type": "categorical", "col.0.domain": "discover"})
+    assert edited["columns"][0] == {
+        "name": "id",
+        "type": "categorical",
+        "categories": {"discover": True},
+        "other": "other",
+    }
+
+
+@pytest.mark.parametrize(
+    ("edits", "message"),
+    [
+        ({"col.2.domain": "declare", "col.2.bins": "ten"}, "bins must be a whole number"),
+        ({"col.2.min": "low"}, "min must be a number"),
+        ({"col.7.categories": ""}, "declare its categories"),
+        ({"col.3.type": "float"}, "choose a type"),
+        ({"col.count": "x"}, "incomplete"),
+    ],
+)
+def test_values_that_are_not_json_are_refused_by_column(
+    edits: dict[str, str], message: str
+) -> None:
+    with pytest.raises(SchemaFormError, match=message):
+        _round_trip(DRAFT, edits)
