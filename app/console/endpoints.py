@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -681,6 +682,14 @@ async def draw_sample(
     return await run_in_threadpool(run)
 
 
+def _through(call: Callable[[], Response]) -> Response:
+    """Answer with the API route function's response; its refusal becomes a console page."""
+    try:
+        return call()
+    except HTTPException as error:
+        raise Refused(error.status_code, _detail(error)) from None
+
+
 @router.get("/samples/{sample_id}/output", response_model=None)
 def sample_download(
     sample_id: uuid.UUID,
@@ -690,10 +699,9 @@ def sample_download(
     format: Annotated[Literal["csv", "parquet"], Query()] = "csv",
 ) -> Response:
     """The API's sample download (``GET /v1/samples/{id}/output``), cookie-authenticated."""
-    try:
-        return samples_api.download_sample(sample_id, db, storage, signed.principal, format)
-    except HTTPException as error:
-        raise Refused(error.status_code, _detail(error)) from None
+    return _through(
+        lambda: samples_api.download_sample(sample_id, db, storage, signed.principal, format)
+    )
 
 
 @router.get("/jobs/{job_id}/measurements", response_model=None)
@@ -705,10 +713,9 @@ def measurements(
     format: Annotated[Literal["json", "parquet"], Query()] = "json",
 ) -> Response:
     """The noisy measurements (``GET /v1/jobs/{id}/measurements``), cookie-authenticated."""
-    try:
-        return reports_api.get_measurements(job_id, db, storage, signed.principal, format)
-    except HTTPException as error:
-        raise Refused(error.status_code, _detail(error)) from None
+    return _through(
+        lambda: reports_api.get_measurements(job_id, db, storage, signed.principal, format)
+    )
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=None)
@@ -736,10 +743,7 @@ def download(
     format: Annotated[Literal["csv", "parquet"], Query()] = "csv",
 ) -> Response:
     """The API's download handler (``GET /v1/jobs/{id}/output``), cookie-authenticated."""
-    try:
-        return jobs_api.download_output(job_id, db, storage, signed.principal, format)
-    except HTTPException as error:
-        raise Refused(error.status_code, _detail(error)) from None
+    return _through(lambda: jobs_api.download_output(job_id, db, storage, signed.principal, format))
 
 
 @router.get("/jobs/{job_id}/report", response_model=None)
@@ -751,10 +755,9 @@ def report(
     tier: Annotated[Literal["release", "owner"], Query()] = "release",
 ) -> Response:
     """The HTML report through the API's handler: the owner tier for owner keys only."""
-    try:
-        return reports_api.get_report(job_id, db, storage, signed.principal, "html", tier)
-    except HTTPException as error:
-        raise Refused(error.status_code, _detail(error)) from None
+    return _through(
+        lambda: reports_api.get_report(job_id, db, storage, signed.principal, "html", tier)
+    )
 
 
 # ---------------------------------------------------------------- wiring
