@@ -19,6 +19,7 @@ import dataclasses
 import inspect
 import json
 import platform
+import resource
 import tempfile
 import time
 from collections.abc import Callable
@@ -152,6 +153,8 @@ def main() -> None:
     )
     for label, seconds in times.items():
         print(f"  {label:<26} {seconds:7.2f} s")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"  peak RSS (fit + sampling)  {peak:7.0f} MiB")
 
 
 if __name__ == "__main__":
