@@ -64,12 +64,12 @@ from engine.release.model import ModelError
 from engine.release.model_file import load_model_file, write_model_file
 from engine.release.record import RecordError, ReleaseRecord
 from engine.reports import build_owner_report, build_release_report, render_html
+from engine.synthetic_output import CSV_BATCH_ROWS, write_synthetic
 
 PARQUET_MAGIC = b"PAR1"
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
 MAX_HEADER_BYTES = 16 * 1024 * 1024
 PARQUET_BATCH_CELLS = 4_000_000
-CSV_BATCH_ROWS = 65_536
 MAX_EPSILON = Decimal(1000)
 """The service's cap on ε (a larger ε gives no meaningful guarantee)."""
 MAX_DECIMAL_EXPONENT = 1000
@@ -451,11 +451,7 @@ def write_table(
         else pa.Table.from_pandas(frame, preserve_index=False)
     )
     try:
-        parquet = (
-            file_format == "parquet"
-            if file_format is not None
-            else out.suffix.lower() == ".parquet"
-        )
+        parquet = file_format == "parquet" if file_format is not None else _is_parquet_name(out)
         if parquet:
             pq.write_table(table, temporary, compression="zstd")
         else:
@@ -563,13 +559,22 @@ def _write_rows(
     out: Path,
     file_format: Literal["csv", "parquet"] | None = None,
 ) -> None:
-    """Decode synthetic ``codes`` with ``schema`` (``rng``: values inside bins) and write them:
-    the one path from codes to a file, shared by ``synthesize`` and ``sample``."""
-    frame = schema.decode(codes, rng)
+    """Decode synthetic ``codes`` with ``schema`` (``rng``: values inside bins) and write them,
+    in row batches, atomically (as :func:`write_table`, whose formats it keeps): the one path
+    from codes to a file, shared by ``synthesize`` and ``sample``."""
+    parquet = file_format == "parquet" if file_format is not None else _is_parquet_name(out)
+    temporary = out.with_name(f".{out.name}.{os.getpid()}.partial")
     try:
-        write_table(frame, out, schema, file_format=file_format)
+        write_synthetic(schema, codes, rng, temporary, "parquet" if parquet else "csv")
+        os.replace(temporary, out)
     except OSError as error:
         raise CommandError(f"--out: cannot write {str(out)!r} ({error.strerror})") from None
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _is_parquet_name(out: Path) -> bool:
+    return out.suffix.lower() == ".parquet"
 
 
 PathArgument = click.Path(path_type=Path, dir_okay=False)

@@ -20,7 +20,7 @@ a :class:`SchemaSpec` with pending columns; :meth:`SchemaSpec.resolve` completes
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +85,10 @@ class DiscoveryRequired(SchemaError):
         ]
         super().__init__("DP discovery of " + ", ".join(parts) + " has not run yet")
         self.pending = tuple(pending)
+
+
+DECODE_BATCH_ROWS = 262_144
+"""Rows decoded and converted to Arrow at a time when writing a synthetic table."""
 
 
 @dataclass(frozen=True)
@@ -326,13 +330,38 @@ class TableSchema:
         codes stay codes, booleans become pandas ``boolean``, numeric bins become a value drawn
         inside the bin (``Float64``, or ``Int64`` for integer columns), dates and datetimes
         ``datetime64[s]`` at the column's resolution; null codes become missing values. The
-        draws are post-processing with the job's seeded ``rng``.
+        draws are post-processing with the job's seeded ``rng``: each column draws from its own
+        generator seeded from ``rng`` (:meth:`column_generators`), so decoding in row batches
+        (:meth:`decode_batches`) gives the same values as decoding at once.
         """
+        self._check_codes(codes)
+        return self._decode(codes, self.column_generators(rng))
+
+    def column_generators(self, rng: np.random.Generator) -> list[np.random.Generator]:
+        """One generator per column, seeded from ``rng`` (one draw per column)."""
+        seeds = rng.integers(0, 2**63, size=len(self.columns), dtype=np.int64)
+        return [np.random.default_rng(int(seed)) for seed in seeds]
+
+    def decode_batches(
+        self, codes: np.ndarray, rng: np.random.Generator, batch_rows: int = DECODE_BATCH_ROWS
+    ) -> Iterator[pa.Table]:
+        """:meth:`decode` then :meth:`to_arrow`, ``batch_rows`` rows at a time (memory bounded
+        per batch); the concatenated batches equal the one-shot decode with the same ``rng``."""
+        if batch_rows < 1:
+            raise ValueError("batch_rows must be positive")
+        self._check_codes(codes)
+        generators = self.column_generators(rng)
+        for start in range(0, codes.shape[0], batch_rows):
+            yield self.to_arrow(self._decode(codes[start : start + batch_rows], generators))
+
+    def _check_codes(self, codes: np.ndarray) -> None:
         if codes.ndim != 2 or codes.shape[1] != len(self.columns):
             raise ValueError("codes must be a 2-D array with one column per schema column")
+
+    def _decode(self, codes: np.ndarray, generators: Sequence[np.random.Generator]) -> pd.DataFrame:
         data: dict[str, Any] = {}
-        for j, column in enumerate(self.columns):
-            data[column.name] = column.decode(np.asarray(codes[:, j], dtype=np.int64), rng)
+        for j, (column, generator) in enumerate(zip(self.columns, generators, strict=True)):
+            data[column.name] = column.decode(np.asarray(codes[:, j], dtype=np.int64), generator)
         return pd.DataFrame(data, columns=list(self.names))
 
     def arrow_schema(self) -> pa.Schema:

@@ -13,6 +13,7 @@ from fastapi.responses import StreamingResponse
 from app.storage import Storage
 from engine.columns.spreadsheet import csv_header, csv_rows
 from engine.encoding import TableSchema
+from engine.synthetic_output import write_synthetic
 
 BATCH_ROWS = 65_536
 
@@ -56,11 +57,12 @@ def store_table(
 ) -> None:
     """Decode synthetic ``codes`` (``rng``: values drawn inside their bins; post-processing) and
     store them at ``key`` as Parquet, each column with its declared type (Int64, dates, booleans,
-    nulls; see ``TableSchema.to_arrow``): a job's output and a derived sample alike."""
-    frame = schema.decode(codes, rng)
+    nulls; see ``TableSchema.to_arrow``): a job's output and a derived sample alike. Decoded
+    and written in row batches (engine.synthetic_output), so memory beyond the codes is bounded
+    per batch."""
     temp = storage.temp_path(".parquet")
     try:
-        pq.write_table(schema.to_arrow(frame), temp, compression="zstd")
+        write_synthetic(schema, codes, rng, temp, "parquet")
         storage.put(temp, key)
     finally:
         temp.unlink(missing_ok=True)

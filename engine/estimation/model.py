@@ -259,8 +259,9 @@ class GraphicalModel:
             table = marginal.transpose([attrs.index(u) for u in (*parents, v)])
             conditionals.append((v, parents, table.reshape(-1, tree.sizes[v])))
         codes = sample_rows(tree.sizes, conditionals, int(rows), rng, method)
-        in_domain_order = np.empty_like(codes)
-        in_domain_order[:, list(tree.labels.order)] = codes
+        in_domain_order = np.empty(codes.shape, dtype=np.int64, order="F")
+        for position, j in enumerate(tree.labels.order):
+            in_domain_order[:, j] = codes[:, position]
         return in_domain_order
 
 

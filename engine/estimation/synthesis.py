@@ -10,13 +10,15 @@ over rows.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+CodeArray = npt.NDArray[np.integer[Any]]
+"""Codes in the smallest unsigned dtype that holds them (:func:`smallest_uint`)."""
 
 
 def _normalised_rows(table: FloatArray) -> FloatArray:
@@ -62,13 +64,79 @@ def round_counts(expected: FloatArray, group_sizes: IntArray, rng: np.random.Gen
     return counts
 
 
+Strata = Sequence[tuple[CodeArray, int]]
+"""Columns already drawn, most significant first, each with its number of values."""
+
+# Mixed-radix keys stay below this bound so that ``key * size + code`` never overflows int64.
+_KEY_BOUND = 2**62
+
+
+def smallest_uint(bound: int) -> np.dtype[Any]:
+    """The smallest unsigned dtype holding ``0..bound-1`` (16 bits or fewer: radix-sorted)."""
+    for kind in (np.uint8, np.uint16, np.uint32):
+        if bound <= np.iinfo(kind).max + 1:
+            return np.dtype(kind)
+    return np.dtype(np.uint64)
+
+
+def _dense_rank(key: IntArray) -> tuple[IntArray, int]:
+    """Order-preserving ranks ``0..m-1`` of ``key``'s distinct values, and ``m``."""
+    order = np.argsort(key)
+    ordered = key[order]
+    ranked = np.empty(key.size, dtype=np.int64)
+    ranked[0] = 0
+    np.cumsum(ordered[1:] != ordered[:-1], out=ranked[1:])
+    rank = np.empty_like(ranked)
+    rank[order] = ranked
+    return rank, int(ranked[-1]) + 1
+
+
+def _order_by_group_then(position: FloatArray, group: IntArray, groups: int) -> IntArray:
+    """``np.lexsort((position, group))`` for distinct ``position`` values: one sort on the
+    floats, then a stable sort on the (small-dtype, so radix-sorted) group numbers."""
+    by_position = np.argsort(position)
+    small = group.astype(smallest_uint(groups))[by_position]
+    order: IntArray = by_position[np.argsort(small, kind="stable")]
+    return order
+
+
+def _stratified_order(
+    keys: IntArray, parent_cells: int, strata: Strata, rng: np.random.Generator
+) -> IntArray:
+    """The rows sorted by ``(keys, strata columns in order)``, ties in uniformly random order.
+
+    One integer sort key: the columns in mixed radix, re-ranked to ``0..m-1`` whenever the next
+    column would overflow int64, and, last, a random permutation of the rows as the least
+    significant digit (the tie-break). Once every row has a key of its own the remaining columns
+    cannot change the order and are skipped. Equal in distribution to a lexicographic sort on
+    ``(keys, strata…, uniform tie-break)``.
+    """
+    n = keys.shape[0]
+    combined = keys.astype(np.int64, copy=True)
+    bound = max(int(parent_cells), 1)
+    for column, size in strata:
+        if bound * size >= _KEY_BOUND:
+            combined, bound = _dense_rank(combined)
+            if bound == n:
+                break  # every row has a key of its own: later columns cannot reorder them
+        combined *= size
+        combined += column
+        bound *= size
+    if bound * n >= _KEY_BOUND:
+        combined, bound = _dense_rank(combined)
+    combined *= n
+    combined += rng.permutation(n)
+    order: IntArray = np.argsort(combined)
+    return order
+
+
 def _draw_round(
     keys: IntArray,
     parent_cells: int,
     table: FloatArray,
     rng: np.random.Generator,
-    strata: IntArray | None = None,
-) -> IntArray:
+    strata: Strata | None = None,
+) -> CodeArray:
     n = keys.shape[0]
     sizes = np.bincount(keys, minlength=parent_cells)
     present = np.flatnonzero(sizes)
@@ -78,13 +146,12 @@ def _draw_round(
     # Values for the rows of each group, groups in ascending key order.
     width = table.shape[1]
     flat_counts = counts.ravel()
-    values = np.repeat(np.tile(np.arange(width, dtype=np.int64), present.size), flat_counts)
-    out = np.empty(n, dtype=np.int64)
+    dtype = smallest_uint(width)
+    values = np.repeat(np.tile(np.arange(width, dtype=dtype), present.size), flat_counts)
+    out = np.empty(n, dtype=dtype)
     if strata is None:
         # Rows sorted by key with a random order inside each group receive those values.
-        shuffle = rng.permutation(n)
-        order = shuffle[np.argsort(keys[shuffle], kind="stable")]
-        out[order] = values
+        out[_stratified_order(keys, parent_cells, (), rng)] = values
         return out
     # Balanced: inside each group, spread every value's rows evenly along the group (value v
     # with c rows sits at positions (k + u_v)/c), and hand them to the group's rows sorted by
@@ -96,28 +163,27 @@ def _draw_round(
     position = (rank + np.repeat(offsets, flat_counts)) / np.repeat(
         np.maximum(flat_counts, 1), flat_counts
     )
-    interleaved = values[np.lexsort((position, group))]
-    # np.lexsort sorts by the last key first: the group, then the strata columns, then a random
-    # tie-break.
-    row_keys = np.vstack(
-        [rng.random(n), strata[:, ::-1].T.astype(np.float64), keys.astype(np.float64)]
-    )
-    order = np.lexsort(row_keys)
-    out[order] = interleaved
+    # Positions are distinct (ranks differ inside a value; offsets are continuous across values).
+    interleaved = values[_order_by_group_then(position, group, present.size)]
+    out[_stratified_order(keys, parent_cells, strata, rng)] = interleaved
     return out
 
 
 def draw_balanced(
     probabilities: npt.ArrayLike, strata: IntArray, rng: np.random.Generator
-) -> IntArray:
+) -> CodeArray:
     """One value per row of ``strata`` from ``probabilities``: counts by controlled rounding,
     spread evenly across the rows sorted by the columns of ``strata`` (post-processing)."""
     table = np.asarray(probabilities, dtype=np.float64).reshape(1, -1)
     rows = strata.shape[0]
     if rows == 0:
-        return np.empty(0, dtype=np.int64)
+        return np.empty(0, dtype=smallest_uint(table.shape[1]))
     keys = np.zeros(rows, dtype=np.int64)
-    return _draw_round(keys, 1, table, rng, strata if strata.shape[1] else None)
+    columns = [
+        (np.asarray(strata[:, j], dtype=np.int64), int(strata[:, j].max()) + 1)
+        for j in range(strata.shape[1])
+    ]
+    return _draw_round(keys, 1, table, rng, columns if columns else None)
 
 
 def _draw_sample(
@@ -125,7 +191,10 @@ def _draw_sample(
 ) -> IntArray:
     n = keys.shape[0]
     width = table.shape[1]
-    present, inverse = np.unique(keys, return_inverse=True)
+    # The groups present and each row's group, by a bincount over the parent cells (no sort).
+    seen = np.bincount(keys, minlength=parent_cells) > 0
+    present = np.flatnonzero(seen)
+    inverse = (np.cumsum(seen) - 1)[keys]
     probabilities = _normalised_rows(table[present])
     cdf = np.cumsum(probabilities, axis=1)
     # Row g of the cdf lives in [2g, 2g + 1]: the gaps keep a uniform from ever reaching another
@@ -147,14 +216,17 @@ def sample_rows(
     rows: int,
     rng: np.random.Generator,
     method: Literal["round", "balanced", "sample"],
-) -> IntArray:
-    """Draw ``rows`` records attribute by attribute (column j is attribute j of ``sizes``).
+) -> CodeArray:
+    """Draw ``rows`` records attribute by attribute (column j is attribute j of ``sizes``), as
+    a column-major array of the smallest unsigned dtype that holds every attribute's codes.
 
     ``conditionals`` lists, in drawing order, ``(v, parents, table)``: attribute position ``v``,
     the positions of its already-drawn parents, and expected counts of shape
     ``(Π parent sizes, size of v)`` (parents in mixed radix, first parent most significant).
     """
-    codes = np.zeros((rows, len(sizes)), dtype=np.int64)
+    # Column-major and small: every step reads and writes whole columns.
+    dtype = smallest_uint(max(sizes, default=1))
+    codes = np.zeros((rows, len(sizes)), dtype=dtype, order="F")
     if rows == 0:
         return codes
     drawn: list[int] = []
@@ -171,7 +243,11 @@ def sample_rows(
         else:
             others = [u for u in drawn if u not in parents]
             others = list(rng.permutation(others)) if others else []
-            strata = codes[:, others] if method == "balanced" and others else None
+            strata = (
+                [(codes[:, u], int(sizes[u])) for u in others]
+                if method == "balanced" and others
+                else None
+            )
             codes[:, v] = _draw_round(keys, parent_cells, values, rng, strata)
         drawn.append(v)
     return codes

@@ -113,33 +113,46 @@ class Compression:
         return np.append(values[support], values[~support].sum())
 
     def decompress_codes(
-        self, codes: npt.NDArray[np.integer], rng: np.random.Generator
+        self,
+        codes: npt.NDArray[np.integer],
+        rng: np.random.Generator,
+        out: IntArray | None = None,
     ) -> IntArray:
         """Compressed codes back to original codes; a merged code becomes one of its values,
-        drawn in proportion to their (clipped) noisy counts, uniformly if those are all ≤ 0."""
-        out = np.empty(codes.shape, dtype=np.int64)
+        drawn in proportion to their (clipped) noisy counts, uniformly if those are all ≤ 0.
+
+        ``out`` (int64, the shape of ``codes``; it may be ``codes`` itself, which saves a copy of
+        the table) receives the result; by default a new column-major array does.
+        """
+        if out is None:
+            out = np.empty(codes.shape, dtype=np.int64, order="F")  # filled column by column
+        elif out.shape != codes.shape or out.dtype != np.int64:
+            raise ValueError("out must be an int64 array of the shape of codes")
+        # Every merged column's draws first, from the compressed codes (``out`` may be ``codes``).
+        merged: dict[int, tuple[IntArray, IntArray]] = {}
         for j in range(codes.shape[1]):
-            support = self.supports[j]
-            kept = np.flatnonzero(support)
-            column = np.asarray(codes[:, j], dtype=np.int64)
             if not self.merged(j):
-                out[:, j] = kept[column]
                 continue
+            support = self.supports[j]
             rare = np.flatnonzero(~support)
-            is_rare = column == kept.size
-            result = np.empty(column.size, dtype=np.int64)
-            result[~is_rare] = kept[column[~is_rare]]
+            merged_rows = np.flatnonzero(codes[:, j] == support.size - rare.size)
             weight = np.clip(self.weights[j][rare], 0.0, None)
             p = weight / weight.sum() if weight.sum() > 0 else np.full(rare.size, 1.0 / rare.size)
             # Controlled rounding of the merged rows over the merged values, spread evenly across
             # the other attributes (the same balanced assignment the model's sampler uses).
             others = np.array([u for u in range(codes.shape[1]) if u != j], dtype=np.int64)
-            strata = np.asarray(codes, dtype=np.int64)[is_rare][
-                :, others[rng.permutation(others.size)]
-            ]
-            picks = draw_balanced(p, strata, rng)
-            result[is_rare] = rare[picks]
-            out[:, j] = result
+            order = others[rng.permutation(others.size)]
+            strata = np.empty((merged_rows.size, order.size), dtype=np.int64)
+            for position, u in enumerate(order):
+                strata[:, position] = codes[merged_rows, u]
+            merged[j] = (merged_rows, rare[draw_balanced(p, strata, rng)])
+        for j in range(codes.shape[1]):
+            # Kept codes map straight back; the merged code (the last) is overwritten below.
+            lookup = np.append(np.flatnonzero(self.supports[j]), 0)
+            out[:, j] = lookup[codes[:, j]]
+            if j in merged:
+                rows, values = merged[j]
+                out[rows, j] = values
         return out
 
 

@@ -231,7 +231,8 @@ class GraphicalModelKind:
     def sample(self, domain: Domain, rows: int, rng: np.random.Generator) -> IntArray:
         self._check(domain)
         small = self.model.synthetic_data(rows, rng, method=self.synthesis)
-        return self.compression.decompress_codes(small, rng)
+        # In place: ``small`` is this call's own int64 table, so no second copy is allocated.
+        return self.compression.decompress_codes(small, rng, out=small)
 
     def marginal(self, domain: Domain, attributes: Sequence[str]) -> FloatArray:
         """Exact: the projection on the compressed domain, each merged cell spread over its

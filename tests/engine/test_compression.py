@@ -50,3 +50,21 @@ def test_compress_then_decompress_preserves_supported_values(counts: list[int], 
     assert (back[kept, 0] == original[kept, 0]).all(), "supported values survive unchanged"
     assert (~support[back[~kept, 0]]).all(), "merged values stay among the merged ones"
     assert back.min() >= 0 and back.max() < len(counts)
+
+
+def test_decompressing_in_place_equals_decompressing_into_a_new_table() -> None:
+    domain = Domain(("a", "b", "c"), (6, 5, 4))
+    compression = Compression.from_noisy_counts(
+        domain,
+        [np.array([90, 3, 80, 2, 1, 70]), np.array([50, 50, 1, 50, 2]), np.array([9, 9, 9, 9])],
+        [5.0, 5.0, 5.0],
+    )
+    original = np.random.default_rng(4).integers(0, [6, 5, 4], size=(2000, 3))
+    compressed = compression.compress_codes(original)
+    fresh = compression.decompress_codes(compressed, np.random.default_rng(9))
+    in_place = compressed.copy()
+    same = compression.decompress_codes(in_place, np.random.default_rng(9), out=in_place)
+    assert same is in_place
+    assert np.array_equal(same, fresh)
+    # The merged rows of "a" drew from its merged values, both of which show up.
+    assert set(np.unique(fresh[compressed[:, 0] == 3, 0]).tolist()) == {1, 3, 4}
