@@ -137,6 +137,9 @@ def section(results: dict[str, float], rows: int, times: int, before: dict[str, 
         "",
         f"    {command}",
         "",
+        "(the before file: the same command with ``--json`` only, on the commit before the "
+        "Arrow encoders, minutes earlier).",
+        "",
         "| reader | before (s) | before / baseline | after (s) | after / baseline |",
         "|---|---:|---:|---:|---:|",
     ]

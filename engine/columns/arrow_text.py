@@ -22,6 +22,7 @@ Nothing here keeps or reports a value: callers count the negative codes per reas
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -35,6 +36,7 @@ from engine.columns.numeric import NumericColumn, bin_codes
 
 # The ASCII characters for which str.isspace() is true.
 ASCII_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
+_CANONICAL_INT = re.compile(r"(?:0|-?[1-9][0-9]*)\Z")
 _PLAIN_NUMBER = r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$"
 
 TextColumn = NumericColumn | CodesColumn | CategoricalColumn | BooleanColumn
@@ -108,7 +110,7 @@ def encode_number_array(
     if isinstance(column, CategoricalColumn):
         if not pa.types.is_integer(values.type) or values.null_count:
             return None
-        return encode_text(column, pc.cast(values, pa.string()), ())
+        return _integer_categories(column, values)
     if isinstance(column, BooleanColumn):
         return None
     numbers = np.array(values.to_numpy(zero_copy_only=False), dtype=np.float64)
@@ -117,6 +119,24 @@ def encode_number_array(
         edges = np.asarray(column.edges, dtype=np.float64)
         return settle_missing(bin_codes(numbers, edges, column.clip), absent, column.absent_code)
     return settle_missing(column.codes_of(numbers), absent, column.absent_code)
+
+
+def _integer_categories(column: CategoricalColumn, values: pa.Array) -> np.ndarray:
+    """Codes of integers (no nulls) matched against the categories as ``str(int)`` writes them:
+    only a category in that canonical form (``"7"``, ``"-3"``; not ``"07"``) can match."""
+    if pa.types.is_uint64(values.type):
+        return encode_text(column, pc.cast(values, pa.string()), ())
+    positions = [i for i, c in enumerate(column.categories) if _CANONICAL_INT.match(c)]
+    numbers = [int(column.categories[i]) for i in positions]
+    inside = [(p, n) for p, n in zip(positions, numbers, strict=True) if -(2**63) <= n < 2**63]
+    value_set = pa.array([n for _, n in inside], type=pa.int64())
+    found = pc.index_in(pc.cast(values, pa.int64()), value_set=value_set)
+    where = np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    lookup = np.array([p for p, _ in inside] + [-1], dtype=np.int64)
+    codes = lookup[where]  # -1 (not found) picks the trailing -1
+    undeclared = len(column.categories) if column.other is not None else UNDECLARED
+    codes[codes < 0] = undeclared  # an integer is never a missing value
+    return codes
 
 
 def strip(values: pa.Array) -> pa.Array:

@@ -108,17 +108,27 @@ NUMBERS: list[Any] = [0, 1, 3, 7, 50, 99, 100, 101, -1, -5, 2**60]
 FLOATS: list[Any] = [0.0, 0.05, 0.1, 1.5, 3.0, 99.0, 99.5, 100.0, -0.0, float("nan"), float("inf")]
 
 
-@pytest.mark.parametrize("raw", SCHEMAS[:6], ids=lambda raw: str(raw["columns"][0]))
+INTEGER_LABELS = {
+    "columns": [
+        {"name": "c", "type": "categorical", "categories": ["07", "-0", "0", "-1", "7", "99", "x"]}
+    ]
+}
+
+
+@pytest.mark.parametrize(
+    "raw", [*SCHEMAS[:6], INTEGER_LABELS], ids=lambda raw: str(raw["columns"][0])
+)
 @pytest.mark.parametrize(
     "array",
     [
         pa.array(NUMBERS, type=pa.int64()),
         pa.array(NUMBERS[:8], type=pa.int16()),
+        pa.array([0, 7, 99, 3, 2**62], type=pa.uint64()),
         pa.array([*NUMBERS, None], type=pa.int64()),
         pa.array(FLOATS, type=pa.float64()),
         pa.array([*FLOATS, None], type=pa.float32()),
     ],
-    ids=["int64", "int16", "int64 with nulls", "float64", "float32 with nulls"],
+    ids=["int64", "int16", "uint64", "int64 with nulls", "float64", "float32 with nulls"],
 )
 def test_arrow_codes_of_numbers_equal_pandas_codes(raw: dict[str, Any], array: pa.Array) -> None:
     schema = TableSchema.from_json(raw)
@@ -127,3 +137,10 @@ def test_arrow_codes_of_numbers_equal_pandas_codes(raw: dict[str, Any], array: p
     assert encode_array(column, array, missing).tolist() == expected.tolist()
     chunked = pa.chunked_array([array.slice(0, 3), array.slice(3)])
     assert encode_array(column, chunked, missing).tolist() == expected.tolist()
+
+
+def test_a_large_unsigned_integer_is_not_read_as_a_negative_category() -> None:
+    # The pandas encoder wraps 2**64 - 1 to "-1" (int64); Arrow writes its decimal text.
+    column = TableSchema.from_json(INTEGER_LABELS).columns[0]
+    array = pa.array([2**64 - 1, 7], type=pa.uint64())
+    assert encode_array(column, array).tolist() == [UNDECLARED, 4]
