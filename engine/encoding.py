@@ -20,7 +20,7 @@ a :class:`SchemaSpec` with pending columns; :meth:`SchemaSpec.resolve` completes
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -304,24 +304,27 @@ class TableSchema:
         Values may be text (CSV) or typed (Parquet). Refused rows get a negative code (the
         reason, see :mod:`engine.columns.base`) and are counted per column and per reason.
         """
-        codes = np.empty((len(frame), len(self.columns)), dtype=np.int64)
-        invalid: dict[str, int] = {}
-        problems: dict[tuple[str, int], int] = {}
-        for j, column in enumerate(self.columns):
-            col_codes = encode_values(column, frame[column.name], self.missing_values)
-            for reason, count in count_reasons(col_codes).items():
-                problems[(column.name, reason)] = count
-                invalid[column.name] = invalid.get(column.name, 0) + count
-            codes[:, j] = col_codes
-        return EncodedChunk(codes, invalid, problems)
+        return self._encode_columns(
+            len(frame),
+            lambda column: encode_values(column, frame[column.name], self.missing_values),
+        )
 
     def encode_batch(self, batch: pa.RecordBatch | pa.Table) -> EncodedChunk:
-        """:meth:`encode` for Arrow data: text columns are encoded in Arrow (same codes)."""
-        codes = np.empty((batch.num_rows, len(self.columns)), dtype=np.int64)
+        """:meth:`encode` for Arrow data: text and number columns are encoded in Arrow (the
+        same codes, see :func:`encode_array`)."""
+        return self._encode_columns(
+            batch.num_rows,
+            lambda column: encode_array(column, batch.column(column.name), self.missing_values),
+        )
+
+    def _encode_columns(
+        self, rows: int, encode_column: Callable[[Column], np.ndarray]
+    ) -> EncodedChunk:
+        codes = np.empty((rows, len(self.columns)), dtype=np.int64)
         invalid: dict[str, int] = {}
         problems: dict[tuple[str, int], int] = {}
         for j, column in enumerate(self.columns):
-            col_codes = encode_array(column, batch.column(column.name), self.missing_values)
+            col_codes = encode_column(column)
             for reason, count in count_reasons(col_codes).items():
                 problems[(column.name, reason)] = count
                 invalid[column.name] = invalid.get(column.name, 0) + count
