@@ -242,12 +242,12 @@ def discover_schema(
         reading = provisional(spec)
         with open(path, "rb") as handle:
             magic = handle.read(4)
-        frames = (
-            _parquet_frames(path, reading, False)
+        batches = (
+            _parquet_batches(path, reading, False)
             if magic == PARQUET_MAGIC
-            else _csv_frames(path, reading, False)
+            else _csv_batches(path, reading, False)
         )
-        for frame in frames:
+        for frame in (batch.to_pandas() for batch in batches):
             count_batch(counts, spec, requests, {r.column: frame[r.column] for r in requests})
         found = release(allocations, counts)
         return resolve(spec, found), found
@@ -296,7 +296,7 @@ def _read_csv_header(path: Path) -> list[str]:
     return [unescape_cell(name) for name in rows[0]]
 
 
-def _csv_frames(path: Path, schema: TableSchema, allow_extra: bool) -> Iterator[pd.DataFrame]:
+def _csv_batches(path: Path, schema: TableSchema, allow_extra: bool) -> Iterator[pa.RecordBatch]:
     header = _read_csv_header(path)
     _check_columns(header, schema, allow_extra)
     bad_rows = 0
@@ -329,7 +329,7 @@ def _csv_frames(path: Path, schema: TableSchema, allow_extra: bool) -> Iterator[
                 break
             # Cells escaped against spreadsheet formulas (our own CSV output) read as written.
             columns = [unescape_text(column) for column in batch.columns]
-            yield pa.RecordBatch.from_arrays(columns, names=batch.schema.names).to_pandas()
+            yield pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
     except pa.ArrowInvalid as error:
         # pyarrow's messages can quote the offending row: classify them, never forward them.
         text = str(error)
@@ -347,7 +347,9 @@ def _csv_frames(path: Path, schema: TableSchema, allow_extra: bool) -> Iterator[
         )
 
 
-def _parquet_frames(path: Path, schema: TableSchema, allow_extra: bool) -> Iterator[pd.DataFrame]:
+def _parquet_batches(
+    path: Path, schema: TableSchema, allow_extra: bool
+) -> Iterator[pa.RecordBatch]:
     try:
         parquet = pq.ParquetFile(path)
     except (pa.ArrowException, OSError):
@@ -359,14 +361,18 @@ def _parquet_frames(path: Path, schema: TableSchema, allow_extra: bool) -> Itera
             raise TableError(f"column {name!r}: nested Parquet types are not supported")
     batch_rows = max(1, min(65_536, PARQUET_BATCH_CELLS // len(schema.names)))
     try:
-        for batch in parquet.iter_batches(batch_size=batch_rows, columns=list(schema.names)):
-            yield batch.to_pandas()
+        yield from parquet.iter_batches(batch_size=batch_rows, columns=list(schema.names))
     except (pa.ArrowException, OSError):
         raise TableError("the Parquet file could not be read") from None
 
 
 def _table_frames(path: Path, schema: TableSchema, allow_extra: bool) -> Iterator[pd.DataFrame]:
-    """The file's rows in frames, as Parquet when it starts with Parquet's magic bytes, else CSV."""
+    """The file's rows in frames (:func:`_table_batches` converted to pandas)."""
+    return (batch.to_pandas() for batch in _table_batches(path, schema, allow_extra))
+
+
+def _table_batches(path: Path, schema: TableSchema, allow_extra: bool) -> Iterator[pa.RecordBatch]:
+    """The file's rows in batches: Parquet when it starts with Parquet's magic bytes, else CSV."""
     try:
         with open(path, "rb") as handle:
             magic = handle.read(4)
@@ -377,8 +383,8 @@ def _table_frames(path: Path, schema: TableSchema, allow_extra: bool) -> Iterato
     except OSError:
         raise TableError("the file cannot be read") from None
     if magic == PARQUET_MAGIC:
-        return _parquet_frames(path, schema, allow_extra)
-    return _csv_frames(path, schema, allow_extra)
+        return _parquet_batches(path, schema, allow_extra)
+    return _csv_batches(path, schema, allow_extra)
 
 
 def load_numeric_values(path: Path, schema: TableSchema) -> pa.Table:
@@ -412,10 +418,10 @@ def load_table(path: Path, schema: TableSchema, *, allow_extra_columns: bool = F
     """
     chunks: list[IntArray] = []
     problems: Counter[tuple[str, int]] = Counter()
-    for frame in _table_frames(path, schema, allow_extra_columns):
-        if not len(frame):
+    for batch in _table_batches(path, schema, allow_extra_columns):
+        if not batch.num_rows:
             continue
-        encoded = schema.encode(frame)
+        encoded = schema.encode_batch(batch)
         problems.update(encoded.problems)
         if not problems:
             chunks.append(encoded.codes)

@@ -20,13 +20,14 @@ a :class:`SchemaSpec` with pending columns; :meth:`SchemaSpec.resolve` completes
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engine.columns import (
     DEFAULT_MISSING_VALUES,
@@ -43,6 +44,12 @@ from engine.columns import (
     Pending,
     QuantileBins,
     SchemaError,
+)
+from engine.columns.arrow_text import (
+    encode_number_array,
+    encode_text,
+    is_arrow_number,
+    is_arrow_text,
 )
 from engine.columns.base import MAX_COLUMN_NAME_LENGTH, MAX_SPELLINGS, check_spellings
 from engine.columns.spec import Entry, declared_lists, declared_size, parse_column
@@ -68,6 +75,7 @@ __all__ = [
     "SchemaSpec",
     "TableSchema",
     "check_schema_sizes",
+    "encode_array",
     "encode_values",
     "schema_summary",
 ]
@@ -300,11 +308,27 @@ class TableSchema:
         Values may be text (CSV) or typed (Parquet). Refused rows get a negative code (the
         reason, see :mod:`engine.columns.base`) and are counted per column and per reason.
         """
-        codes = np.empty((len(frame), len(self.columns)), dtype=np.int64)
+        return self._encode_columns(
+            len(frame),
+            lambda column: encode_values(column, frame[column.name], self.missing_values),
+        )
+
+    def encode_batch(self, batch: pa.RecordBatch | pa.Table) -> EncodedChunk:
+        """:meth:`encode` for Arrow data: text and number columns are encoded in Arrow (the
+        same codes, see :func:`encode_array`)."""
+        return self._encode_columns(
+            batch.num_rows,
+            lambda column: encode_array(column, batch.column(column.name), self.missing_values),
+        )
+
+    def _encode_columns(
+        self, rows: int, encode_column: Callable[[Column], np.ndarray]
+    ) -> EncodedChunk:
+        codes = np.empty((rows, len(self.columns)), dtype=np.int64)
         invalid: dict[str, int] = {}
         problems: dict[tuple[str, int], int] = {}
         for j, column in enumerate(self.columns):
-            col_codes = encode_values(column, frame[column.name], self.missing_values)
+            col_codes = encode_column(column)
             for reason, count in count_reasons(col_codes).items():
                 problems[(column.name, reason)] = count
                 invalid[column.name] = invalid.get(column.name, 0) + count
@@ -453,6 +477,40 @@ def encode_values(
         gathered = distinct[np.maximum(positions, 0)] if len(distinct) else positions
         return np.where(positions >= 0, gathered, column.absent_code).astype(np.int64)
     return column.encode(values.reset_index(drop=True), missing)
+
+
+def encode_array(
+    column: Column,
+    values: pa.Array | pa.ChunkedArray,
+    missing: Sequence[str] = DEFAULT_MISSING_VALUES,
+) -> np.ndarray:
+    """:func:`encode_values` for an Arrow array: the same codes, whole arrays at a time.
+
+    Text arrays of numeric, codes, categorical and boolean columns, and integer or float arrays
+    of numeric, codes and categorical columns, are encoded in Arrow
+    (:mod:`engine.columns.arrow_text`); a dictionary array encodes its dictionary once and
+    gathers; anything else goes through pandas.
+    """
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(values, pa.DictionaryArray):
+        distinct = encode_array(column, values.dictionary, missing)
+        gathered = pc.take(pa.array(distinct), values.indices)
+        return np.asarray(
+            pc.fill_null(gathered, column.absent_code).to_numpy(zero_copy_only=False),
+            dtype=np.int64,
+        )
+    if is_arrow_text(values.type) and isinstance(
+        column, NumericColumn | CodesColumn | CategoricalColumn | BooleanColumn
+    ):
+        return encode_text(column, values, missing)
+    if is_arrow_number(values.type) and isinstance(
+        column, NumericColumn | CodesColumn | CategoricalColumn
+    ):
+        codes = encode_number_array(column, values, missing)
+        if codes is not None:
+            return codes
+    return encode_values(column, values.to_pandas(), missing)
 
 
 def schema_summary(columns: Sequence[Column]) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from app.datasets.parquet_pages import ParquetRefused, ReadPlan, plan_parquet_read
-from engine.encoding import TableSchema, count_reasons, encode_values
+from engine.encoding import TableSchema, count_reasons, encode_array
 
 PARQUET_MAGIC = b"PAR1"
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
@@ -152,7 +152,7 @@ class _BatchEncoder:
                 missing = pc.fill_null(codes, column.absent_code)
                 out.append(missing.to_numpy().astype(np.int64))
             else:
-                out.append(encode_values(column, values.to_pandas(), self._schema.missing_values))
+                out.append(encode_array(column, values, self._schema.missing_values))
         return out
 
     def _dictionary_codes(self, j: int, dictionary: pa.Array) -> pa.Array:
@@ -162,8 +162,8 @@ class _BatchEncoder:
         column = self._schema.columns[j]
         codes = np.empty(len(dictionary), dtype=np.int32)
         for start in range(0, len(dictionary), DICTIONARY_SLICE):
-            part = dictionary.slice(start, DICTIONARY_SLICE).to_pandas()
-            codes[start : start + len(part)] = encode_values(
+            part = dictionary.slice(start, DICTIONARY_SLICE)
+            codes[start : start + len(part)] = encode_array(
                 column, part, self._schema.missing_values
             )
         self._cached[j] = (dictionary, pa.array(codes))

@@ -231,14 +231,19 @@ class CodesColumn:
         return {"name": self.name, "type": self.type, "size": self.size}
 
     def encode(self, values: pd.Series, missing: Sequence[str]) -> np.ndarray:
-        numbers = as_float(values)
+        return settle_missing(
+            self.codes_of(as_float(values)), missing_mask(values, missing), MISSING
+        )
+
+    def codes_of(self, numbers: np.ndarray) -> np.ndarray:
+        """The code of each number (NaN for text that is not one); negative reasons otherwise."""
         with np.errstate(invalid="ignore"):
             integral = np.isfinite(numbers) & (numbers == np.floor(numbers))
             inside = integral & (numbers >= 0) & (numbers < self.size)
             codes = np.where(
                 inside, np.nan_to_num(numbers, nan=-1.0), np.where(integral, OUTSIDE, UNPARSEABLE)
             ).astype(np.int64)
-        return settle_missing(codes, missing_mask(values, missing), MISSING)
+        return codes
 
     def decode(self, codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return check_codes(codes, self.size, self.name)

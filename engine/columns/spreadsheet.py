@@ -76,6 +76,8 @@ def unescape_text(array: pa.Array) -> pa.Array:
     written from. A real cell that itself starts with ``'=`` (etc.) is read without its ``'``."""
     if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
         return array
+    if not pc.any(pc.starts_with(array, "'")).as_py():
+        return array  # nothing escaped (the regular expression is the slow part)
     escaped = pc.fill_null(pc.match_substring_regex(array, _ESCAPED_PATTERN), False)
     return pc.if_else(escaped, pc.utf8_slice_codeunits(array, 1), array)
 

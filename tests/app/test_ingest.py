@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -86,13 +85,13 @@ def test_long_dictionaries_are_decoded_to_plain_strings_and_encoded_once_per_row
 
 def _count_conversions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     converted: list[int] = []
-    original = ingest.encode_values
+    original = ingest.encode_array
 
-    def counting(column: object, series: pd.Series, *rest: object) -> np.ndarray:
-        converted.append(len(series))
-        return original(column, series, *rest)  # type: ignore[arg-type]
+    def counting(column: object, values: pa.Array, *rest: object) -> np.ndarray:
+        converted.append(len(values))
+        return original(column, values, *rest)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ingest, "encode_values", counting)
+    monkeypatch.setattr(ingest, "encode_array", counting)
     return converted
 
 
@@ -135,7 +134,7 @@ def test_dictionary_with_more_entries_than_rows_is_refused_before_decoding(
     def fail(*_args: object) -> np.ndarray:
         raise AssertionError("nothing may be encoded")
 
-    monkeypatch.setattr(ingest, "encode_values", fail)
+    monkeypatch.setattr(ingest, "encode_array", fail)
     with pytest.raises(UploadRejected) as refused:
         ingest_table(source, _schema(["0000000"]), tmp_path / "out.parquet", LIMITS)
     assert refused.value.status_code == 422

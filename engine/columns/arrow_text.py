@@ -1,0 +1,206 @@
+"""Encoding text columns (CSV cells, Parquet strings) in Arrow, whole arrays at a time.
+
+The pandas encoders of :mod:`engine.columns` call Python per value (``str.strip``,
+``pd.to_numeric`` on objects); here the common cells are handled by Arrow kernels and only the
+unusual ones fall back to the very same Python code, so every cell gets exactly the code the
+pandas encoders give it (same reasons, hence the same refusal messages):
+
+* stripping trims the ASCII characters Python counts as whitespace; a cell that is not all
+  ASCII is stripped by Python's ``str.strip`` (it knows the Unicode spaces);
+* numbers are parsed by Arrow's cast (correctly rounded), whose finite numbers are exactly the
+  plain decimal or exponent notation (``12``, ``+5``, ``-2.50``, ``1e3``, ``.5``; pinned by
+  tests/engine/test_arrow_text.py) that ``pd.to_numeric`` reads the same way. When the cast
+  refuses a cell, only the cells in that notation are cast and the others (missing-value
+  spellings, garbage) are parsed by ``pd.to_numeric`` once per distinct text. Text that
+  spells infinity or NaN may come out as either; every caller refuses a non-finite number as
+  unparseable, whichever it is;
+* categories are matched exactly with ``index_in``; boolean spellings are lowered in Arrow for
+  ASCII cells and by ``str.lower`` otherwise.
+
+Nothing here keeps or reports a value: callers count the negative codes per reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.columns.base import UNDECLARED, UNPARSEABLE, settle_missing
+from engine.columns.categorical import BooleanColumn, CategoricalColumn, CodesColumn, as_float
+from engine.columns.numeric import NumericColumn, bin_codes
+
+# The ASCII characters for which str.isspace() is true.
+ASCII_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
+_CANONICAL_INT = re.compile(r"(?:0|-?[1-9][0-9]*)\Z")
+_PLAIN_NUMBER = r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$"
+
+TextColumn = NumericColumn | CodesColumn | CategoricalColumn | BooleanColumn
+
+
+def is_arrow_text(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
+
+
+def encode_text(column: TextColumn, values: pa.Array, missing: Sequence[str]) -> np.ndarray:
+    """The codes of a string array, exactly as ``column.encode`` gives them for its values.
+
+    Missing values only change refused codes, so the spellings are looked up in the cells
+    refused by the parse (all of them in clean data: none).
+    """
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(column, CategoricalColumn):
+        found = pc.index_in(values, value_set=pa.array(column.categories, type=values.type))
+        codes = np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        refused = np.flatnonzero(codes < 0)
+        if refused.size:
+            absent = _missing_rows(values, refused, missing)
+            undeclared = len(column.categories) if column.other is not None else UNDECLARED
+            codes[refused] = np.where(absent, column.absent_code, undeclared)
+        return codes
+    if isinstance(column, BooleanColumn):
+        stripped = strip(values)
+        lowered = lower(stripped)
+        trues = _in(lowered, [v.strip().lower() for v in column.true_values])
+        falses = _in(lowered, [v.strip().lower() for v in column.false_values])
+        codes = np.where(trues, 1, np.where(falses, 0, UNPARSEABLE)).astype(np.int64)
+        return settle_missing(codes, missing_mask(values, stripped, missing), column.absent_code)
+    try:
+        # Arrow's cast refuses any whitespace, so when it reads every cell none needed stripping.
+        numbers = _as_numpy(pc.cast(values, pa.float64()))
+    except pa.ArrowInvalid:
+        numbers = parse_numbers(strip(values))
+    if isinstance(column, NumericColumn):
+        codes = bin_codes(numbers, np.asarray(column.edges, dtype=np.float64), column.clip)
+    else:
+        codes = column.codes_of(numbers)
+    refused = np.flatnonzero(codes < 0)
+    if refused.size:
+        absent = _missing_rows(values, refused, missing)
+        codes[refused[absent]] = column.absent_code
+    return codes
+
+
+def _missing_rows(values: pa.Array, rows: np.ndarray, missing: Sequence[str]) -> np.ndarray:
+    """Which of the cells at ``rows`` are missing values."""
+    subset = values.take(pa.array(rows))
+    return missing_mask(subset, strip(subset), missing)
+
+
+def is_arrow_number(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind))
+
+
+def encode_number_array(
+    column: TextColumn, values: pa.Array, missing: Sequence[str]
+) -> np.ndarray | None:
+    """The codes of an integer or float array (Parquet) as ``column.encode`` gives them, or
+    None where only the pandas encoder knows (booleans; categories from floats or nulls).
+
+    Nulls and NaN are missing (no spelling applies to a number); categories are matched against
+    the integers' decimal text, as ``str(int)`` writes it.
+    """
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(column, CategoricalColumn):
+        if not pa.types.is_integer(values.type) or values.null_count:
+            return None
+        return _integer_categories(column, values)
+    if isinstance(column, BooleanColumn):
+        return None
+    numbers = np.array(values.to_numpy(zero_copy_only=False), dtype=np.float64)
+    absent = np.isnan(numbers)  # nulls arrive as NaN
+    if isinstance(column, NumericColumn):
+        edges = np.asarray(column.edges, dtype=np.float64)
+        return settle_missing(bin_codes(numbers, edges, column.clip), absent, column.absent_code)
+    return settle_missing(column.codes_of(numbers), absent, column.absent_code)
+
+
+def _integer_categories(column: CategoricalColumn, values: pa.Array) -> np.ndarray:
+    """Codes of integers (no nulls) matched against the categories as ``str(int)`` writes them:
+    only a category in that canonical form (``"7"``, ``"-3"``; not ``"07"``) can match."""
+    if pa.types.is_uint64(values.type):
+        return encode_text(column, pc.cast(values, pa.string()), ())
+    positions = [i for i, c in enumerate(column.categories) if _CANONICAL_INT.match(c)]
+    numbers = [int(column.categories[i]) for i in positions]
+    inside = [(p, n) for p, n in zip(positions, numbers, strict=True) if -(2**63) <= n < 2**63]
+    value_set = pa.array([n for _, n in inside], type=pa.int64())
+    found = pc.index_in(pc.cast(values, pa.int64()), value_set=value_set)
+    where = np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    lookup = np.array([p for p, _ in inside] + [-1], dtype=np.int64)
+    codes = lookup[where]  # -1 (not found) picks the trailing -1
+    undeclared = len(column.categories) if column.other is not None else UNDECLARED
+    codes[codes < 0] = undeclared  # an integer is never a missing value
+    return codes
+
+
+def strip(values: pa.Array) -> pa.Array:
+    """Each cell as Python's ``str.strip`` leaves it (nulls stay null)."""
+    trimmed = pc.utf8_trim(values, characters=ASCII_WHITESPACE)
+    unusual = pc.invert(pc.fill_null(pc.string_is_ascii(trimmed), True))
+    if not pc.any(unusual).as_py():
+        return trimmed
+    rows = pc.filter(trimmed, unusual).to_pylist()
+    fixed = pa.array([v.strip() for v in rows], type=values.type)
+    return pc.replace_with_mask(trimmed, unusual, fixed)
+
+
+def lower(values: pa.Array) -> pa.Array:
+    """Each cell as Python's ``str.lower`` leaves it (Arrow for ASCII cells)."""
+    other = pc.invert(pc.fill_null(pc.string_is_ascii(values), True))
+    lowered = pc.ascii_lower(values)
+    if not pc.any(other).as_py():
+        return lowered
+    rows = pc.filter(values, other).to_pylist()
+    fixed = pa.array([v.lower() for v in rows], type=values.type)
+    return pc.replace_with_mask(lowered, other, fixed)
+
+
+def missing_mask(values: pa.Array, stripped: pa.Array, missing: Sequence[str]) -> np.ndarray:
+    """Nulls, and cells equal after stripping to a missing-value spelling."""
+    absent = _numpy_bool(values.is_null())
+    if missing:
+        absent |= _in(stripped, list(missing))
+    return absent
+
+
+def parse_numbers(stripped: pa.Array) -> np.ndarray:
+    """Each stripped cell as a number (NaN if it is none); finite numbers exactly as
+    ``pd.to_numeric(..., errors="coerce")`` reads them."""
+    try:
+        return _as_numpy(pc.cast(stripped, pa.float64()))
+    except pa.ArrowInvalid:
+        pass
+    plain = pc.fill_null(pc.match_substring_regex(stripped, _PLAIN_NUMBER), False)
+    parsed = pc.cast(pc.if_else(plain, stripped, None), pa.float64())
+    numbers = np.asarray(
+        parsed.to_numpy(zero_copy_only=False), dtype=np.float64
+    ).copy()  # nulls arrive as NaN
+    rest = pc.and_(pc.invert(plain), pc.is_valid(stripped))
+    if pc.any(rest).as_py():
+        # Unusual text (inf, nan, spellings, garbage): pandas' own parse, once per distinct text.
+        odd = pc.filter(stripped, rest)
+        distinct = pc.unique(odd)
+        values = as_float(pd.Series(distinct.to_pylist(), dtype=object))
+        where = pc.index_in(odd, value_set=distinct).to_numpy(zero_copy_only=False)
+        numbers[_numpy_bool(rest)] = values[where]
+    return numbers
+
+
+def _in(values: pa.Array, spellings: list[str]) -> np.ndarray:
+    found = pc.is_in(values, value_set=pa.array(spellings, type=values.type))
+    return _numpy_bool(pc.fill_null(found, False))
+
+
+def _as_numpy(numbers: pa.Array) -> np.ndarray:
+    """A float array as a writable float64 array; nulls become NaN."""
+    return np.array(numbers.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _numpy_bool(values: pa.Array) -> np.ndarray:
+    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=bool)
