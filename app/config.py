@@ -48,6 +48,10 @@ class Settings(BaseSettings):
     max_rows: int = Field(default=100_000_000, ge=1)
     max_cell_bytes: int = Field(default=1024, ge=16)
     max_schema_bytes: int = Field(default=1024 * 1024, ge=1024)
+    # The origin browsers use to reach the console (e.g. https://rhosynth.example.org) when a
+    # TLS proxy sits in front: console POSTs must come from it, and its scheme decides the
+    # session cookie's Secure flag. Unset: the request's own scheme and Host.
+    public_origin: str | None = Field(default=None, pattern=r"^https?://[^/\s]+$")
     # Schema drafts read the whole file in the API process (CPU, off the event loop): a smaller
     # cap than uploads. The local `rhosynth schema draft` has none.
     max_draft_bytes: int = Field(default=256 * 1024**2, ge=1024)

@@ -80,12 +80,27 @@ def _signed_in(request: Request, db: DatabaseDep) -> service.SignedIn:
 SignedInDep = Annotated[service.SignedIn, Depends(_signed_in)]
 
 
+def _public_origin(request: Request) -> str | None:
+    """The origin browsers reach the console at: RHOSYNTH_PUBLIC_ORIGIN behind a proxy, else
+    the request's own scheme and Host."""
+    configured: str | None = request.app.state.settings.public_origin
+    if configured:
+        return configured
+    host = request.headers.get("host")
+    return None if host is None else f"{request.url.scheme}://{host}"
+
+
+def _secure(request: Request) -> bool:
+    """Whether the session cookie is Secure: the public origin (or this request) is https."""
+    origin = _public_origin(request)
+    return request.url.scheme == "https" or bool(origin and origin.startswith("https://"))
+
+
 def _check_origin(request: Request) -> None:
     if not service.same_origin(
         request.headers.get("origin"),
         request.headers.get("sec-fetch-site"),
-        request.url.scheme,
-        request.headers.get("host"),
+        _public_origin(request),
     ):
         raise Refused(status.HTTP_403_FORBIDDEN, "cross-site request refused")
 
@@ -214,6 +229,8 @@ async def login(request: Request, db: DatabaseDep, settings: SettingsDep) -> Res
         if not isinstance(key, str) or not key.strip() or len(key) > 200:
             return None
         with db.transaction() as session:
+            # A browser signing in again ends the session it held (logout could not reach it).
+            service.sign_out(session, request.cookies.get(service.COOKIE))
             return service.sign_in(session, settings.secret_key_bytes(), key)
 
     created = await run_in_threadpool(create)
@@ -228,14 +245,21 @@ async def login(request: Request, db: DatabaseDep, settings: SettingsDep) -> Res
         path=PREFIX,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=_secure(request),
     )
     return response
 
 
 @router.post("/logout", response_model=None)
-async def logout(request: Request, db: DatabaseDep, signed: SignedInDep) -> Response:
-    await _checked_form(request, signed)
+async def logout(request: Request, db: DatabaseDep) -> Response:
+    """End the session and clear the cookie. A live session needs its CSRF token; an expired or
+    unknown one is just cleared (nothing is left to protect)."""
+    with db.transaction() as session:
+        signed = service.resolve(session, request.cookies.get(service.COOKIE))
+    if signed is not None:
+        await _checked_form(request, signed)
+    else:
+        _check_origin(request)
 
     def delete() -> None:
         with db.transaction() as session:
@@ -248,7 +272,7 @@ async def logout(request: Request, db: DatabaseDep, signed: SignedInDep) -> Resp
         path=PREFIX,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=_secure(request),
     )
     return response
 
@@ -352,6 +376,8 @@ async def upload(
         if fields["schema_source"] == "form" and columns is not None:
             schema = schema_from_rows(columns, fields[EXTRA_FIELD])
             fields["schema"] = json.dumps(schema, indent=2)
+            if len(fields["schema"].encode()) > settings.max_schema_bytes:
+                raise SchemaFormError(f"the schema is limited to {settings.max_schema_bytes} bytes")
             _replace_form_field(request, form, "schema", fields["schema"])
         created = await datasets_api.create_dataset(
             request, db, settings, storage, signed.principal

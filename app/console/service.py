@@ -105,18 +105,21 @@ def csrf_matches(expected: str, presented: object) -> bool:
 
 
 def same_origin(
-    origin: str | None, sec_fetch_site: str | None, scheme: str, host: str | None
+    origin: str | None, sec_fetch_site: str | None, expected_origin: str | None
 ) -> bool:
     """Whether a state-changing request comes from the console's own pages.
 
-    A browser sends ``Sec-Fetch-Site`` (modern browsers) and ``Origin`` (on every POST): a POST
-    that says it is cross-site, or names another origin, is refused. Clients that send neither
-    (not a browser) still need the session cookie and the CSRF token.
+    Modern browsers send ``Sec-Fetch-Site``, which a page cannot forge: ``same-origin`` (or
+    ``none``, typed by the user) is accepted and anything else refused, whatever ``Origin`` says
+    (so a TLS proxy that changes the scheme or Host the app sees does not lock users out).
+    Without it, ``Origin`` must equal ``expected_origin`` (RHOSYNTH_PUBLIC_ORIGIN, else the
+    request's scheme and Host). Clients that send neither (not a browser) still need the
+    session cookie and the CSRF token.
     """
-    if sec_fetch_site is not None and sec_fetch_site not in ("same-origin", "none"):
-        return False
+    if sec_fetch_site is not None:
+        return sec_fetch_site in ("same-origin", "none")
     if origin is not None:
-        if host is None or origin == "null":
+        if expected_origin is None or origin == "null":
             return False
-        return origin.lower() == f"{scheme}://{host}".lower()
+        return origin.lower() == expected_origin.lower()
     return True

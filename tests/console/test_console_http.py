@@ -418,3 +418,36 @@ def test_a_succeeded_job_offers_measurements_and_free_samples(
     assert samples[0]["id"][:8] in listed.text and "queued" in listed.text
     # Not finished: the download is refused with the API's conflict.
     assert analyst.http.get(f"/console/samples/{samples[0]['id']}/output").status_code == 409
+
+
+def test_origin_rules_behind_a_tls_proxy() -> None:
+    """A browser's Sec-Fetch-Site decides when present (a proxy may change the scheme and Host
+    the app sees); without it, Origin must be the public origin."""
+    from app.console.service import same_origin
+
+    public = "http://127.0.0.1:8000"
+    assert same_origin("https://rhosynth.example", "same-origin", public)
+    assert not same_origin("https://rhosynth.example", "cross-site", public)
+    assert not same_origin(public, "same-site", public)
+    assert same_origin(None, "none", public)
+    assert not same_origin("https://rhosynth.example", None, public)
+    assert same_origin("https://rhosynth.example", None, "https://rhosynth.example")
+    assert not same_origin("null", None, public)
+    assert same_origin(None, None, public), "no browser headers: the CSRF token still applies"
+
+
+def test_signing_in_again_ends_the_previous_session(api_stack: Stack, tenant: Tenant) -> None:
+    console = sign_in(api_stack, _key(api_stack, tenant, "owner"))
+    first = console.http.cookies.get("rhosynth_console")
+    again = console.http.post("/console/login", data={"api_key": _key(api_stack, tenant, "owner")})
+    assert again.status_code == 303
+    second = console.http.cookies.get("rhosynth_console")
+    assert first and second and first != second
+    stale = httpx.Client(base_url=api_stack.base_url, follow_redirects=False)
+    stale.cookies.set("rhosynth_console", first, path="/console")
+    assert stale.get("/console/datasets").status_code == 303, "the first session is gone"
+    # Signing out of a session that no longer exists clears the cookie instead of refusing.
+    out = stale.post("/console/logout", data={})
+    assert out.status_code == 303
+    stale.close()
+    console.http.close()
