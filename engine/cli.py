@@ -26,7 +26,6 @@ import csv
 import io
 import json
 import math
-import os
 import sys
 import time
 from collections import Counter
@@ -57,6 +56,7 @@ from engine.discovery.schema import count_batch, provisional, requests_for, reso
 from engine.domain import Dataset
 from engine.encoding import SchemaError, SchemaSpec, TableSchema
 from engine.evaluation import mean_tvd
+from engine.files import atomic_path
 from engine.mechanisms import MECHANISMS, Mechanism, get_mechanism
 from engine.mechanisms.base import resolve_rows
 from engine.release.from_result import record_from_result
@@ -450,14 +450,13 @@ def write_table(
     apostrophe, so such cells do not read back as the values they were drawn from (Parquet keeps
     them unchanged).
     """
-    temporary = out.with_name(f".{out.name}.{os.getpid()}.partial")
     table = (
         schema.to_arrow(frame)
         if schema is not None
         else pa.Table.from_pandas(frame, preserve_index=False)
     )
-    try:
-        parquet = file_format == "parquet" if file_format is not None else _is_parquet_name(out)
+    parquet = file_format == "parquet" if file_format is not None else _is_parquet_name(out)
+    with atomic_path(out) as temporary:
         if parquet:
             pq.write_table(table, temporary, compression="zstd")
         else:
@@ -465,9 +464,6 @@ def write_table(
                 handle.write(csv_header(table.column_names))
                 for batch in table.to_batches(max_chunksize=CSV_BATCH_ROWS):
                     handle.write(csv_rows(batch, table.schema))
-        os.replace(temporary, out)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -569,14 +565,11 @@ def _write_rows(
     in row batches, atomically (as :func:`write_table`, whose formats it keeps): the one path
     from codes to a file, shared by ``synthesize`` and ``sample``."""
     parquet = file_format == "parquet" if file_format is not None else _is_parquet_name(out)
-    temporary = out.with_name(f".{out.name}.{os.getpid()}.partial")
     try:
-        write_synthetic(schema, codes, rng, temporary, "parquet" if parquet else "csv")
-        os.replace(temporary, out)
+        with atomic_path(out) as temporary:
+            write_synthetic(schema, codes, rng, temporary, "parquet" if parquet else "csv")
     except OSError as error:
         raise CommandError(f"--out: cannot write {str(out)!r} ({error.strerror})") from None
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def _is_parquet_name(out: Path) -> bool:
@@ -907,14 +900,11 @@ def _write_text(out: Path, text: str, option: str) -> None:
 
 
 def _write_bytes(out: Path, data: bytes, option: str) -> None:
-    temporary = out.with_name(f".{out.name}.{os.getpid()}.partial")
     try:
-        temporary.write_bytes(data)
-        os.replace(temporary, out)
+        with atomic_path(out) as temporary:
+            temporary.write_bytes(data)
     except OSError as error:
         raise CommandError(f"{option}: cannot write {str(out)!r} ({error.strerror})") from None
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def _load_record(path: Path, schema: TableSchema) -> ReleaseRecord:

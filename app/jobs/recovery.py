@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -48,20 +48,27 @@ class RecoveryReport:
     expired: list[uuid.UUID] = field(default_factory=list)
 
 
-def _expired_leases(factory: sessionmaker[Session]) -> Iterator[uuid.UUID]:
-    """Every running job whose lease had run out when the walk started, in pages.
+LeaseKey = tuple[datetime, uuid.UUID]
 
-    Keyset paging by (lease end, id) from a fixed ``now``: each job is seen once, however many
-    leases expired (a single page left the rest for the next run, and a backlog of more than a
-    page could starve a job's recovery indefinitely).
+
+def expired_in_pages(
+    factory: sessionmaker[Session],
+    fetch: Callable[[Session, datetime, int, LeaseKey | None], list[LeaseKey]],
+) -> Iterator[uuid.UUID]:
+    """Every id whose lease had run out when the walk started, in pages of ``_PAGE``.
+
+    ``fetch(session, now, limit, after)`` returns the (lease end, id) keys after ``after`` in
+    order (keyset paging from a fixed ``now``): each is seen once, however many leases expired
+    (a single page per pass left the rest behind a backlog indefinitely). Jobs and derived
+    samples both recover through it.
     """
     now = utcnow()
-    after: tuple[datetime, uuid.UUID] | None = None
+    after: LeaseKey | None = None
     while True:
         with transaction(factory) as session:
-            page = repository.expired_running(session, now, limit=_PAGE, after=after)
-        for _, job_id in page:
-            yield job_id
+            page = fetch(session, now, _PAGE, after)
+        for _, item_id in page:
+            yield item_id
         if len(page) < _PAGE:
             return
         after = page[-1]
@@ -71,7 +78,7 @@ def recover_jobs(settings: Settings) -> RecoveryReport:
     factory = get_session_factory(settings.sqlalchemy_url)
     report = RecoveryReport()
 
-    for job_id in _expired_leases(factory):
+    for job_id in expired_in_pages(factory, repository.expired_running):
         with transaction(factory) as session:
             outcome = repository.recover_expired(
                 session,

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from app.config import Settings
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
 from app.jobs import dispatch
+from app.jobs.recovery import expired_in_pages
 from app.samples import repository
 from workers.celery_app import RUN_SAMPLE_TASK
 
 SAMPLE_LOST = "the sample's worker stopped responding on every attempt; it cost nothing"
-_PAGE = 100
 
 
 def recover_samples(settings: Settings) -> list[uuid.UUID]:
@@ -21,26 +21,18 @@ def recover_samples(settings: Settings) -> list[uuid.UUID]:
     messages of samples queued too long. Returns the samples whose message was sent."""
     factory = get_session_factory(settings.sqlalchemy_url)
     sent: list[uuid.UUID] = []
-    now = utcnow()
-    after: tuple[datetime, uuid.UUID] | None = None
-    while True:
+    for sample_id in expired_in_pages(factory, repository.expired_running):
         with transaction(factory) as session:
-            expired = repository.expired_running(session, now, _PAGE, after)
-        for _, sample_id in expired:
-            with transaction(factory) as session:
-                outcome = repository.recover_expired(
-                    session,
-                    sample_id,
-                    now=utcnow(),
-                    max_attempts=settings.job_max_attempts,
-                    error=SAMPLE_LOST,
-                )
-            if outcome == "requeued":
-                dispatch.enqueue_job(settings, sample_id, RUN_SAMPLE_TASK)
-                sent.append(sample_id)
-        if len(expired) < _PAGE:
-            break
-        after = expired[-1]
+            outcome = repository.recover_expired(
+                session,
+                sample_id,
+                now=utcnow(),
+                max_attempts=settings.job_max_attempts,
+                error=SAMPLE_LOST,
+            )
+        if outcome == "requeued":
+            dispatch.enqueue_job(settings, sample_id, RUN_SAMPLE_TASK)
+            sent.append(sample_id)
     with transaction(factory) as session:
         now = utcnow()
         stale = repository.touch_stale_queued(

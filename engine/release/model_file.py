@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import zipfile
 import zlib
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.encoding import SchemaError, TableSchema
+from engine.files import atomic_path
 from engine.release.model import FittedModel, ModelError
 
 MODEL_FILE_VERSION = 1
@@ -86,12 +86,8 @@ def read_model_file(data: bytes) -> tuple[FittedModel, TableSchema]:
 def write_model_file(path: Path, model: FittedModel, schema: TableSchema) -> None:
     """Write the file atomically (a temporary file beside ``path``, then renamed)."""
     data = model_file_bytes(model, schema)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
+    with atomic_path(path) as temporary:
         temporary.write_bytes(data)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def load_model_file(path: Path) -> tuple[FittedModel, TableSchema]:

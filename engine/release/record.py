@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -293,12 +293,3 @@ class ReleaseRecord:
             charges=tuple(Charge.from_json(c) for c in header["charges"]),
             extra=header.get("extra", {}),
         )
-
-
-def axis_maps_for(
-    attributes: Sequence[str],
-    compressed: Mapping[str, IntArray | None],
-) -> tuple[IntArray | None, ...]:
-    """The axis maps of a marginal of ``attributes`` measured on compressed codes, where
-    ``compressed[name]`` is that attribute's original → compressed code map (None: unchanged)."""
-    return tuple(compressed.get(name) for name in attributes)

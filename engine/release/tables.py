@@ -9,7 +9,6 @@ The counts are the released noisy counts, integers that can be negative; nothing
 from __future__ import annotations
 
 import itertools
-import math
 from typing import Any
 
 import numpy as np
@@ -104,7 +103,3 @@ def measurements_arrow(record: ReleaseRecord, schema: TableSchema) -> pa.Table:
             "sigma": pa.array(sigma_col, pa.float64()),
         }
     )
-
-
-def total_cells(record: ReleaseRecord) -> int:
-    return sum(math.prod(m.noisy_counts.shape) for m in record.marginals)
