@@ -214,15 +214,38 @@ def home(request: Request, db: DatabaseDep) -> RedirectResponse:
     return _redirect(f"{PREFIX}/datasets" if signed else f"{PREFIX}/login")
 
 
+def _login_page(request: Request, error: str | None, status_code: int = 200) -> HTMLResponse:
+    """The sign-in form with a fresh form token, also set as the sign-in cookie."""
+    token = service.new_login_token()
+    response = _page(request, "login.html", {"error": error, "login_token": token}, status_code)
+    response.set_cookie(
+        service.LOGIN_COOKIE,
+        token,
+        max_age=int(service.LOGIN_FORM_LIFETIME.total_seconds()),
+        path=f"{PREFIX}/login",
+        httponly=True,
+        samesite="strict",
+        secure=_secure(request),
+    )
+    return response
+
+
 @router.get("/login", response_class=HTMLResponse)
 def login_page(request: Request) -> HTMLResponse:
-    return _page(request, "login.html", {"error": None})
+    return _login_page(request, None)
 
 
 @router.post("/login", response_model=None)
 async def login(request: Request, db: DatabaseDep, settings: SettingsDep) -> Response:
     _check_origin(request)
     form = await request.form(max_files=0, max_fields=5)
+    # Login CSRF: the form's token must equal the sign-in cookie, which only this site's own
+    # sign-in page can have set in this browser.
+    expected = request.cookies.get(service.LOGIN_COOKIE)
+    if not expected or not service.csrf_matches(expected, form.get(service.CSRF_FIELD)):
+        return _login_page(
+            request, "the sign-in form expired; sign in again", status.HTTP_403_FORBIDDEN
+        )
     key = form.get("api_key")
 
     def create() -> tuple[str, service.SignedIn] | None:
@@ -235,9 +258,10 @@ async def login(request: Request, db: DatabaseDep, settings: SettingsDep) -> Res
 
     created = await run_in_threadpool(create)
     if created is None:
-        return _page(request, "login.html", {"error": "invalid API key"}, status_code=401)
+        return _login_page(request, "invalid API key", status.HTTP_401_UNAUTHORIZED)
     token, _signed = created
     response = _redirect(f"{PREFIX}/datasets")
+    response.delete_cookie(service.LOGIN_COOKIE, path=f"{PREFIX}/login")
     response.set_cookie(
         service.COOKIE,
         token,

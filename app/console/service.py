@@ -27,6 +27,11 @@ from app.console.models import ConsoleSession
 from app.db.base import utcnow
 
 COOKIE = "rhosynth_console"
+# The sign-in form's token lives in its own cookie (double submit): a page on another site can
+# neither read it nor, with SameSite=Strict, make the browser send it, so it cannot sign a
+# victim's browser in to the attacker's key (login CSRF).
+LOGIN_COOKIE = "rhosynth_login"
+LOGIN_FORM_LIFETIME = timedelta(hours=1)
 SESSION_LIFETIME = timedelta(hours=8)
 CSRF_FIELD = "csrf"
 
@@ -95,6 +100,11 @@ def sign_out(session: Session, token: str | None) -> None:
     if token:
         session.execute(delete(ConsoleSession).where(ConsoleSession.token_hash == _hash(token)))
         session.flush()
+
+
+def new_login_token() -> str:
+    """A fresh token for one sign-in form (set as LOGIN_COOKIE and as the form's hidden field)."""
+    return secrets.token_urlsafe(32)
 
 
 def csrf_matches(expected: str, presented: object) -> bool:

@@ -32,9 +32,23 @@ class Console:
         self.http.close()
 
 
+def post_login(http: httpx.Client, key: str, **kwargs: object) -> httpx.Response:
+    """Submit the sign-in form as a browser does: load it (which sets the sign-in cookie), then
+    post the key with the form's token."""
+    page = http.get("/console/login")
+    assert page.status_code == 200, page.text
+    found = TOKEN.search(page.text)
+    assert found, "the sign-in form carries a form token"
+    return http.post(
+        "/console/login",
+        data={"api_key": key, "csrf": found.group(1)},
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
 def sign_in(stack: Stack, key: str) -> Console:
     http = httpx.Client(base_url=stack.base_url, timeout=60, follow_redirects=False)
-    response = http.post("/console/login", data={"api_key": key})
+    response = post_login(http, key)
     assert response.status_code == 303, response.text
     return Console(http, response)
 

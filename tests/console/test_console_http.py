@@ -20,7 +20,7 @@ from app.db.base import utcnow
 from app.db.session import get_session_factory
 from app.jobs import execution
 from tests.conftest import Tenant, make_tenant
-from tests.console.support import Console, form_fields, sign_in
+from tests.console.support import TOKEN, Console, form_fields, post_login, sign_in
 from tests.support.api import upload
 from tests.support.stack import Stack
 
@@ -57,8 +57,8 @@ def _total_rho(tenant: Tenant, dataset_id: str) -> str:
 
 
 def test_sign_in_sets_a_strict_http_only_session_cookie(api_stack: Stack, owner: Console) -> None:
-    cookie = owner.sign_in_response.headers["set-cookie"]
-    assert cookie.startswith("rhosynth_console=")
+    cookies = owner.sign_in_response.headers.get_list("set-cookie")
+    [cookie] = [c for c in cookies if c.startswith("rhosynth_console=")]
     flags = [part.strip().lower() for part in cookie.split(";")]
     assert "httponly" in flags
     assert "samesite=strict" in flags
@@ -75,15 +75,46 @@ def test_sign_in_sets_a_strict_http_only_session_cookie(api_stack: Stack, owner:
 
 def test_a_wrong_key_is_refused_and_pages_need_a_session(api_stack: Stack) -> None:
     with httpx.Client(base_url=api_stack.base_url, follow_redirects=False) as http:
-        refused = http.post("/console/login", data={"api_key": "rhs_not-a-key"})
+        refused = post_login(http, "rhs_not-a-key")
         assert refused.status_code == 401
-        assert "set-cookie" not in refused.headers
+        set_cookies = " ".join(refused.headers.get_list("set-cookie"))
+        assert "rhosynth_console=" not in set_cookies, "no session for a wrong key"
         assert "invalid API key" in refused.text
         page = http.get("/console/datasets")
         assert page.status_code == 303
         assert page.headers["location"] == "/console/login"
         http.cookies.set("rhosynth_console", "made-up")
         assert http.get("/console/datasets").status_code == 303
+
+
+def test_sign_in_needs_the_token_of_a_sign_in_form_this_browser_loaded(
+    api_stack: Stack, tenant: Tenant
+) -> None:
+    """Login CSRF: a page on another site posting the attacker's key into the victim's browser
+    (which sends neither Origin nor Sec-Fetch-Site here, as an old browser would) is refused,
+    because the form token must match the sign-in cookie that only this site's form sets."""
+    key = _key(api_stack, tenant, "owner")
+    with httpx.Client(base_url=api_stack.base_url, follow_redirects=False) as victim:
+        no_token = victim.post("/console/login", data={"api_key": key})
+        assert no_token.status_code == 403
+        assert "sign-in form expired" in no_token.text
+        # The attacker's own form token (from the attacker's own visit) does not match the
+        # victim's cookie.
+        with httpx.Client(base_url=api_stack.base_url) as attacker:
+            found = TOKEN.search(attacker.get("/console/login").text)
+            assert found
+        victim.get("/console/login")
+        forged = victim.post("/console/login", data={"api_key": key, "csrf": found.group(1)})
+        assert forged.status_code == 403
+        for response in (no_token, forged):
+            assert "rhosynth_console=" not in " ".join(response.headers.get_list("set-cookie"))
+        assert victim.get("/console/datasets").status_code == 303, "not signed in"
+        # The form the victim's own browser loaded signs in, and its one-time cookie is cleared.
+        signed = post_login(victim, key)
+        assert signed.status_code == 303
+        cleared = [c for c in signed.headers.get_list("set-cookie") if "rhosynth_login=" in c]
+        assert cleared and "Max-Age=0" in cleared[0]
+        assert victim.get("/console/datasets").status_code == 200
 
 
 def test_a_post_without_the_form_token_or_from_another_site_is_refused(
@@ -220,7 +251,7 @@ def test_every_console_page_sets_the_security_headers(
         owner.http.get(f"/console/jobs/{job['id']}"),
         owner.http.get("/console/jobs/00000000-0000-0000-0000-000000000000"),
         owner.http.get("/console/static/console.css"),
-        owner.http.post("/console/login", data={"api_key": "wrong"}),
+        post_login(owner.http, "wrong"),
     ]
     assert [p.status_code for p in pages] == [200, 303, 200, 200, 200, 200, 404, 200, 401]
     for page in pages:
@@ -439,7 +470,7 @@ def test_origin_rules_behind_a_tls_proxy() -> None:
 def test_signing_in_again_ends_the_previous_session(api_stack: Stack, tenant: Tenant) -> None:
     console = sign_in(api_stack, _key(api_stack, tenant, "owner"))
     first = console.http.cookies.get("rhosynth_console")
-    again = console.http.post("/console/login", data={"api_key": _key(api_stack, tenant, "owner")})
+    again = post_login(console.http, _key(api_stack, tenant, "owner"))
     assert again.status_code == 303
     second = console.http.cookies.get("rhosynth_console")
     assert first and second and first != second
