@@ -75,7 +75,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(reports_router)
     app.include_router(samples_router)
     app.include_router(auth_router)
-    console.install(app)
 
     def body_limit(scope: Scope) -> int:
         path = scope.get("path", "").rstrip("/") if scope.get("method") == "POST" else None
@@ -87,6 +86,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return settings.max_json_body_bytes
 
     app.add_middleware(BodySizeLimitMiddleware, limit_for=body_limit)
+    # After the body limit, so the console's headers middleware wraps it and its 413s too.
+    console.install(app)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
 
     @app.exception_handler(exc.OperationalError)

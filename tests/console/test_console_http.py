@@ -117,6 +117,21 @@ def test_sign_in_needs_the_token_of_a_sign_in_form_this_browser_loaded(
         assert victim.get("/console/datasets").status_code == 200
 
 
+def test_a_body_over_the_limit_is_refused_with_the_console_headers(
+    owner: Console, dataset: dict[str, Any]
+) -> None:
+    """The body-size limit answers 413 before the console sees the request; the console's
+    security headers still wrap that answer."""
+    response = owner.http.post(
+        f"/console/datasets/{dataset['id']}/grant",
+        content=b"add_rho=" + b"1" * (4 * 1024 * 1024),
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert response.status_code == 413
+    assert "default-src 'self'" in response.headers["content-security-policy"]
+    assert response.headers["x-frame-options"] == "DENY"
+
+
 def test_a_post_without_the_form_token_or_from_another_site_is_refused(
     tenant: Tenant, owner: Console, dataset: dict[str, Any]
 ) -> None:
