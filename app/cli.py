@@ -37,6 +37,19 @@ def _settings() -> Settings:
         raise click.ClickException(str(error)) from None
 
 
+def _check_storage(settings: Settings) -> None:
+    """Refuse to start a server or worker whose storage cannot be used (an unreachable bucket,
+    wrong credentials, a storage directory that cannot be written), naming it."""
+    from app.storage import open_storage
+
+    storage = open_storage(settings)
+    try:
+        storage.check()
+    except OSError as error:
+        raise click.ClickException(f"storage unusable ({storage.describe()}): {error}") from None
+    click.echo(f"storage: {storage.describe()}", err=True)
+
+
 def existing_database(settings: Settings) -> None:
     """For commands that use the service's database but must not create one: in embedded mode,
     refuse when the SQLite file does not exist (a different RHOSYNTH_HOME than the server's would
@@ -151,6 +164,7 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
 
     settings = _settings()
     _configure_logging(settings)
+    _check_storage(settings)
     uvicorn.run(
         "app.main:create_app",
         factory=True,
@@ -184,6 +198,7 @@ def worker(concurrency: int | None, pool: str) -> None:
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     processes = concurrency or settings.worker_concurrency
     _check_memory_limit(settings, processes)
+    _check_storage(settings)
     from workers.tasks import celery_app
 
     celery_app.worker_main(
