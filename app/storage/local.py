@@ -86,13 +86,18 @@ class LocalStorage(Storage):
         if not base.is_dir():
             return
         root = self.root.resolve()
-        for file in sorted(base.rglob("*")):
+        found: list[StoredObject] = []
+        for file in base.rglob("*"):
             try:
                 stat = file.stat()
             except FileNotFoundError:
                 continue  # removed while listing
             if file.is_file():
-                yield StoredObject(file.relative_to(root).as_posix(), stat.st_size, stat.st_mtime)
+                found.append(
+                    StoredObject(file.relative_to(root).as_posix(), stat.st_size, stat.st_mtime)
+                )
+        # Key order, as an object store lists them (not path order: "a.parquet" < "a/b").
+        yield from sorted(found, key=lambda stored: stored.key)
 
     def sweep_scratch(self, grace_seconds: float, now: float | None = None) -> list[str]:
         return [f"tmp/{name}" for name in sweep_directory(self.root / "tmp", grace_seconds, now)]

@@ -248,8 +248,11 @@ class S3Storage(Storage):
         return removed
 
     def check(self) -> None:
-        with self._errors("access", "/"):
-            self._client.head_bucket(Bucket=self.bucket)
+        try:
+            with self._errors("access", "/"):
+                self._client.head_bucket(Bucket=self.bucket)
+        except ObjectMissing:
+            raise StorageUnavailable(f"bucket {self.bucket!r} does not exist") from None
 
     def describe(self) -> str:
         where = f"s3://{self.bucket}/{self.location.prefix}".rstrip("/")
