@@ -241,9 +241,10 @@ def create_dataset(
     except BaseException:
         # A refused table, or storage that cannot be written: leave nothing behind.
         with contextlib.suppress(OSError):
-            temp.unlink(missing_ok=True)
             storage.delete_tree(dataset_prefix(dataset_id))
         raise
+    finally:
+        temp.unlink(missing_ok=True)  # an object store copies it; a local disk moved it
     try:
         dataset = repository.add(
             session,
