@@ -110,8 +110,22 @@ class S3Storage(Storage):
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
-        self._client: S3Client = boto3.session.Session().client(
+        session = boto3.session.Session()
+        self._client: S3Client = session.client(
             "s3", endpoint_url=options.endpoint_url, config=config
+        )
+        # /healthz and the startup check: one try with short timeouts, so that a store that
+        # does not answer is reported within the health deadline instead of being retried.
+        self._probe: S3Client = session.client(
+            "s3",
+            endpoint_url=options.endpoint_url,
+            config=config.merge(
+                Config(
+                    retries={"mode": "standard", "max_attempts": 1},
+                    connect_timeout=1,
+                    read_timeout=1,
+                )
+            ),
         )
         self._transfer = TransferConfig(
             multipart_threshold=options.multipart_threshold,
@@ -250,7 +264,7 @@ class S3Storage(Storage):
     def check(self) -> None:
         try:
             with self._errors("access", "/"):
-                self._client.head_bucket(Bucket=self.bucket)
+                self._probe.head_bucket(Bucket=self.bucket)
         except ObjectMissing:
             raise StorageUnavailable(f"bucket {self.bucket!r} does not exist") from None
 

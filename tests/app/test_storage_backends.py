@@ -17,7 +17,9 @@ import pytest
 from app.storage import LocalStorage, ObjectMissing, Storage, StorageUnavailable
 from app.storage import s3 as s3_module
 from app.storage.s3 import S3Location, S3Options, S3Storage
+from tests.conftest import Tenant
 from tests.support.s3 import REGION, S3Server
+from tests.support.stack import Stack
 
 MIB = 1024 * 1024
 # Small parts so that a test object spans several: S3's smallest part is 5 MiB.
@@ -166,9 +168,7 @@ def test_delete_tree_in_batches(
         _put(storage, f"samples/s/attempt-{index}.parquet", b"x")
     _put(storage, "samples/t/attempt-1.parquet", b"kept")
     storage.delete_tree("samples/s")
-    assert [item.key for item in storage.list_objects("samples")] == [
-        "samples/t/attempt-1.parquet"
-    ]
+    assert [item.key for item in storage.list_objects("samples")] == ["samples/t/attempt-1.parquet"]
 
 
 def test_missing_keys(storage: Storage) -> None:
@@ -218,9 +218,7 @@ def test_unfinished_multipart_uploads_are_aborted(s3_server: S3Server, tmp_path:
     initiated = pending()[0]["Initiated"].timestamp()
     assert storage.sweep_scratch(50, now=initiated + 10) == []  # a live upload
     assert [u["UploadId"] for u in pending()] == [upload["UploadId"]]
-    assert storage.sweep_scratch(50, now=initiated + 100) == [
-        "upload:outputs/j/attempt-1.parquet"
-    ]
+    assert storage.sweep_scratch(50, now=initiated + 100) == ["upload:outputs/j/attempt-1.parquet"]
     assert pending() == []
 
 
@@ -248,3 +246,52 @@ def test_unreachable_store_is_storage_unavailable(s3_server: S3Server, tmp_path:
     with pytest.raises(StorageUnavailable) as raised:
         nobody.check()
     assert isinstance(raised.value, OSError)
+
+
+def test_api_answers_503_while_the_object_store_is_unreachable(
+    api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str
+) -> None:
+    """Uploads, downloads and /healthz when no S3 server answers: a retryable 503, as for a
+    full disk, and /healthz names storage as the part that is down."""
+    from fastapi.testclient import TestClient
+    from sqlalchemy import update
+
+    from app.jobs.models import Job
+    from app.main import create_app
+    from tests.support.api import create_dataset, submit, upload
+    from tests.support.stack import free_port
+
+    dataset = create_dataset(tenant.owner, people_csv, people_schema)
+    job_id = submit(tenant.analyst, dataset["id"]).json()["id"]
+    with api_stack.session() as session:
+        session.execute(
+            update(Job)
+            .where(Job.id == uuid.UUID(job_id))
+            .values(status="succeeded", output_key=f"outputs/{job_id}/attempt-1.parquet")
+        )
+    settings = api_stack.settings.model_copy(
+        update={
+            "storage_url": "s3://nowhere/rhosynth",
+            "s3_endpoint_url": f"http://127.0.0.1:{free_port()}",
+            "s3_region": REGION,
+        }
+    )
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        health = client.get("/healthz")
+        assert health.status_code == 503
+        assert health.json() == {
+            "status": "unavailable",
+            "database": "ok",
+            "storage": "unavailable",
+        }
+
+        client.headers["Authorization"] = tenant.owner.headers["Authorization"]
+        stored = upload(client, people_csv, people_schema)  # type: ignore[arg-type]
+        assert stored.status_code == 503 and stored.headers["Retry-After"] == "60", stored.text
+
+        download = client.get(f"/v1/jobs/{job_id}/output", params={"format": "parquet"})
+        assert download.status_code == 503 and download.headers["Retry-After"] == "60"
+        assert download.json() == {
+            "detail": "the service cannot reach its storage right now; retry later"
+        }
+    assert len(tenant.owner.get("/v1/datasets").json()["items"]) == 1  # the first one only

@@ -130,9 +130,9 @@ def test_release_flow_through_the_object_store(
         for fmt in ("json", "parquet", "npz"):
             measured = tenant.analyst.get(f"/v1/jobs/{job_id}/measurements", params={"format": fmt})
             assert measured.status_code == 200 and measured.content, fmt
-        assert json.loads(
-            tenant.analyst.get(f"/v1/jobs/{job_id}/measurements").content
-        ), "the JSON measurements"
+        assert json.loads(tenant.analyst.get(f"/v1/jobs/{job_id}/measurements").content), (
+            "the JSON measurements"
+        )
         model = tenant.analyst.get(f"/v1/jobs/{job_id}/model")
         assert model.status_code == 200 and len(model.content) > 0
 
