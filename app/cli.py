@@ -7,6 +7,7 @@ they use the embedded defaults under RHOSYNTH_HOME (default ./var).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -48,6 +49,10 @@ def _check_storage(settings: Settings) -> None:
     except OSError as error:
         raise click.ClickException(f"storage unusable ({storage.describe()}): {error}") from None
     click.echo(f"storage: {storage.describe()}", err=True)
+    # Scratch files a killed process of this host left (workers also sweep in their loop).
+    grace = settings.job_time_limit_seconds + 3600
+    with contextlib.suppress(OSError):
+        storage.sweep_scratch(grace)
 
 
 def existing_database(settings: Settings) -> None:
