@@ -431,9 +431,13 @@ def _read_table(storage: Storage, key: str, schema: TableSchema) -> npt.NDArray[
 
 
 def _discard(storage: Storage, output_key: str, writer: ArtefactWriter) -> None:
-    """Remove what an attempt that will not publish wrote (the sweep removes what this misses)."""
-    storage.delete(output_key)
-    writer.delete_all()
+    """Remove what an attempt that will not publish wrote (the sweep removes what this misses:
+    storage that fails here must not keep the attempt from recording its outcome)."""
+    try:
+        storage.delete(output_key)
+        writer.delete_all()
+    except OSError:
+        logger.warning("could not remove the unpublished files of %s", output_key, exc_info=True)
 
 
 def _ring_for_capped_jobs(factory: sessionmaker[Session], settings: Settings) -> None:

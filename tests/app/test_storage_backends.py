@@ -295,3 +295,71 @@ def test_api_answers_503_while_the_object_store_is_unreachable(
             "detail": "the service cannot reach its storage right now; retry later"
         }
     assert len(tenant.owner.get("/v1/datasets").json()["items"]) == 1  # the first one only
+
+
+def test_serve_refuses_to_start_without_its_bucket(s3_server: S3Server, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RHOSYNTH_")}
+    env.update(
+        RHOSYNTH_DATABASE_URL="postgresql://nobody@127.0.0.1:1/none",
+        RHOSYNTH_BROKER_URL="redis://127.0.0.1:1/0",
+        RHOSYNTH_SECRET_KEY="k" * 40,
+        RHOSYNTH_HOME=str(tmp_path),
+        RHOSYNTH_STORAGE_URL="s3://absent-bucket/rhosynth",
+        RHOSYNTH_S3_ENDPOINT_URL=s3_server.endpoint,
+        RHOSYNTH_S3_ADDRESSING_STYLE="path",
+    )
+    started = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--port", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert started.returncode == 1, started.stderr
+    assert "storage unusable (object store s3://absent-bucket/rhosynth at" in started.stderr
+    assert "bucket 'absent-bucket' does not exist" in started.stderr
+
+
+def test_erasure_that_fails_after_the_commit_is_finished_by_the_sweep(
+    api_stack: Stack,
+    tenant: Tenant,
+    tmp_path: Path,
+    people_csv: bytes,
+    people_schema: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The deletion is committed, so DELETE answers 200 even when the store refuses to erase;
+    the sweep removes the deleted dataset's table on its next pass, whatever its age."""
+    import logging
+
+    from fastapi.testclient import TestClient
+
+    from app.jobs.sweep import sweep_storage
+    from app.main import create_app
+    from tests.support.api import create_dataset
+
+    settings = api_stack.settings.model_copy(update={"storage_dir": tmp_path / "storage"})
+    table = tmp_path / "storage" / "datasets"
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        client.headers["Authorization"] = tenant.owner.headers["Authorization"]
+        dataset = create_dataset(client, people_csv, people_schema)  # type: ignore[arg-type]
+        assert (table / dataset["id"] / "table.parquet").is_file()
+
+        def refuse(self: LocalStorage, prefix: str) -> None:
+            raise StorageUnavailable("the store is down")
+
+        monkeypatch.setattr(LocalStorage, "delete_tree", refuse)
+        with caplog.at_level(logging.ERROR, logger="app.datasets.service"):
+            deleted = client.delete(f"/v1/datasets/{dataset['id']}")
+        assert deleted.status_code == 200 and deleted.json()["deleted_at"]
+        assert f"dataset {dataset['id']}: erasing its stored files failed" in caplog.text
+        assert (table / dataset["id"] / "table.parquet").is_file()
+
+    monkeypatch.undo()
+    report = sweep_storage(settings, grace_seconds=3600)
+    assert report.removed == [f"datasets/{dataset['id']}"]
+    assert not (table / dataset["id"]).exists()
