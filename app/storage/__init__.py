@@ -53,8 +53,24 @@ def open_storage(settings: Settings) -> Storage:
         settings.s3_region,
         settings.s3_addressing_style,
         settings.resolved_scratch_dir,
+        _transfer_threads(),
         os.getpid(),
     )
+
+
+def _transfer_threads() -> int:
+    """Parts moved at once by one upload or download: 4, or 1 (no transfer threads) in a process
+    with an address-space limit, such as a worker's job process (workers/limits.py): each
+    thread's stack and malloc arena count against that limit. Measured on a 200 MiB transfer to
+    a loopback S3 server: 4 threads grew the address space by 360 MiB (upload) and 430 MiB
+    (download) for about the same time; 1 thread grew it by nothing."""
+    try:
+        import resource
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, AttributeError, ValueError, OSError):
+        return 4
+    return 4 if soft == resource.RLIM_INFINITY else 1
 
 
 @lru_cache(maxsize=8)
@@ -64,6 +80,7 @@ def _s3_storage(
     region: str | None,
     addressing_style: Literal["auto", "path", "virtual"],
     scratch: Path,
+    transfer_threads: int,
     pid: int,
 ) -> Storage:
     del pid  # part of the cache key only: a client must not cross a fork
@@ -76,6 +93,7 @@ def _s3_storage(
             endpoint_url=endpoint_url,
             region=region,
             addressing_style=addressing_style,
+            max_concurrency=transfer_threads,
         ),
     )
 

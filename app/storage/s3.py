@@ -132,7 +132,7 @@ class S3Storage(Storage):
             multipart_chunksize=options.multipart_chunksize,
             max_concurrency=options.max_concurrency,
             max_io_queue=16,
-            use_threads=True,
+            use_threads=options.max_concurrency > 1,
             preferred_transfer_client="classic",
         )
 
