@@ -7,6 +7,7 @@ they use the embedded defaults under RHOSYNTH_HOME (default ./var).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -35,6 +36,23 @@ def _settings() -> Settings:
         return get_settings()
     except ConfigurationError as error:  # names the variables, never their values
         raise click.ClickException(str(error)) from None
+
+
+def _check_storage(settings: Settings) -> None:
+    """Refuse to start a server or worker whose storage cannot be used (an unreachable bucket,
+    wrong credentials, a storage directory that cannot be written), naming it."""
+    from app.storage import open_storage
+
+    storage = open_storage(settings)
+    try:
+        storage.check()
+    except OSError as error:
+        raise click.ClickException(f"storage unusable ({storage.describe()}): {error}") from None
+    click.echo(f"storage: {storage.describe()}", err=True)
+    # Scratch files a killed process of this host left (workers also sweep in their loop).
+    grace = settings.job_time_limit_seconds + 3600
+    with contextlib.suppress(OSError):
+        storage.sweep_scratch(grace)
 
 
 def existing_database(settings: Settings) -> None:
@@ -151,6 +169,7 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
 
     settings = _settings()
     _configure_logging(settings)
+    _check_storage(settings)
     uvicorn.run(
         "app.main:create_app",
         factory=True,
@@ -184,6 +203,7 @@ def worker(concurrency: int | None, pool: str) -> None:
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     processes = concurrency or settings.worker_concurrency
     _check_memory_limit(settings, processes)
+    _check_storage(settings)
     from workers.tasks import celery_app
 
     celery_app.worker_main(

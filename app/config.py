@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -39,6 +40,19 @@ class Settings(BaseSettings):
     database_url: str | None = None
     broker_url: str | None = None
     storage_dir: Path | None = None
+    # An S3-compatible object store instead of a local directory (docs/operations.md,
+    # "Multi-host deployment"): s3://bucket or s3://bucket/prefix. Credentials come from the
+    # standard AWS chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, instance roles).
+    storage_url: str | None = Field(
+        default=None, pattern=r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/[^\s]*)?$"
+    )
+    s3_endpoint_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    s3_region: str | None = None
+    s3_addressing_style: Literal["auto", "path", "virtual"] = "auto"
+    # With an object store: the local directory for files being written before upload,
+    # spooled uploads and downloaded copies (default: $RHOSYNTH_STORAGE_DIR/tmp if set, else the
+    # system's temporary directory). Each host has its own; it is never shared.
+    scratch_dir: Path | None = None
     secret_key: SecretStr | None = None
     queue: str = "rhosynth"
 
@@ -134,8 +148,18 @@ class Settings(BaseSettings):
                 )
             if self.broker_url is None:
                 raise ValueError("RHOSYNTH_BROKER_URL is required in production mode")
-            if self.storage_dir is None:
-                raise ValueError("RHOSYNTH_STORAGE_DIR is required in production mode")
+            if self.storage_dir is None and self.storage_url is None:
+                raise ValueError(
+                    "RHOSYNTH_STORAGE_DIR or RHOSYNTH_STORAGE_URL is required in production mode"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _check_storage_url(self) -> Settings:
+        if self.storage_url is not None:
+            prefix = self.storage_url.removeprefix("s3://").partition("/")[2].strip("/")
+            if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
+                raise ValueError("RHOSYNTH_STORAGE_URL: the prefix must be a plain relative path")
         return self
 
     @property
@@ -169,6 +193,16 @@ class Settings(BaseSettings):
         if self.storage_dir is None:
             return self.resolved_home / "storage"
         return self.storage_dir.expanduser().resolve()
+
+    @property
+    def resolved_scratch_dir(self) -> Path:
+        """Local scratch space of the object-store backend (the local backend writes its
+        temporary files under its root's ``tmp/``, on the same filesystem as its objects)."""
+        if self.scratch_dir is not None:
+            return self.scratch_dir.expanduser().resolve()
+        if self.storage_dir is not None:
+            return self.resolved_storage_dir / "tmp"
+        return Path(tempfile.gettempdir()) / "rhosynth-scratch"
 
     def secret_key_bytes(self) -> bytes:
         """The HMAC key for API keys. Embedded mode keeps a generated key in the home folder."""

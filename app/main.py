@@ -26,6 +26,7 @@ from app.drafts.endpoints import router as drafts_router
 from app.jobs.endpoints import router as jobs_router
 from app.reports.endpoints import router as reports_router
 from app.samples.endpoints import router as samples_router
+from app.storage import StorageUnavailable, open_storage
 
 logger = logging.getLogger(__name__)
 HEALTH_DEADLINE_SECONDS = 1.0
@@ -110,6 +111,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             headers={"Retry-After": "1"},
         )
 
+    @app.exception_handler(StorageUnavailable)
+    def storage_unavailable(_request: Request, error: Exception) -> JSONResponse:
+        # The object store is unreachable or refused the request (app/storage/s3.py): the same
+        # retryable answer as a full disk on an upload (app/api/uploads.py).
+        logger.error("storage unavailable, answering 503: %s", error, exc_info=error)
+        return JSONResponse(
+            {"detail": "the service cannot reach its storage right now; retry later"},
+            status_code=503,
+            headers={"Retry-After": "60"},
+        )
+
     # /healthz must answer within a second even while a burst occupies every thread of the
     # request pool and every pooled connection: it has its own thread (one check at a time), its
     # own one-connection engine and a deadline.
@@ -119,24 +131,47 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         with get_health_engine(settings.sqlalchemy_url).connect() as connection:
             connection.execute(text("SELECT 1"))
 
+    def check_storage() -> None:
+        open_storage(settings).check()
+
     @app.get(
         "/healthz",
         tags=["health"],
         responses={
             200: {"description": "ready"},
-            503: {"description": "database unreachable or not answering within 1 s"},
+            503: {
+                "description": "database or storage unreachable or not answering within 1 s "
+                "(the body says which)"
+            },
         },
     )
     async def healthz() -> JSONResponse:
-        """200 once the API can reach its database."""
+        """200 once the API can reach its database and its storage (a local directory it can
+        write, or the object store's bucket)."""
+        # One thread call and one deadline for both checks: whatever has not answered within
+        # it counts as unavailable.
+        checks: dict[str, str] = {}
+
+        def run_checks() -> None:
+            for name, check in (("database", check_database), ("storage", check_storage)):
+                try:
+                    check()
+                except Exception:
+                    logger.warning("health check: %s unreachable", name, exc_info=True)
+                    checks[name] = "unavailable"
+                else:
+                    checks[name] = "ok"
+
         try:
             with anyio.fail_after(HEALTH_DEADLINE_SECONDS):
                 await anyio.to_thread.run_sync(
-                    check_database, limiter=health_limiter, abandon_on_cancel=True
+                    run_checks, limiter=health_limiter, abandon_on_cancel=True
                 )
-        except Exception:
-            logger.warning("health check: database unreachable or slow", exc_info=True)
-            return JSONResponse({"status": "unavailable"}, status_code=503)
-        return JSONResponse({"status": "ok"})
+        except TimeoutError:
+            logger.warning("health check: no answer within %s s", HEALTH_DEADLINE_SECONDS)
+        result = {name: checks.get(name, "unavailable") for name in ("database", "storage")}
+        if any(value != "ok" for value in result.values()):
+            return JSONResponse({"status": "unavailable", **result}, status_code=503)
+        return JSONResponse({"status": "ok", **result})
 
     return app

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.support import services
+from tests.support.s3 import S3Server, S3Unavailable, credentials, start_server
 from tests.support.stack import Stack
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -26,6 +27,21 @@ def _services() -> None:
         services.ensure_services()
     except services.ServiceUnavailable as error:
         pytest.exit(str(error), returncode=3)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """moto's S3 server in its own process with this run's bucket; the fake credentials are in
+    this process's environment (and so in every stack's processes) while it runs."""
+    try:
+        server = start_server(tmp_path_factory.mktemp("s3"))
+    except S3Unavailable as error:
+        pytest.skip(str(error))
+    try:
+        with credentials():
+            yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

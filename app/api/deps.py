@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.auth.service import Principal, authenticate
 from app.config import Settings
 from app.db.session import PoolOptions, get_session_factory, transaction
-from app.storage import Storage
+from app.storage import Storage, open_storage
 
 
 async def _settings(request: Request) -> Settings:
@@ -74,7 +74,7 @@ DatabaseDep = Annotated[Database, Depends(_database)]
 
 
 async def _storage(settings: SettingsDep) -> Storage:
-    return Storage(settings.resolved_storage_dir)
+    return open_storage(settings)
 
 
 StorageDep = Annotated[Storage, Depends(_storage)]

@@ -36,8 +36,9 @@ async def spooled_file(storage: Storage, upload: UploadFile, suffix: str) -> Asy
 
 
 def storage_unavailable(what: str, error: OSError) -> HTTPException:
-    """The 503 for a storage directory that cannot be written (permissions, a full disk, a
-    missing mount): the operator gets the cause in the log, the caller a retryable answer."""
+    """The 503 for storage that cannot be written (permissions, a full disk, a missing mount, an
+    object store that is unreachable or refuses the request): the operator gets the cause in the
+    log, the caller a retryable answer."""
     logger.error("%s: storage is not writable: %s", what, error, exc_info=True)
     return HTTPException(
         status.HTTP_503_SERVICE_UNAVAILABLE,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 import uuid
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from engine.encoding import (
     TableSchema,
     schema_summary,
 )
+
+logger = logging.getLogger(__name__)
 
 
 class DatasetNotFound(Exception):
@@ -234,13 +237,14 @@ def create_dataset(
     temp = storage.temp_path(".parquet")
     try:
         rows = ingest_table(upload, table_schema, temp, limits)
-        storage.put(temp, key)
+        storage.put_file(temp, key)
     except BaseException:
         # A refused table, or storage that cannot be written: leave nothing behind.
         with contextlib.suppress(OSError):
-            temp.unlink(missing_ok=True)
             storage.delete_tree(dataset_prefix(dataset_id))
         raise
+    finally:
+        temp.unlink(missing_ok=True)  # an object store copies it; a local disk moved it
     try:
         dataset = repository.add(
             session,
@@ -338,11 +342,17 @@ def delete_dataset(
     sample_ids = sample_repository.ids_for_dataset(session, dataset_id)
 
     def erase() -> None:
-        storage.delete_tree(dataset_prefix(dataset_id))
-        for job_id in job_ids:
-            job_service.erase_outputs(storage, job_id)
-        for sample_id in sample_ids:
-            storage.delete_tree(sample_prefix(sample_id))
+        try:
+            storage.delete_tree(dataset_prefix(dataset_id))
+            for job_id in job_ids:
+                job_service.erase_outputs(storage, job_id)
+            for sample_id in sample_ids:
+                storage.delete_tree(sample_prefix(sample_id))
+        except OSError:
+            # The deletion is committed: answering an error would make the caller retry a
+            # DELETE that has nothing left to do. The storage sweep erases what remains of a
+            # deleted dataset (app/jobs/sweep.py).
+            logger.exception("dataset %s: erasing its stored files failed", dataset_id)
 
     after_commit(session, erase)
     return dataset

@@ -170,7 +170,7 @@ def download_output(
     """Download the synthetic table in the original value space (CSV or Parquet)."""
     try:
         with db.transaction() as session:
-            job, path = service.output_path(session, storage, principal, job_id)
+            job, key = service.output_key(session, storage, principal, job_id)
     except service.JobNotFound:
         raise _job_not_found() from None
     except service.JobConflict as error:
@@ -179,7 +179,7 @@ def download_output(
         raise HTTPException(
             status.HTTP_410_GONE, "the output was erased with its dataset"
         ) from None
-    return table_download(path, format, f"rhosynth-{job.id}")
+    return table_download(storage, key, format, f"rhosynth-{job.id}")
 
 
 @router.get("/methods", response_model=MethodList, tags=["methods"])

@@ -50,7 +50,7 @@ from app.jobs.progress import PHASES, ProgressPoint, engine_point
 from app.jobs.repository import Claim
 from app.jobs.resources import output_rows_limit
 from app.reports.artefacts import ArtefactWriter, write_owner_report, write_release_artefacts
-from app.storage import Storage, job_output_key
+from app.storage import Storage, job_output_key, open_storage
 from engine.domain import Dataset as EngineDataset
 from engine.encoding import TableSchema
 from engine.mechanisms import get_mechanism
@@ -311,7 +311,7 @@ def _run_attempt(
     factory: sessionmaker[Session], settings: Settings, claim: Claim
 ) -> AttemptOutcome:
     job_id = claim.job_id
-    storage = Storage(settings.resolved_storage_dir)
+    storage = open_storage(settings)
     output_key = job_output_key(job_id, claim.attempt)
     writer = ArtefactWriter(storage, job_id, claim.attempt)
     with _Lease(factory, settings, claim) as lease:
@@ -412,7 +412,7 @@ def _owner_tier(
         write_owner_report(
             writer,
             produced.schema,
-            lambda: read_encoded_table(storage.path(produced.table_key), produced.schema),
+            lambda: _read_table(storage, produced.table_key, produced.schema),
             produced.synthetic,
             np.random.default_rng(claim.seed),
             produced.title,
@@ -424,10 +424,20 @@ def _owner_tier(
         gc.collect()
 
 
+def _read_table(storage: Storage, key: str, schema: TableSchema) -> npt.NDArray[np.int64]:
+    """The encoded table at ``key`` (from an object store: via a local copy, removed after)."""
+    with storage.local_copy(key) as path:
+        return read_encoded_table(path, schema)
+
+
 def _discard(storage: Storage, output_key: str, writer: ArtefactWriter) -> None:
-    """Remove what an attempt that will not publish wrote (the sweep removes what this misses)."""
-    storage.delete(output_key)
-    writer.delete_all()
+    """Remove what an attempt that will not publish wrote (the sweep removes what this misses:
+    storage that fails here must not keep the attempt from recording its outcome)."""
+    try:
+        storage.delete(output_key)
+        writer.delete_all()
+    except OSError:
+        logger.warning("could not remove the unpublished files of %s", output_key, exc_info=True)
 
 
 def _ring_for_capped_jobs(factory: sessionmaker[Session], settings: Settings) -> None:
@@ -501,7 +511,7 @@ def _synthesize(
     rng = np.random.default_rng(claim.seed)
 
     progress.phase("load")
-    codes = read_encoded_table(storage.path(table_key), schema)
+    codes = _read_table(storage, table_key, schema)
     codes.flags.writeable = False  # the engine keeps a read-only view instead of copying it
     data = EngineDataset(schema.domain(), codes)
     del codes

@@ -18,14 +18,8 @@ from engine.synthetic_output import write_synthetic
 BATCH_ROWS = 65_536
 
 
-def stream_file(path: Path, chunk: int = 1024 * 1024) -> Iterator[bytes]:
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            yield block
-
-
 def stream_csv(path: Path) -> Iterator[bytes]:
-    """A stored table as spreadsheet-safe CSV (engine.columns.spreadsheet), batch by batch."""
+    """A Parquet table as spreadsheet-safe CSV (engine.columns.spreadsheet), batch by batch."""
     parquet = pq.ParquetFile(path)
     schema = parquet.schema_arrow
     yield csv_header(schema.names)
@@ -33,7 +27,14 @@ def stream_csv(path: Path) -> Iterator[bytes]:
         yield csv_rows(batch, schema)
 
 
-def table_download(path: Path, format: str, filename: str) -> StreamingResponse:
+def stream_stored_csv(storage: Storage, key: str) -> Iterator[bytes]:
+    """A stored table as CSV. Parquet needs a seekable file: with an object store the table is
+    first streamed to a local scratch copy, removed when the response ends or is abandoned."""
+    with storage.local_copy(key) as path:
+        yield from stream_csv(path)
+
+
+def table_download(storage: Storage, key: str, format: str, filename: str) -> StreamingResponse:
     """A stored synthetic table (a job's output or a derived sample) as a CSV or Parquet
     download. Streamed rather than served as a FileResponse: its Last-Modified and ETag headers
     would tell an analyst the exact second the file was written (run time depends on the
@@ -41,10 +42,12 @@ def table_download(path: Path, format: str, filename: str) -> StreamingResponse:
     disposition = {"Content-Disposition": f'attachment; filename="{filename}.{format}"'}
     if format == "parquet":
         return StreamingResponse(
-            stream_file(path), media_type="application/vnd.apache.parquet", headers=disposition
+            storage.iter_bytes(key),
+            media_type="application/vnd.apache.parquet",
+            headers=disposition,
         )
     return StreamingResponse(
-        stream_csv(path), media_type="text/csv; charset=utf-8", headers=disposition
+        stream_stored_csv(storage, key), media_type="text/csv; charset=utf-8", headers=disposition
     )
 
 
@@ -63,6 +66,6 @@ def store_table(
     temp = storage.temp_path(".parquet")
     try:
         write_synthetic(schema, codes, rng, temp, "parquet")
-        storage.put(temp, key)
+        storage.put_file(temp, key)
     finally:
         temp.unlink(missing_ok=True)

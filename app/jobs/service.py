@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
-from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
@@ -292,19 +291,19 @@ def erase_outputs(storage: Storage, job_id: uuid.UUID) -> None:
     storage.delete_tree(job_output_prefix(job_id))
 
 
-def output_path(
+def output_key(
     session: Session, storage: Storage, principal: Principal, job_id: uuid.UUID
-) -> tuple[Job, Path]:
+) -> tuple[Job, str]:
+    """The job and the key of its published output, which is stored (else OutputGone)."""
     job = get_job(session, principal, job_id)
     if job.status != "succeeded" or job.output_key is None:
         raise JobConflict(f"the job has no output (status: {job.status})")
     dataset = dataset_repository.get(session, job.dataset_id)
     if dataset is None or dataset.deleted_at is not None:
         raise OutputGone(job_id)
-    path = storage.path(job.output_key)
-    if not path.is_file():
+    if not storage.exists(job.output_key):
         raise OutputGone(job_id)
-    return job, path
+    return job, job.output_key
 
 
 def _coarse(value: datetime | None) -> datetime | None:

@@ -64,7 +64,7 @@ class ArtefactWriter:
         temp = self._storage.temp_path(suffix)
         try:
             write(temp)
-            self._storage.put(temp, artefact_key(self._job_id, self._attempt, name))
+            self._storage.put_file(temp, artefact_key(self._job_id, self._attempt, name))
         finally:
             temp.unlink(missing_ok=True)
         self.written.append(name)

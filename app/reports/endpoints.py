@@ -11,7 +11,6 @@ from fastapi.responses import StreamingResponse
 from app.api.deps import AnalystKey, DatabaseDep, StorageDep
 from app.api.errors import error_responses
 from app.jobs import service as job_service
-from app.jobs.export import stream_file
 from app.reports import names, service
 
 router = APIRouter(
@@ -45,7 +44,7 @@ def _serve(
 ) -> StreamingResponse:
     try:
         with db.transaction() as session:
-            job, path = service.artefact_path(session, storage, principal, job_id, name)
+            job, key = service.stored_artefact(session, storage, principal, job_id, name)
     except job_service.JobNotFound:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "job not found") from None
     except service.OwnersOnly:
@@ -67,7 +66,9 @@ def _serve(
     else:
         filename = f"rhosynth-{job.id}-{name}"
         headers["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return StreamingResponse(stream_file(path), media_type=MEDIA_TYPES[format], headers=headers)
+    return StreamingResponse(
+        storage.iter_bytes(key), media_type=MEDIA_TYPES[format], headers=headers
+    )
 
 
 @router.get(

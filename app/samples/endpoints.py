@@ -114,7 +114,7 @@ def download_sample(
     """Download a derived sample (CSV or Parquet), typed like the job's output."""
     try:
         with db.transaction() as session:
-            sample, path = service.output_path(session, storage, principal, sample_id)
+            sample, key = service.output_key(session, storage, principal, sample_id)
     except service.SampleNotFound:
         raise _not_found("sample") from None
     except job_service.JobConflict as error:
@@ -123,4 +123,4 @@ def download_sample(
         raise HTTPException(
             status.HTTP_410_GONE, "the sample was erased with its dataset"
         ) from None
-    return table_download(path, format, f"rhosynth-sample-{sample.id}")
+    return table_download(storage, key, format, f"rhosynth-sample-{sample.id}")

@@ -22,7 +22,7 @@ from app.jobs import repository as job_repository
 from app.jobs.export import store_table
 from app.reports.names import MODEL, artefact_key
 from app.samples import repository
-from app.storage import Storage, sample_output_key
+from app.storage import Storage, open_storage, sample_output_key
 from engine.encoding import TableSchema
 from engine.release.model_file import read_model_file
 
@@ -47,7 +47,7 @@ class _Claimed:
 def execute_sample(settings: Settings, sample_id: uuid.UUID) -> str:
     """Answer one message for ``sample_id``. Returns the outcome; safe to deliver many times."""
     factory = get_session_factory(settings.sqlalchemy_url)
-    storage = Storage(settings.resolved_storage_dir)
+    storage = open_storage(settings)
     now = utcnow()
     lease = timedelta(seconds=settings.job_time_limit_seconds + JOB_SOFT_GRACE_SECONDS)
     with transaction(factory) as session:
@@ -83,7 +83,7 @@ def execute_sample(settings: Settings, sample_id: uuid.UUID) -> str:
                 now=utcnow(),
             )
         if not published:
-            storage.delete(output_key)
+            _discard(storage, output_key)
             return "lost"
         return "succeeded"
     except Exception as error:
@@ -91,7 +91,7 @@ def execute_sample(settings: Settings, sample_id: uuid.UUID) -> str:
         gone = isinstance(error, FileNotFoundError)
         if not gone:
             logger.exception("sample %s attempt %d failed", sample_id, claimed.attempt)
-        storage.delete(output_key)
+        _discard(storage, output_key)
         with transaction(factory) as session:
             repository.fail(
                 session,
@@ -103,8 +103,17 @@ def execute_sample(settings: Settings, sample_id: uuid.UUID) -> str:
         return "failed"
 
 
+def _discard(storage: Storage, output_key: str) -> None:
+    """Remove an unpublished output; storage that fails here is left to the sweep."""
+    try:
+        storage.delete(output_key)
+    except OSError:
+        logger.warning("could not remove the unpublished file %s", output_key, exc_info=True)
+
+
 def _draw(storage: Storage, claimed: _Claimed, schema: TableSchema, output_key: str) -> int:
-    model, _schema = read_model_file(storage.path(claimed.model_key).read_bytes())
+    with storage.local_copy(claimed.model_key) as path:
+        model, _schema = read_model_file(path.read_bytes())
     rng = np.random.default_rng(claimed.seed)  # post-processing only; no DP noise is drawn here
     codes = model.sample(claimed.rows, rng)
     store_table(storage, schema, codes, rng, output_key)

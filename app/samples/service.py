@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from pathlib import Path
 
 from sqlalchemy.orm import Session
 
@@ -116,17 +115,19 @@ def list_samples(
     return repository.list_for_job(session, job_id, limit=limit, offset=offset)
 
 
-def output_path(
+def output_key(
     session: Session, storage: Storage, principal: Principal, sample_id: uuid.UUID
-) -> tuple[Sample, Path]:
+) -> tuple[Sample, str]:
+    """The sample and the key of its published output, which is stored (else OutputGone)."""
     sample = get_sample(session, principal, sample_id)
     if sample.status != "succeeded" or sample.output_key is None:
         raise job_service.JobConflict(f"the sample has no output (status: {sample.status})")
     dataset = dataset_repository.get(session, sample.dataset_id)
-    path = storage.path(sample.output_key)
-    if dataset is None or dataset.deleted_at is not None or not path.is_file():
+    if dataset is None or dataset.deleted_at is not None:
         raise job_service.OutputGone(sample_id)
-    return sample, path
+    if not storage.exists(sample.output_key):
+        raise job_service.OutputGone(sample_id)
+    return sample, sample.output_key
 
 
 def sample_out(sample: Sample) -> SampleOut:

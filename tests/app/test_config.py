@@ -46,6 +46,27 @@ def test_production_requires_locations(missing: str) -> None:
     values = {k: v for k, v in PRODUCTION.items() if k != missing}
     with pytest.raises(ValidationError, match=f"RHOSYNTH_{missing.upper()}"):
         Settings(**values, secret_key="k" * 40)
+    if missing == "storage_dir":  # or the object store's URL
+        with pytest.raises(ValidationError, match="or RHOSYNTH_STORAGE_URL is required"):
+            Settings(**values, secret_key="k" * 40)
+
+
+def test_object_store_instead_of_a_storage_directory(tmp_path: Path) -> None:
+    values = {k: v for k, v in PRODUCTION.items() if k != "storage_dir"}
+    settings = Settings(**values, secret_key="k" * 40, storage_url="s3://bucket/rhosynth/prod")
+    assert settings.storage_dir is None
+    assert settings.resolved_scratch_dir.name == "rhosynth-scratch"
+    with_dir = Settings(**PRODUCTION, secret_key="k" * 40, storage_url="s3://bucket")
+    assert with_dir.resolved_scratch_dir == Path("/srv/rhosynth/tmp")
+    scratch = Settings(
+        **values, secret_key="k" * 40, storage_url="s3://bucket", scratch_dir=tmp_path
+    )
+    assert scratch.resolved_scratch_dir == tmp_path.resolve()
+    for bad in ("bucket/prefix", "s3://", "s3://Bucket", "s3://bucket/../up", "s3://bucket/a//b"):
+        with pytest.raises(ValidationError, match=r"(?i)storage_url"):
+            Settings(**values, secret_key="k" * 40, storage_url=bad)
+    with pytest.raises(ValidationError, match="s3_addressing_style"):
+        Settings(**values, secret_key="k" * 40, storage_url="s3://b1", s3_addressing_style="x")
 
 
 def test_environment_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

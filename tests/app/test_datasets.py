@@ -363,7 +363,11 @@ def test_unknown_ids(tenant: Tenant) -> None:
 
 def test_healthz_and_docs(api_stack: Stack) -> None:
     with httpx.Client(base_url=api_stack.base_url) as client:
-        assert client.get("/healthz").json() == {"status": "ok"}
+        assert client.get("/healthz").json() == {
+            "status": "ok",
+            "database": "ok",
+            "storage": "ok",
+        }
         assert client.get("/docs").status_code == 200
         spec = client.get("/openapi.json").json()
         assert "/v1/datasets" in spec["paths"]

@@ -14,7 +14,7 @@ from app.jobs import repository
 from app.jobs.execution import _owner_tier, _Produced, claim_and_charge
 from app.reports import names
 from app.reports.artefacts import ArtefactWriter
-from app.storage import Storage, dataset_table_key, job_output_key
+from app.storage import LocalStorage, dataset_table_key, job_output_key
 from engine.encoding import TableSchema
 from tests.conftest import Tenant
 from tests.support.api import create_dataset, submit
@@ -26,7 +26,7 @@ def test_owner_tier_failure_leaves_the_release_and_success_adds_owner_names(
 ) -> None:
     settings = api_stack.settings
     factory = get_session_factory(settings.sqlalchemy_url)
-    storage = Storage(settings.resolved_storage_dir)
+    storage = LocalStorage(settings.resolved_storage_dir)
     dataset = create_dataset(tenant.owner, people_csv, people_schema)
     job_id = uuid.UUID(submit(tenant.analyst, dataset["id"], rho="0.1").json()["id"])
     claim = claim_and_charge(factory, settings, job_id)

@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.storage import Storage
+from app.storage import LocalStorage
 from tests.conftest import Tenant
 from tests.support.api import create_dataset, submit, upload
 from tests.support.memory import peak_rss
@@ -193,11 +193,11 @@ def test_full_disk_while_storing_is_503_and_leaves_nothing(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    def full_disk(self: Storage, temp: Path, key: str) -> None:
+    def full_disk(self: LocalStorage, temp: Path, key: str) -> None:
         self.path(key).parent.mkdir(parents=True, exist_ok=True)
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(Storage, "put", full_disk)
+    monkeypatch.setattr(LocalStorage, "put_file", full_disk)
     with caplog.at_level(logging.ERROR, logger="app.datasets.endpoints"):
         response = upload(in_process, people_csv, people_schema)  # type: ignore[arg-type]
     assert response.status_code == 503, response.text
