@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,7 +30,7 @@ from app.jobs.models import TERMINAL_STATUSES, Job
 from app.jobs.resources import ResourcesExceeded, check_resources
 from app.jobs.schemas import EpsilonDeltaBudgetIn, JobOut, JobRequest, ProgressOut
 from app.reports.names import visible
-from app.storage import Storage, job_output_prefix
+from app.storage import Storage, StorageUnavailable, job_output_prefix
 from engine.accounting import rho_from_epsilon_delta
 from engine.domain import Domain
 from engine.encoding import TableSchema
@@ -42,6 +43,9 @@ from engine.mechanisms import (
 )
 
 SYSTEM_ACTOR = "system"
+
+
+logger = logging.getLogger(__name__)
 
 
 class InvalidJob(Exception):
@@ -301,9 +305,30 @@ def output_key(
     dataset = dataset_repository.get(session, job.dataset_id)
     if dataset is None or dataset.deleted_at is not None:
         raise OutputGone(job_id)
-    if not storage.exists(job.output_key):
-        raise OutputGone(job_id)
+    require_stored(session, storage, dataset, job.output_key, job_id)
     return job, job.output_key
+
+
+def require_stored(
+    session: Session, storage: Storage, dataset: Dataset, key: str, object_id: uuid.UUID
+) -> None:
+    """Return if the published object ``key`` of a live dataset is stored. Missing: OutputGone
+    when the dataset's deletion committed meanwhile (its erasure runs after the commit), else
+    StorageUnavailable (503): a published object that vanished while its dataset lives is a
+    storage fault (a lost bucket, a lifecycle rule), not an erasure, and is logged as one."""
+    if storage.exists(key):
+        return
+    # READ COMMITTED: re-reading the row sees a deletion that committed after it was first read.
+    session.refresh(dataset)
+    if dataset.deleted_at is not None:
+        raise OutputGone(object_id)
+    logger.error(
+        "published object %s of live dataset %s is missing from %s",
+        key,
+        dataset.id,
+        storage.describe(),
+    )
+    raise StorageUnavailable(f"published object {key} is missing from storage")
 
 
 def _coarse(value: datetime | None) -> datetime | None:

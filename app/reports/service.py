@@ -7,6 +7,7 @@ import uuid
 from sqlalchemy.orm import Session
 
 from app.auth.service import Principal
+from app.datasets import repository as dataset_repository
 from app.jobs import service as job_service
 from app.jobs.models import Job
 from app.reports.names import OWNER_ONLY, artefact_key
@@ -35,6 +36,8 @@ def stored_artefact(
         raise ArtefactMissing(name)
     # A succeeded job's attempt is the one that published (the guarded UPDATE matched it).
     key = artefact_key(job.id, job.attempt, name)
-    if not storage.exists(key):
+    dataset = dataset_repository.get(session, job.dataset_id)
+    if dataset is None:
         raise job_service.OutputGone(job_id)
+    job_service.require_stored(session, storage, dataset, key, job_id)
     return job, key

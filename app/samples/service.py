@@ -125,8 +125,7 @@ def output_key(
     dataset = dataset_repository.get(session, sample.dataset_id)
     if dataset is None or dataset.deleted_at is not None:
         raise job_service.OutputGone(sample_id)
-    if not storage.exists(sample.output_key):
-        raise job_service.OutputGone(sample_id)
+    job_service.require_stored(session, storage, dataset, sample.output_key, sample_id)
     return sample, sample.output_key
 
 

@@ -363,3 +363,43 @@ def test_erasure_that_fails_after_the_commit_is_finished_by_the_sweep(
     report = sweep_storage(settings, grace_seconds=3600)
     assert report.removed == [f"datasets/{dataset['id']}"]
     assert not (table / dataset["id"]).exists()
+
+
+def test_a_published_object_missing_while_its_dataset_lives_is_a_storage_fault(
+    api_stack: Stack,
+    tenant: Tenant,
+    tmp_path: Path,
+    people_csv: bytes,
+    people_schema: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A missing object (a lost bucket, a lifecycle rule) must not be reported as the dataset's
+    erasure (410): it is a retryable 503 and an error in the log, until the dataset really is
+    deleted."""
+    import logging
+
+    from fastapi.testclient import TestClient
+    from sqlalchemy import update
+
+    from app.jobs.models import Job
+    from app.main import create_app
+    from tests.support.api import create_dataset, submit
+
+    settings = api_stack.settings.model_copy(update={"storage_dir": tmp_path / "storage"})
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        client.headers["Authorization"] = tenant.owner.headers["Authorization"]
+        dataset = create_dataset(client, people_csv, people_schema)  # type: ignore[arg-type]
+        job_id = submit(client, dataset["id"]).json()["id"]  # type: ignore[arg-type]
+        with api_stack.session() as session:
+            session.execute(
+                update(Job)
+                .where(Job.id == uuid.UUID(job_id))
+                .values(status="succeeded", output_key=f"outputs/{job_id}/attempt-1.parquet")
+            )
+        with caplog.at_level(logging.ERROR, logger="app.jobs.service"):
+            missing = client.get(f"/v1/jobs/{job_id}/output", params={"format": "parquet"})
+        assert missing.status_code == 503 and missing.headers["Retry-After"] == "60"
+        assert f"published object outputs/{job_id}/attempt-1.parquet" in caplog.text
+        assert client.delete(f"/v1/datasets/{dataset['id']}").status_code == 200
+        gone = client.get(f"/v1/jobs/{job_id}/output", params={"format": "parquet"})
+        assert gone.status_code == 410
