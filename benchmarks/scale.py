@@ -8,18 +8,25 @@ every column stays integer codes ``0..size-1``). Then, per method (``mst``, ``ai
   the input's rows) and, for ``k`` in ``--fixed-rows-at``, also 48,842 rows;
 * ``service``: a real API process (uvicorn) and a real Celery worker process on a PostgreSQL
   test database, Redis DB from ``RHOSYNTH_TEST_REDIS_URL`` and a local storage directory, with
-  the service's default settings (not the test stack's small limits). Upload once per ``k``
-  (wall; the API's peak RSS), then per method and rows: submit a job, wait until it succeeded
-  (wall from submit to succeeded; the worker's peak RSS, all processes of its group), download
-  the CSV (wall, bytes);
+  the service's default settings (not the test stack's small limits; ``--setting NAME=VALUE``
+  overrides one, and such runs are kept under their own keys). Upload once per ``k`` (wall, the
+  API's CPU time and peak RSS), then per method and rows: submit a job, poll it as the owner
+  (the time each progress stage was first seen), take the wall and the worker's CPU time from
+  submission to the end, wait up to ``--owner-wait`` seconds for the owner-tier report the
+  worker builds after publication (then restart the worker so the next job does not queue
+  behind it), download the CSV (wall, bytes, the API's peak RSS). A job still running after
+  ``--job-cap`` seconds is cancelled and reported as not finished;
 * ``mbi``: the reference runners (/work/shared/bench/peers/run_mbi2_*.py) on the same file in
-  their own virtualenv (``--peers``), same ε and δ, wall and peak RSS; AIM is stopped at
-  ``--peer-cap`` seconds and reported as "did not finish".
+  their own virtualenv (``--peers``), same ε and δ, wall, CPU time and peak RSS; a run is
+  stopped at ``--peer-cap`` seconds and reported as "did not finish" (``--cli-cap`` does the
+  same for the CLI).
 
 Peak memory of the API and the worker: each phase first resets VmHWM (``echo 5 >
 /proc/PID/clear_refs``) of every process of the group and at the end takes the largest VmHWM
 of the group; a sampler thread also records the largest sum of VmRSS over the group every
 0.2 s (the worker's job runs in a pool child process, so both are over the process group).
+CPU time (user + system from /proc/PID/stat, or ``wait4`` for children) is the steadier figure
+on a shared machine.
 
 Quality: the mean 3-way TVD of /work/shared/bench/marginal_error.py between adult.csv and (a
 uniform sample of at most ``--eval-rows`` rows of) each output. adult ×k has exactly adult's
@@ -139,6 +146,12 @@ def fmt_seconds(value: float | None) -> str:
 
 def fmt_mb(value: float | None) -> str:
     return "–" if value is None else f"{value:,.0f} MB"
+
+
+def _unfinished(run: dict[str, Any]) -> str:
+    if run.get("killed_at_cap"):
+        return f"did not finish in {fmt_seconds(run.get('cap_seconds'))}"
+    return f"failed (exit {run.get('returncode')})"
 
 
 def job_status(job: dict[str, Any]) -> str:
@@ -449,6 +462,7 @@ class Config:
     peer_cap: float
     owner_wait: float
     job_cap: float
+    cli_cap: float | None
     eval_rows: int
     work: Path
     json_path: Path
@@ -555,7 +569,7 @@ class Runner:
                 if rows is not None:
                     argv += ["--rows", str(rows)]
                 load = loadavg()
-                run = run_child(argv, log=out.with_suffix(".log"))
+                run = run_child(argv, cap=self.c.cli_cap, log=out.with_suffix(".log"))
                 run.update(load_at_start=load, rows_in=ADULT_ROWS * k)
                 if run["finished"]:
                     run["rows_out"] = count_rows(out)
@@ -889,7 +903,7 @@ def render(document: dict[str, Any]) -> str:
                         f"{k * ADULT_ROWS:,}",
                         method,
                         "default" if rows is None else f"{rows:,}",
-                        f"{run.get('rows_out', 0):,}" if run.get("finished") else "failed",
+                        f"{run.get('rows_out', 0):,}" if run.get("finished") else _unfinished(run),
                         fmt_seconds(run.get("wall_seconds")),
                         fmt_seconds(run.get("cpu_seconds")),
                         fmt_mb(run.get("peak_mb")),
@@ -993,6 +1007,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--job-cap", type=float, default=3600.0,
                         help="seconds after which a service job is cancelled and reported as "
                         "not finished")  # fmt: skip
+    parser.add_argument("--cli-cap", type=float, default=None, help="seconds per CLI run")
     parser.add_argument("--owner-wait", type=float, default=900.0,
                         help="seconds to wait for a job's owner-tier report (built after "
                         "publication) before restarting the worker for the next job")  # fmt: skip
@@ -1013,6 +1028,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = Config(
         data=args.data, times=args.times, methods=args.methods, fixed_rows_at=args.fixed_rows_at,
         peers=args.peers, peer_cap=args.peer_cap, owner_wait=args.owner_wait, job_cap=args.job_cap,
+        cli_cap=args.cli_cap,
         eval_rows=args.eval_rows, work=work,
         json_path=args.json_path, out=args.out, only=parse_only(args.only), force=args.force,
         skip_eval=args.skip_eval, settings=dict(item.split("=", 1) for item in args.setting),
