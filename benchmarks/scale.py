@@ -711,6 +711,7 @@ class Runner:
             # The owner tier of the report is built after publication (app/jobs/execution.py):
             # wait for the worker to go idle so its memory is part of the peak.
             if job["status"] == "succeeded":
+                result["owner_wait"] = self.c.owner_wait
                 result["owner_tier_seen"] = _wait_owner_tier(owner, job_id, self.c.owner_wait)
                 result["owner_tier_seconds"] = time.perf_counter() - started
         result.update(memory.summary("worker"))
@@ -822,10 +823,20 @@ def render(document: dict[str, Any]) -> str:
         "The machine was shared with other work (see the load averages); timings are noisy, "
         "ratios taken in the same session are the steadier figures.",
         "",
+        "Reproduce (mbi 2.0 goes in its own virtualenv outside the checkout; it is not a test "
+        "dependency): `python3.11 -m venv /work/peers/mbi && /work/peers/mbi/bin/pip install "
+        '"mbi==2.0.0" pandas`, then `RHOSYNTH_TEST_REDIS_URL=redis://127.0.0.1:6379/7 '
+        "python -m benchmarks.scale --data ../shared/data --times 1 10 40 205 --methods mst aim "
+        "--peers /work/peers/mbi/bin/python --out docs/benchmarks.md --json docs/scale.json` "
+        "(PostgreSQL and Redis as for the tests). Recorded phases are skipped; re-run a subset "
+        "with `--only k=205 method=aim phase=service --force`; a run with other service settings "
+        "(`--setting job_memory_limit_mb=8192`) is kept beside the default one.",
+        "",
         "Peak memory: CLI and mbi, `ru_maxrss` of the child process; API and worker, the "
         "largest VmHWM of the process group (reset with `clear_refs` at the start of the "
         "phase; the worker's job runs in its pool child). Worker peak covers the job and the "
-        "owner-tier report built after publication.",
+        "owner-tier report built after publication for as long as the run waited for it "
+        "(`--owner-wait`; `owner_tier_seen` in the JSON says whether it finished).",
         "",
         "### Targets (issue 15 §3): adult ×205 through the service",
         "",
