@@ -49,7 +49,7 @@ import fcntl
 import json
 import os
 import platform
-import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -780,6 +780,8 @@ def service_stack(workdir: Path, settings: dict[str, str]) -> Iterator[Any]:
         yield stack
     finally:
         stack.destroy()
+        # The stored tables and outputs (tens to hundreds of MB a run); the logs stay.
+        shutil.rmtree(workdir / "storage", ignore_errors=True)
 
 
 def stack_clients(stack: Any) -> tuple[Any, Any]:
@@ -1046,7 +1048,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     runner = Runner(config)
     if not args.render_only:
-        random.seed(0)
         runner.run()
     runner.save()
     return 0
