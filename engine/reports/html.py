@@ -225,6 +225,17 @@ def _correlation_block(
     ]
 
 
+def _counted_rows(rows: Mapping[str, Any]) -> list[list[Any]]:
+    """Rows counted for marginals when a table was sampled (reports from before the cap lack
+    the fields)."""
+    out: list[list[Any]] = []
+    for side in ("real", "synthetic"):
+        counted = rows.get(f"{side}_counted", rows[side])
+        if counted != rows[side]:
+            out.append([f"{side} rows counted (uniform sample)", counted])
+    return out
+
+
 def _owner(report: Mapping[str, Any]) -> list[str]:
     marginals = report["marginals"]
     out = ["<h2>Summary</h2>"]
@@ -234,6 +245,7 @@ def _owner(report: Mapping[str, Any]) -> list[str]:
             [
                 ["real rows", report["rows"]["real"]],
                 ["synthetic rows", report["rows"]["synthetic"]],
+                *_counted_rows(report["rows"]),
                 [f"k-marginal score (k = {marginals['score_k']})", marginals["k_marginal_score"]],
                 *[[f"mean {k}-way TVD", v] for k, v in marginals["mean_tvd"].items()],
             ],

@@ -63,6 +63,12 @@ WORST_PAIRS = 10
 MAX_DCR_QUERIES = 2_000
 """Rows whose distance to the closest record is computed, per side (synthetic, holdout)."""
 DCR_CHUNK_CELLS = 1 << 22
+MAX_ROWS_COUNTED = 2_000_000
+"""Marginals, distributions, missing rates and novel combinations count every row of a table
+up to this many, else a uniform sample of this many rows drawn without replacement (``rng``):
+at 10 M rows, counting 300 subsets per k on both whole tables kept a worker busy for more than
+ten minutes after each release (docs/benchmarks.md, "Scale"). The sampling error this adds to
+a k-way TVD is of the order of √(cells / rows counted)."""
 """Query rows × reference rows held in memory at once by the DCR computation."""
 MIN_CORRELATION_ROWS = 3
 
@@ -468,6 +474,17 @@ def _disclosure(
     }
 
 
+def _counted(data: Dataset, cap: int, rng: np.random.Generator) -> Dataset:
+    """``data`` itself up to ``cap`` rows, else a uniform sample of ``cap`` of its rows (without
+    replacement, in table order)."""
+    if data.n_rows <= cap:
+        return data
+    rows = np.sort(rng.choice(data.n_rows, size=cap, replace=False))
+    picked = data.codes[rows]
+    picked.flags.writeable = False
+    return Dataset(data.domain, picked)
+
+
 def build_owner_report(
     schema: TableSchema,
     real: npt.NDArray[np.int64],
@@ -477,17 +494,24 @@ def build_owner_report(
     synthetic_values: pa.Table | None = None,
     rng: np.random.Generator,
     max_rows_compared: int = 20_000,
+    max_rows_counted: int = MAX_ROWS_COUNTED,
 ) -> dict[str, Any]:
     """The owner-tier report (JSON-able): the synthetic table against the real one.
 
     ``real`` and ``synthetic`` are code tables of ``schema``'s domain; ``real_values`` and
     ``synthetic_values`` (optional, row-aligned with them) give decoded numbers and dates for
     Pearson/Spearman on values instead of bin codes. ``max_rows_compared`` caps the real rows
-    (and synthetic rows) used for correlations and the holdout split. Reads the real table:
-    owners only (module docstring).
+    (and synthetic rows) used for correlations and the holdout split; ``max_rows_counted`` the
+    rows of each table counted for marginals, distributions, missing rates and novel
+    combinations (:data:`MAX_ROWS_COUNTED`). Reads the real table: owners only (module
+    docstring).
     """
-    if isinstance(max_rows_compared, bool) or max_rows_compared < 2:
-        raise ValueError("max_rows_compared must be an integer of at least 2")
+    for cap, name in (
+        (max_rows_compared, "max_rows_compared"),
+        (max_rows_counted, "max_rows_counted"),
+    ):
+        if isinstance(cap, bool) or cap < 2:
+            raise ValueError(f"{name} must be an integer of at least 2")
     real_data = check_codes(schema, real, "real")
     synthetic_data = check_codes(schema, synthetic, "synthetic")
     for table, data, what in (
@@ -500,20 +524,27 @@ def build_owner_report(
     synthetic_codes = synthetic_data.codes
     sample = rng.permutation(real_data.n_rows)[:max_rows_compared]
     synthetic_sample = rng.permutation(synthetic_data.n_rows)[:max_rows_compared]
-    marginals = _marginals(schema, real_data, synthetic_data, rng)
-    worst = _worst_pairs(schema, real_data, synthetic_data, rng)
-    novel = 1.0 - share_found(synthetic_codes, real_codes, schema.domain().sizes)
+    real_counted = _counted(real_data, max_rows_counted, rng)
+    synthetic_counted = _counted(synthetic_data, max_rows_counted, rng)
+    marginals = _marginals(schema, real_counted, synthetic_counted, rng)
+    worst = _worst_pairs(schema, real_counted, synthetic_counted, rng)
+    novel = 1.0 - share_found(synthetic_counted.codes, real_counted.codes, schema.domain().sizes)
     return {
         "tier": "owner",
         "notes": list(NOTES),
         "explanations": dict(EXPLANATIONS),
-        "rows": {"real": real_data.n_rows, "synthetic": synthetic_data.n_rows},
+        "rows": {
+            "real": real_data.n_rows,
+            "synthetic": synthetic_data.n_rows,
+            "real_counted": real_counted.n_rows,
+            "synthetic_counted": synthetic_counted.n_rows,
+        },
         "columns": [
             {"name": column.name, "type": column.type, "size": column.size}
             for column in schema.columns
         ],
         "marginals": marginals,
-        "distributions": _distributions(schema, real_data, synthetic_data),
+        "distributions": _distributions(schema, real_counted, synthetic_counted),
         "correlations": _correlations(
             schema,
             real_codes,
@@ -524,11 +555,12 @@ def build_owner_report(
             synthetic_values,
         ),
         "worst_pairs": worst,
-        "missing": _missing(schema, real_data, synthetic_data),
+        "missing": _missing(schema, real_counted, synthetic_counted),
         "novel_combinations": {"share": rounded(novel)},
         "disclosure": _disclosure(schema, real_codes, synthetic_codes, sample, rng),
         "caps": {
             "max_rows_compared": max_rows_compared,
+            "max_rows_counted": max_rows_counted,
             "subsets_per_k": MAX_SUBSETS_PER_K,
             "tvd_pairs": MAX_TVD_PAIRS,
             "distribution_columns": MAX_DISTRIBUTION_COLUMNS,

@@ -12,6 +12,7 @@ import pytest
 from engine.columns.categorical import BooleanColumn, CategoricalColumn, CodesColumn
 from engine.columns.numeric import NumericColumn
 from engine.encoding import TableSchema
+from engine.reports.html import render_html
 from engine.reports.owner import (
     build_owner_report,
     cramers_v,
@@ -224,3 +225,37 @@ def test_a_200k_by_10_table_completes_within_its_caps() -> None:
         "shown": 120,
         "what": "column sets",
     }
+
+
+def test_tables_above_the_counted_cap_are_counted_on_a_uniform_sample() -> None:
+    # Real and synthetic: 10,000 rows, column c0 is 0 on the first 30% of rows and 1 on the
+    # rest (sorted, so a sample that took the first rows would see only zeros). Each side is
+    # counted on 1,000 rows drawn without replacement: the share of 1s is hypergeometric with
+    # sd ≈ 0.0137, so a one-way TVD between the two samples above 0.1 is a deviation of about
+    # 5 sd of their difference (≈ 0.019): false-failure rate below 1e-6 (the rng is seeded, so
+    # the test is deterministic; the bound says the seed is not a lucky one).
+    schema = TableSchema((CodesColumn("c0", 2), CodesColumn("c1", 3)))
+    rng = np.random.default_rng(11)
+    real = np.column_stack(
+        [(np.arange(10_000) >= 3_000).astype(np.int64), rng.integers(0, 3, size=10_000)]
+    )
+    synth = real[rng.permutation(10_000)]
+    report = build_owner_report(
+        schema, real, synth, rng=np.random.default_rng(0), max_rows_counted=1_000
+    )
+    assert report["rows"] == {
+        "real": 10_000,
+        "synthetic": 10_000,
+        "real_counted": 1_000,
+        "synthetic_counted": 1_000,
+    }
+    assert report["caps"]["max_rows_counted"] == 1_000
+    assert report["marginals"]["mean_tvd"]["1"] < 0.1
+    shares = report["distributions"][0]
+    assert abs(shares["real"][1] - 0.7) < 0.07, "a uniform sample, not the first rows"
+    html = render_html(report, title="owner")
+    assert "real rows counted (uniform sample)" in html
+    # Under the cap every row is counted, as before.
+    whole = build_owner_report(schema, real, synth, rng=np.random.default_rng(0))
+    assert whole["rows"]["real_counted"] == 10_000
+    assert whole["marginals"]["mean_tvd"]["1"] == 0.0
