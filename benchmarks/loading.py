@@ -12,6 +12,12 @@ Two schemas over the same file: ``codes`` (adult's domain map: every column inte
 ``typed`` (the five wide columns numeric with integer bins, the others categorical with the codes'
 text as declared categories), so the numeric, codes and categorical encoders are all measured.
 
+A third table has dates: the raw flights table (``raw/flights.csv``) stacked ``--flight-times``
+times, with a ``date`` column written as ``%d/%m/%Y`` from its year, month and day, under the
+``dates`` schema: ``time_hour`` an ISO 8601 datetime (``2013-01-01T10:00:00Z``), ``date`` a date
+with that declared format, the delays and times nullable numerics (empty cells), carriers,
+airports and ``dest`` (with an ``other`` bucket) categorical, the tail number ignored.
+
     python -m benchmarks.loading --data ../shared/data --times 40 --update docs/benchmarks.md
 """
 
@@ -56,6 +62,65 @@ def stacked_files(data: Path, times: int, folder: Path) -> tuple[Path, Path, dic
     return csv_path, parquet_path, domain
 
 
+def flights_files(data: Path, times: int, folder: Path) -> tuple[Path, Path, TableSchema]:
+    """flights stacked ``times`` times (with a ``%d/%m/%Y`` date column) as CSV and Parquet, and
+    its ``dates`` schema."""
+    frame = pd.read_csv(data / "raw" / "flights.csv", dtype={"time_hour": str})
+    stamp = pd.to_datetime(frame[["year", "month", "day"]])
+    frame["date"] = stamp.dt.strftime("%d/%m/%Y")
+    stacked = pd.concat([frame] * times, ignore_index=True)
+    csv_path, parquet_path = folder / "flights.csv", folder / "flights.parquet"
+    stacked.to_csv(csv_path, index=False)
+    pq.write_table(pa.Table.from_pandas(stacked, preserve_index=False), parquet_path)
+
+    def numeric(name: str, low: float, high: float, bins: int, **extra: Any) -> dict[str, Any]:
+        edges = [low + (high - low) * i / bins for i in range(bins + 1)]
+        return {"name": name, "type": "numeric", "bins": edges, **extra}
+
+    def categorical(name: str, **extra: Any) -> dict[str, Any]:
+        values = sorted(frame[name].dropna().astype(str).unique())
+        return {"name": name, "type": "categorical", "categories": values, **extra}
+
+    dest = categorical("dest")
+    dest["categories"] = dest["categories"][:40]
+    columns = [
+        numeric("year", 2013, 2014, 1, integer=True),
+        numeric("month", 1, 13, 12, integer=True),
+        numeric("day", 1, 32, 31, integer=True),
+        numeric("dep_time", 0, 2400, 24, nullable=True),
+        numeric("sched_dep_time", 0, 2400, 24, integer=True),
+        numeric("dep_delay", -60, 300, 12, nullable=True, clip=True),
+        numeric("arr_time", 0, 2400, 24, nullable=True),
+        numeric("sched_arr_time", 0, 2400, 24, integer=True),
+        numeric("arr_delay", -100, 300, 8, nullable=True, clip=True),
+        categorical("carrier"),
+        numeric("flight", 0, 9000, 30, integer=True),
+        {"name": "tailnum", "type": "ignore"},
+        categorical("origin"),
+        {**dest, "other": "other"},
+        numeric("air_time", 0, 700, 14, nullable=True),
+        numeric("distance", 0, 5000, 20, integer=True),
+        numeric("hour", 0, 24, 24, integer=True),
+        numeric("minute", 0, 60, 12, integer=True),
+        {
+            "name": "time_hour",
+            "type": "datetime",
+            "min": "2013-01-01T00:00:00",
+            "max": "2014-01-01T23:59:59",
+            "unit": "month",
+        },
+        {
+            "name": "date",
+            "type": "date",
+            "format": "%d/%m/%Y",
+            "min": "2013-01-01",
+            "max": "2013-12-31",
+            "unit": "week",
+        },
+    ]
+    return csv_path, parquet_path, TableSchema.from_json({"columns": columns})
+
+
 def schemas(domain: dict[str, int]) -> dict[str, TableSchema]:
     typed: list[dict[str, Any]] = []
     for name, size in domain.items():
@@ -83,18 +148,26 @@ def timed(run: Callable[[], object], repeat: int) -> float:
 
 
 def measure(
-    csv_path: Path, parquet_path: Path, tables: dict[str, TableSchema], repeat: int, folder: Path
+    files: dict[str, tuple[Path, Path]],
+    tables: dict[str, tuple[str, TableSchema]],
+    repeat: int,
+    folder: Path,
 ) -> dict[str, float]:
+    """Times of the baselines per file (``adult``, ``flights``) and of the two loaders per
+    schema (each schema names its file)."""
     target = folder / "codes.parquet"
-    runs: dict[str, Callable[[], object]] = {
-        "pd.read_csv (CSV)": lambda: pd.read_csv(csv_path),
-        "pyarrow.csv.read_csv (CSV)": lambda: pacsv.read_csv(csv_path),
-        "pd.read_parquet (Parquet)": lambda: pd.read_parquet(parquet_path),
-    }
-    for label, schema in tables.items():
-        for kind, path in (("CSV", csv_path), ("Parquet", parquet_path)):
-            runs[f"load_table, {label} schema ({kind})"] = lambda p=path, s=schema: load_table(p, s)
-            runs[f"ingest_table, {label} schema ({kind})"] = lambda p=path, s=schema: ingest_table(
+    runs: dict[str, Callable[[], object]] = {}
+    for table, (csv_path, parquet_path) in files.items():
+        suffix = "" if table == "adult" else f", {table}"
+        runs[f"pd.read_csv (CSV{suffix})"] = lambda p=csv_path: pd.read_csv(p)
+        runs[f"pyarrow.csv.read_csv (CSV{suffix})"] = lambda p=csv_path: pacsv.read_csv(p)
+        runs[f"pd.read_parquet (Parquet{suffix})"] = lambda p=parquet_path: pd.read_parquet(p)
+    for label, (table, schema) in tables.items():
+        suffix = "" if table == "adult" else f", {table}"
+        for kind, path in zip(("CSV", "Parquet"), files[table], strict=True):
+            where = f"{label} schema ({kind}{suffix})"
+            runs[f"load_table, {where}"] = lambda p=path, s=schema: load_table(p, s)
+            runs[f"ingest_table, {where}"] = lambda p=path, s=schema: ingest_table(
                 p, s, target, LIMITS
             )
     return {name: timed(run, repeat) for name, run in runs.items()}
@@ -112,14 +185,20 @@ def profile(run: Callable[[], object], lines: int) -> str:
     return buffer.getvalue()
 
 
-def _baselines(results: dict[str, float]) -> tuple[float, float]:
-    csv = min(results["pd.read_csv (CSV)"], results["pyarrow.csv.read_csv (CSV)"])
-    return csv, results["pd.read_parquet (Parquet)"]
+def _baseline(results: dict[str, float], name: str) -> float | None:
+    """The faster baseline for the format and file of ``name`` (None if not measured)."""
+    where = name[name.index("(") :]
+    if where.startswith("(CSV"):
+        found = [results.get(f"pd.read_csv {where}"), results.get(f"pyarrow.csv.read_csv {where}")]
+    else:
+        found = [results.get(f"pd.read_parquet {where}")]
+    present = [value for value in found if value is not None]
+    return min(present) if present else None
 
 
 def _ratio(results: dict[str, float], name: str) -> str:
-    csv, parquet = _baselines(results)
-    return f"{results[name] / (parquet if '(Parquet)' in name else csv):.1f}×"
+    baseline = _baseline(results, name)
+    return "–" if baseline is None else f"{results[name] / baseline:.1f}×"
 
 
 def section(results: dict[str, float], rows: int, times: int, before: dict[str, float]) -> str:
@@ -155,7 +234,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--times", type=int, default=40)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--profile", choices=["cli", "ingest"], help="print a cProfile of one")
-    parser.add_argument("--schema", choices=["codes", "typed"], default="codes")
+    parser.add_argument("--flight-times", type=int, default=6, help="0: no flights table")
+    parser.add_argument("--schema", choices=["codes", "typed", "dates"], default="codes")
+    parser.add_argument("--format", choices=["csv", "parquet"], default="csv")
     parser.add_argument("--json", type=Path, help="write the timings as JSON here")
     parser.add_argument("--before", type=Path, help="timings (JSON) of an earlier run to show")
     parser.add_argument("--update", type=Path, help="replace the section in this Markdown file")
@@ -163,10 +244,18 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         csv_path, parquet_path, domain = stacked_files(args.data, args.times, folder)
-        tables = schemas(domain)
+        files = {"adult": (csv_path, parquet_path)}
+        tables = {label: ("adult", schema) for label, schema in schemas(domain).items()}
+        if args.flight_times:
+            flights_csv, flights_parquet, dates = flights_files(
+                args.data, args.flight_times, folder
+            )
+            files["flights"] = (flights_csv, flights_parquet)
+            tables["dates"] = ("flights", dates)
         rows = 48_842 * args.times
         if args.profile:
-            schema = tables[args.schema]
+            table, schema = tables[args.schema]
+            csv_path = files[table][0] if args.format == "csv" else files[table][1]
             run: Callable[[], object] = (
                 (lambda: load_table(csv_path, schema))
                 if args.profile == "cli"
@@ -174,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
             )
             print(profile(run, 30))
             return
-        results = measure(csv_path, parquet_path, tables, args.repeat, folder)
+        results = measure(files, tables, args.repeat, folder)
     for name, seconds in results.items():
         print(f"{seconds:8.2f} s  {name}")
     if args.json:

@@ -23,7 +23,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from app.datasets.parquet_pages import ParquetRefused, ReadPlan, plan_parquet_read
-from engine.encoding import TableSchema, count_reasons, encode_array
+from engine.encoding import TableSchema, compact_codes, count_reasons, encode_array
 
 PARQUET_MAGIC = b"PAR1"
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
@@ -115,9 +115,12 @@ def _write_encoded(
                     problems[(name, reason)] += count
             if problems or not batch.num_rows:
                 continue  # keep counting so the report is complete; stop writing
+            # Valid codes in the stored type: Arrow wraps the NumPy memory without a copy.
             arrays = [
-                pa.array(column_codes, type=field.type)
-                for column_codes, field in zip(codes, arrow_schema, strict=True)
+                pa.array(compact_codes(column_codes, column.size), type=field.type)
+                for column_codes, column, field in zip(
+                    codes, schema.columns, arrow_schema, strict=True
+                )
             ]
             writer.write_table(pa.Table.from_arrays(arrays, schema=arrow_schema))
     if problems:
@@ -149,8 +152,9 @@ class _BatchEncoder:
             values = batch.column(column.name)
             if isinstance(values, pa.DictionaryArray):
                 codes = pc.take(self._dictionary_codes(j, values.dictionary), values.indices)
-                missing = pc.fill_null(codes, column.absent_code)
-                out.append(missing.to_numpy().astype(np.int64))
+                if codes.null_count:
+                    codes = pc.fill_null(codes, column.absent_code)
+                out.append(np.asarray(codes.to_numpy()))  # int32, the cached codes' type
             else:
                 out.append(encode_array(column, values, self._schema.missing_values))
         return out
@@ -434,9 +438,10 @@ def _is_text(kind: pa.DataType) -> bool:
 
 
 def read_encoded_table(path: Path, schema: TableSchema) -> np.ndarray:
-    """Load a stored table as a 2-D int64 array with columns in schema order."""
+    """Load a stored table as a 2-D int64 array with columns in schema order (column-major:
+    each column is copied once into contiguous memory)."""
     table = pq.read_table(path, columns=list(schema.names))
-    codes = np.empty((table.num_rows, len(schema.names)), dtype=np.int64)
+    codes = np.empty((table.num_rows, len(schema.names)), dtype=np.int64, order="F")
     for j, column in enumerate(table.columns):
         codes[:, j] = column.to_numpy()
     return codes
