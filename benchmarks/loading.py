@@ -138,13 +138,19 @@ def schemas(domain: dict[str, int]) -> dict[str, TableSchema]:
     }
 
 
-def timed(run: Callable[[], object], repeat: int) -> float:
-    best = float("inf")
+def timed(runs: dict[str, Callable[[], object]], repeat: int) -> dict[str, dict[str, float]]:
+    """Best wall and CPU seconds (this process, all threads) of each run over ``repeat``
+    rounds; the runs take turns within a round, so a change of the machine's load between
+    rounds touches every run alike."""
+    wall = dict.fromkeys(runs, float("inf"))
+    cpu = dict.fromkeys(runs, float("inf"))
     for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
+        for name, run in runs.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            run()
+            wall[name] = min(wall[name], time.perf_counter() - start)
+            cpu[name] = min(cpu[name], time.process_time() - start_cpu)
+    return {"wall": wall, "cpu": cpu}
 
 
 def measure(
@@ -152,7 +158,7 @@ def measure(
     tables: dict[str, tuple[str, TableSchema]],
     repeat: int,
     folder: Path,
-) -> dict[str, float]:
+) -> dict[str, dict[str, float]]:
     """Times of the baselines per file (``adult``, ``flights``) and of the two loaders per
     schema (each schema names its file)."""
     target = folder / "codes.parquet"
@@ -170,7 +176,7 @@ def measure(
             runs[f"ingest_table, {where}"] = lambda p=path, s=schema: ingest_table(
                 p, s, target, LIMITS
             )
-    return {name: timed(run, repeat) for name, run in runs.items()}
+    return timed(runs, repeat)
 
 
 def profile(run: Callable[[], object], lines: int) -> str:
@@ -201,38 +207,61 @@ def _ratio(results: dict[str, float], name: str) -> str:
     return "–" if baseline is None else f"{results[name] / baseline:.1f}×"
 
 
-def section(results: dict[str, float], rows: int, times: int, before: dict[str, float]) -> str:
+def section(
+    results: dict[str, dict[str, float]],
+    rows: int,
+    times: int,
+    flight_times: int,
+    before: dict[str, dict[str, float]],
+    loads: list[str],
+) -> str:
     command = "python -m benchmarks.loading " + shlex.join(sys.argv[1:])
+    wall, cpu = results["wall"], results["cpu"]
+    old = before.get("wall", {})
     lines = [
         HEADING,
         "",
-        f"adult stacked {times}× ({rows:,} rows × 14 columns), best of the repeats, on "
-        f"{platform.machine()} with Python {platform.python_version()}, a 2-CPU machine shared "
-        "with other jobs (its load changes the seconds between runs several fold, so compare "
-        "the ratios). Ratio: the time over the faster baseline of the same run for the format "
-        "(pd.read_csv or pyarrow.csv.read_csv for CSV, pd.read_parquet for Parquet), which "
-        "only parse and check nothing. Before: the per-value pandas encoders (``str.strip`` "
-        "and ``pd.to_numeric`` on objects); after: engine/columns/arrow_text.py.",
+        f"adult stacked {times}× ({rows:,} rows × 14 columns) and flights stacked "
+        f"{flight_times}× ({336_776 * flight_times:,} rows × 20 columns, two of them dates), "
+        f"best of the rounds (the readers take turns in each round), on {platform.machine()} "
+        f"with Python {platform.python_version()}, a 2-CPU machine shared with other jobs "
+        f"(1-minute load average {' → '.join(loads)} over the runs: the seconds are several "
+        "times what an idle machine gives, so compare the ratios, and the CPU seconds, which "
+        "the load changes less). Ratio: the time over the faster baseline of the same run for "
+        "the format and file (pd.read_csv or pyarrow.csv.read_csv for CSV, pd.read_parquet "
+        "for Parquet), which only parse and check nothing; CPU: this process's CPU time, all "
+        "threads (pyarrow's readers use both cores). Before: the previous commit of main "
+        "(per-value pandas parsing of dates, int64 codes assembled row-major); after: "
+        "engine/columns/arrow_temporal.py, narrow codes, column-major assembly.",
         "",
         f"    {command}",
         "",
-        "(the before file: the same command with ``--json`` only, on the commit before the "
-        "Arrow encoders, minutes earlier).",
+        "(before: the same command with ``--json`` only, on an export of the previous commit "
+        "with this benchmark file, run just before.)",
         "",
-        "| reader | before (s) | before / baseline | after (s) | after / baseline |",
-        "|---|---:|---:|---:|---:|",
+        "| reader | before (s) | before / baseline | after (s) | after / baseline "
+        "| after CPU (s) | CPU / baseline CPU |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, seconds in results.items():
-        old = f"{before[name]:.2f} | {_ratio(before, name)}" if name in before else "– | –"
-        lines.append(f"| {name} | {old} | {seconds:.2f} | {_ratio(results, name)} |")
+    for name, seconds in wall.items():
+        earlier = f"{old[name]:.2f} | {_ratio(old, name)}" if name in old else "– | –"
+        lines.append(
+            f"| {name} | {earlier} | {seconds:.2f} | {_ratio(wall, name)} "
+            f"| {cpu[name]:.2f} | {_ratio(cpu, name)} |"
+        )
     return "\n".join(lines) + "\n"
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as handle:
+        return handle.read().split()[0]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument("--times", type=int, default=40)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", choices=["cli", "ingest"], help="print a cProfile of one")
     parser.add_argument("--flight-times", type=int, default=6, help="0: no flights table")
     parser.add_argument("--schema", choices=["codes", "typed", "dates"], default="codes")
@@ -263,17 +292,18 @@ def main(argv: list[str] | None = None) -> None:
             )
             print(profile(run, 30))
             return
+        loads = [_load()]
         results = measure(files, tables, args.repeat, folder)
-    for name, seconds in results.items():
-        print(f"{seconds:8.2f} s  {name}")
+        loads.append(_load())
+    for name, seconds in results["wall"].items():
+        print(f"{seconds:8.2f} s  {results['cpu'][name]:8.2f} s CPU  {name}")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+        args.json.write_text(json.dumps({**results, "loads": loads}, indent=1))
     if args.update:
         before = json.loads(args.before.read_text()) if args.before else {}
-        document = args.update.read_text()
-        args.update.write_text(
-            replace_section(document, HEADING, section(results, rows, args.times, before))
-        )
+        loads = before.get("loads", []) + loads
+        text = section(results, rows, args.times, args.flight_times, before, loads)
+        args.update.write_text(replace_section(args.update.read_text(), HEADING, text))
 
 
 if __name__ == "__main__":

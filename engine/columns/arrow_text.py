@@ -63,7 +63,7 @@ def encode_text(column: TextColumn, values: pa.Array, missing: Sequence[str]) ->
         codes = np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
         refused = np.flatnonzero(codes < 0)
         if refused.size:
-            absent = _missing_rows(values, refused, missing)
+            absent = missing_rows(values, refused, missing)
             undeclared = len(column.categories) if column.other is not None else UNDECLARED
             codes[refused] = np.where(absent, column.absent_code, undeclared)
         return codes
@@ -90,7 +90,7 @@ def encode_text(column: TextColumn, values: pa.Array, missing: Sequence[str]) ->
         codes = column.codes_of(numbers)
     refused = np.flatnonzero(codes < 0)
     if refused.size:
-        absent = _missing_rows(values, refused, missing)
+        absent = missing_rows(values, refused, missing)
         codes[refused[absent]] = column.absent_code
     return codes
 
@@ -140,14 +140,18 @@ def _plain_codes(values: pa.Array, size: int) -> np.ndarray | None:
 
 def _has_hex_marker(values: pa.Array) -> bool:
     """Whether any cell of a string array holds an ``x`` or ``X`` (one pass over its bytes)."""
+    return bool(((text_bytes(values) | 0x20) == ord("x")).any())
+
+
+def text_bytes(values: pa.Array) -> np.ndarray:
+    """The UTF-8 bytes of a string array's cells, end to end (a view of its data buffer)."""
     _, offsets_buffer, data = values.buffers()
     if data is None or not len(values):
-        return False
+        return np.zeros(0, dtype=np.uint8)
     kind = np.int64 if pa.types.is_large_string(values.type) else np.int32
     offsets = np.frombuffer(offsets_buffer, dtype=kind, count=len(values) + 1 + values.offset)
     start, end = int(offsets[values.offset]), int(offsets[values.offset + len(values)])
-    text = np.frombuffer(data, dtype=np.uint8, count=end - start, offset=start)
-    return bool(((text | 0x20) == ord("x")).any())
+    return np.frombuffer(data, dtype=np.uint8, count=end - start, offset=start)
 
 
 def narrowest_unsigned(size: int) -> np.dtype[np.unsignedinteger[Any]]:
@@ -158,7 +162,7 @@ def narrowest_unsigned(size: int) -> np.dtype[np.unsignedinteger[Any]]:
     return np.dtype(np.uint64)
 
 
-def _missing_rows(values: pa.Array, rows: np.ndarray, missing: Sequence[str]) -> np.ndarray:
+def missing_rows(values: pa.Array, rows: np.ndarray, missing: Sequence[str]) -> np.ndarray:
     """Which of the cells at ``rows`` are missing values."""
     subset = values.take(pa.array(rows))
     return missing_mask(subset, strip(subset), missing)
@@ -185,12 +189,28 @@ def encode_number_array(
         return _integer_categories(column, values)
     if isinstance(column, BooleanColumn):
         return None
+    if isinstance(column, CodesColumn) and pa.types.is_integer(values.type):
+        whole = _integer_codes(values, column.size)
+        if whole is not None:
+            return whole
     numbers = np.array(values.to_numpy(zero_copy_only=False), dtype=np.float64)
     absent = np.isnan(numbers)  # nulls arrive as NaN
     if isinstance(column, NumericColumn):
         edges = np.asarray(column.edges, dtype=np.float64)
         return settle_missing(bin_codes(numbers, edges, column.clip), absent, column.absent_code)
     return settle_missing(column.codes_of(numbers), absent, column.absent_code)
+
+
+def _integer_codes(values: pa.Array, size: int) -> np.ndarray | None:
+    """Integers (no nulls) that are all codes ``0..size-1``, in the narrowest unsigned type;
+    None otherwise (the general path gives each its reason)."""
+    if values.null_count or not len(values):
+        return None
+    integers = values.to_numpy()  # no nulls: a view of the Arrow buffer
+    low, high = pc.min_max(values).values()
+    if low.as_py() < 0 or high.as_py() >= size:
+        return None
+    return np.asarray(integers).astype(narrowest_unsigned(size))
 
 
 def _integer_categories(column: CategoricalColumn, values: pa.Array) -> np.ndarray:

@@ -24,8 +24,7 @@ import pandas as pd
 import pyarrow as pa
 
 from engine.columns.arrow_temporal import parse_text, timestamp_micros
-from engine.columns.arrow_text import is_arrow_text, strip
-from engine.columns.arrow_text import missing_mask as arrow_missing_mask
+from engine.columns.arrow_text import is_arrow_text, missing_rows, strip
 from engine.columns.base import (
     MISSING,
     OUTSIDE,
@@ -148,16 +147,18 @@ class _TemporalColumn(BinnedCodes):
         """:meth:`encode` for a string, ``date32`` or timestamp array (seconds to microseconds),
         whole arrays at a time (:mod:`engine.columns.arrow_temporal`); None for other types."""
         if is_arrow_text(values.type):
-            stripped = strip(values)
-            stamps = parse_text(stripped, self.format, self._fallback)
-            absent = arrow_missing_mask(values, stripped, missing)
-        else:
-            found = timestamp_micros(values)
-            if found is None:
-                return None
-            stamps = found
-            absent = np.isnat(stamps)  # a typed null; no spelling applies to a date
-        return settle_missing(self._bin(stamps), absent, self.absent_code)
+            stamps = parse_text(strip(values), self.format, self._fallback)
+            codes = self._bin(stamps)
+            # Missing values only change refused codes: spellings are looked up in those.
+            refused = np.flatnonzero(codes < 0)
+            if refused.size:
+                codes[refused[missing_rows(values, refused, missing)]] = self.absent_code
+            return codes
+        found = timestamp_micros(values)
+        if found is None:
+            return None
+        # A typed null is missing; no spelling applies to a date.
+        return settle_missing(self._bin(found), np.isnat(found), self.absent_code)
 
     def _fallback(self, texts: list[str]) -> np.ndarray:
         return _parse_text(pd.Series(texts, dtype=object), self.format)
