@@ -269,7 +269,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="write the timings as JSON here")
     parser.add_argument("--before", type=Path, help="timings (JSON) of an earlier run to show")
     parser.add_argument("--update", type=Path, help="replace the section in this Markdown file")
+    parser.add_argument("--render", type=Path, help="no run: the section from this JSON")
     args = parser.parse_args(argv)
+    if args.render:
+        saved = json.loads(args.render.read_text())
+        before = json.loads(args.before.read_text()) if args.before else {}
+        loads = before.get("loads", []) + saved["loads"]
+        rows = 48_842 * args.times
+        text = section(saved, rows, args.times, args.flight_times, before, loads)
+        args.update.write_text(replace_section(args.update.read_text(), HEADING, text))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         csv_path, parquet_path, domain = stacked_files(args.data, args.times, folder)
