@@ -17,6 +17,7 @@ from engine.domain import Dataset, Domain
 from engine.marginals import (
     MarginalCache,
     Measurement,
+    count_flat,
     count_marginal,
     flat_index,
     index_dtype,
@@ -264,3 +265,15 @@ def test_marginal_cache_keeps_flat_indices_of_large_tables_within_its_budget() -
     assert np.array_equal(cache(("a", "b", "c")), count_marginal(data, ("a", "b", "c")))
     small = cache(("a",))
     assert cache(("a",)) is small  # small tables are kept whole
+
+
+def test_chunked_counting_equals_one_bincount(monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.marginals
+
+    monkeypatch.setattr(engine.marginals, "COUNT_CHUNK", 64)
+    rng = np.random.default_rng(9)
+    for shape in [(3,), (7, 5), (40, 30)]:  # 4 × cells below and above the row count
+        columns = [rng.integers(0, s, 1001).astype(np.uint8) for s in shape]
+        flat = flat_index(columns, shape)
+        expected = np.bincount(flat.astype(np.intp), minlength=math.prod(shape))
+        assert np.array_equal(count_flat(flat, shape).ravel(), expected)
