@@ -17,6 +17,10 @@ the table is built where Linux allows) is its own. ``--mst`` also runs ``rhosynt
 48,842 rows, write), with its wall time and peak RSS.
 
     python -m benchmarks.counting --data ../shared/data --mst --update docs/benchmarks.md
+
+On a crowded machine the phases can also be run one by one (``--phase before|after|mst
+--times N``, each printing one JSON line) and the section rendered from their files with
+``--render a.json b.json ... --update docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -94,9 +98,10 @@ def phase(name: str, data_path: Path, times: int, degree: int) -> dict[str, Any]
     tables: dict[tuple[str, ...], npt.NDArray[np.int64]] = {}
     cache = MarginalCache(data, CACHE_CELLS)
     passes = []
+    cpu = []
     checksum = 0
     for _ in range(2):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         for attrs in todo:
             if name == "before":
                 counts = tables.get(attrs)
@@ -108,6 +113,7 @@ def phase(name: str, data_path: Path, times: int, degree: int) -> dict[str, Any]
                 counts = cache(attrs)
             checksum += int(counts.ravel()[:: max(1, counts.size // 7)].sum())
         passes.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
     peak = read_memory_kib()["VmHWM"]
     return {
         "phase": name,
@@ -116,6 +122,8 @@ def phase(name: str, data_path: Path, times: int, degree: int) -> dict[str, Any]
         "large": sum(1 for a in todo if domain.cells(a) > CACHE_CELLS),
         "first_pass_s": passes[0],
         "second_pass_s": passes[1],
+        "first_pass_cpu_s": cpu[0],
+        "second_pass_cpu_s": cpu[1],
         "table_mib": codes.nbytes / 2**20,
         "resident_mib": resident / 1024,
         "peak_mib": peak / 1024,
@@ -139,12 +147,13 @@ def mst_phase(data_path: Path, times: int, folder: Path) -> dict[str, Any]:
     reset = reset_peak_rss()
     arguments = [str(csv_path), "--schema", str(schema_path), "--method", "mst"]
     arguments += ["--rho", "1", "--rows", "48842", "--seed", "1", "--out", str(out)]
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     synthesize.main(arguments, standalone_mode=False)
     seconds = time.perf_counter() - start
     return {
         "phase": "mst",
         "seconds": seconds,
+        "cpu_s": time.process_time() - start_cpu,
         "resident_mib": resident / 1024,
         "peak_mib": read_memory_kib()["VmHWM"] / 1024,
         "peak_reset": reset,
@@ -165,55 +174,61 @@ def run_child(arguments: list[str]) -> dict[str, Any]:
     return result
 
 
-def section(results: list[dict[str, Any]], times: int, degree: int) -> str:
+def section(results: list[dict[str, Any]], degree: int) -> str:
     command = "python -m benchmarks.counting " + shlex.join(sys.argv[1:])
     counting = [r for r in results if r["phase"] in ("before", "after")]
-    rows = counting[0]["rows"] if counting else 0
+    first = counting[0] if counting else {"marginals": 0, "large": 0}
     lines = [
         HEADING,
         "",
-        f"adult's codes tiled {times}× in memory ({rows:,} rows × 14 columns, int64: "
-        f"{counting[0]['table_mib']:.0f} MiB), on {platform.machine()} with Python "
-        f"{platform.python_version()}, a 2-CPU machine shared with other jobs (1-minute load "
-        "average in the table). Every candidate AIM scores on adult's domain (the downward "
-        f"closure of all {degree}-way marginals: {counting[0]['marginals']} tables, "
-        f"{counting[0]['large']} of them over the {CACHE_CELLS:,} cells a table may have to be "
-        "kept) is counted twice, as in two scoring rounds. AIM counts on the compressed domain, "
+        f"adult's codes tiled in memory (×205: 10,012,610 rows × 14 columns, 1,070 MiB as "
+        f"int64; ×41: 2,002,522 rows), on {platform.machine()} with Python "
+        f"{platform.python_version()}, a 2-CPU machine shared with other jobs: the 1-minute "
+        "load average was 12–20 during these runs (each process got a small share of a core), "
+        "so the wall seconds are many times an idle machine's; CPU seconds (this process) are "
+        "the comparable numbers. Every candidate AIM scores on adult's domain (the downward "
+        f"closure of all {degree}-way marginals: {first['marginals']} tables, "
+        f"{first['large']} of them over the {CACHE_CELLS:,} cells up to which a table is kept) "
+        "is counted twice, as in two scoring rounds; AIM counts on the compressed domain, "
         "which is never larger. Before: ``count_marginal`` of the previous commit on the "
-        "row-major array the loader returned; after: ``MarginalCache`` (compact column-major "
-        "codes, flat indices in the narrowest type, kept flat indices of large tables) on the "
-        "column-major array ``load_table`` returns now. Peak: the child process's VmHWM, reset "
-        "after the table was built (so the peak is the table plus the counting).",
+        "row-major array the loader returned (main's ``MarginalCache`` kept the same small "
+        "tables); after: ``MarginalCache`` (compact column-major codes, flat indices in the "
+        "narrowest type, counted in chunks, kept flat indices of large tables) on the "
+        "column-major array ``load_table`` returns now. Peak: the child process's VmHWM, "
+        "reset after the table was built, so it is the table plus the counting.",
         "",
         f"    {command}",
         "",
-        "| phase | first pass (s) | second pass (s) | resident before (MiB) | peak (MiB) | load |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| phase | rows | first pass CPU (s) | second pass CPU (s) | first pass wall (s) "
+        "| resident before (MiB) | peak (MiB) | load |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in counting:
         lines.append(
-            f"| {r['phase']} | {r['first_pass_s']:.1f} | {r['second_pass_s']:.1f} | "
-            f"{r['resident_mib']:.0f} | {r['peak_mib']:.0f} | {r['load']} |"
+            f"| {r['phase']} | {r['rows']:,} | {r.get('first_pass_cpu_s', float('nan')):.1f} "
+            f"| {r.get('second_pass_cpu_s', float('nan')):.1f} | {r['first_pass_s']:.0f} "
+            f"| {r['resident_mib']:.0f} | {r['peak_mib']:.0f} | {r['load']} |"
         )
     runs = [r for r in results if r["phase"].startswith("mst")]
     if runs:
         lines += [
             "",
             "``rhosynth synthesize --method mst --rho 1 --rows 48842 --seed 1`` run in one child "
-            "process (engine.cli's command, in-process) on the tiled table written as CSV: wall "
-            "time of load, fit, sampling and write; peak RSS of the run (after writing the CSV). "
-            "Before: the same phase run from an export of the previous commit. The issue's "
-            "service-level targets at 10 M rows are mst ≤ 60 s and aim ≤ 5 min with a peak "
-            "≤ 4 GB (the service is measured elsewhere).",
+            "process (engine.cli's command, in-process) on the ×205 table written as CSV: time "
+            "of load, fit, sampling and write; peak RSS of the run (reset after writing the "
+            "CSV). Before: the same phase run from an export of the previous commit, at the "
+            "same time. The issue's service-level targets at 10 M rows are mst ≤ 60 s and "
+            "aim ≤ 5 min with a peak ≤ 4 GB (the service is measured elsewhere).",
             "",
-            "| run | wall (s) | peak RSS (MiB) | rows out | load |",
-            "|---|---:|---:|---:|---:|",
+            "| run | CPU (s) | wall (s) | peak RSS (MiB) | rows out | load |",
+            "|---|---:|---:|---:|---:|---:|",
         ]
         for r in runs:
             name = "mst, before" if r["phase"] == "mst before" else "mst, after"
+            cpu = f"{r['cpu_s']:.0f}" if "cpu_s" in r else "–"
             lines.append(
-                f"| {name} | {r['seconds']:.0f} | {r['peak_mib']:.0f} | {r['rows_out']:,} "
-                f"| {r['load']} |"
+                f"| {name} | {cpu} | {r['seconds']:.0f} | {r['peak_mib']:.0f} "
+                f"| {r['rows_out']:,} | {r['load']} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -231,6 +246,9 @@ def main(argv: list[str] | None = None) -> None:
         "--before-mst", type=Path, help="the mst phase's JSON from the previous commit, to show"
     )
     parser.add_argument("--update", type=Path, help="replace the section in this Markdown file")
+    parser.add_argument(
+        "--render", type=Path, nargs="+", help="no run: the section from these phases' JSON"
+    )
     args = parser.parse_args(argv)
     if args.phase == "mst":
         assert args.folder is not None
@@ -239,24 +257,26 @@ def main(argv: list[str] | None = None) -> None:
     if args.phase:
         print(json.dumps(phase(args.phase, args.data, args.times, args.degree)))
         return
-    common = ["--data", str(args.data), "--times", str(args.times), "--degree", str(args.degree)]
-    results = [run_child([*common, "--phase", name]) for name in ("before", "after")]
-    if results[0]["checksum"] != results[1]["checksum"]:
-        raise SystemExit("before and after counted different tables")
-    if args.mst:
-        with tempfile.TemporaryDirectory() as folder:
-            results.append(run_child([*common, "--phase", "mst", "--folder", folder]))
+    if args.render:
+        results = [json.loads(path.read_text()) for path in args.render]
+    else:
+        common = ["--data", str(args.data), "--times", str(args.times)]
+        common += ["--degree", str(args.degree)]
+        results = [run_child([*common, "--phase", name]) for name in ("before", "after")]
+        if results[0]["checksum"] != results[1]["checksum"]:
+            raise SystemExit("before and after counted different tables")
+        if args.mst:
+            with tempfile.TemporaryDirectory() as folder:
+                results.append(run_child([*common, "--phase", "mst", "--folder", folder]))
     for result in results:
         print(json.dumps(result))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     if args.update:
-        document = args.update.read_text()
         if args.before_mst:
             results.append({**json.loads(args.before_mst.read_text()), "phase": "mst before"})
-        args.update.write_text(
-            replace_section(document, HEADING, section(results, args.times, args.degree))
-        )
+        document = args.update.read_text()
+        args.update.write_text(replace_section(document, HEADING, section(results, args.degree)))
 
 
 if __name__ == "__main__":
