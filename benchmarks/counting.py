@@ -47,6 +47,7 @@ from benchmarks.sections import replace_section
 
 HEADING = "## Counting marginals at 10 M rows"
 CACHE_CELLS = 200_000  # engine.mechanisms.aim.ANSWER_CACHE_CELLS
+FLAT_CACHE_MIB = 512  # engine.marginals.FLAT_CACHE_BYTES
 
 
 def tiled(data: Path, times: int, order: str) -> tuple[Any, npt.NDArray[np.int64]]:
@@ -174,8 +175,21 @@ def run_child(arguments: list[str]) -> dict[str, Any]:
     return result
 
 
-def section(results: list[dict[str, Any]], degree: int) -> str:
-    command = "python -m benchmarks.counting " + shlex.join(sys.argv[1:])
+def section(results: list[dict[str, Any]], degree: int, rendered: bool = False) -> str:
+    commands = ["python -m benchmarks.counting " + shlex.join(sys.argv[1:])]
+    if rendered:  # the phases were run one by one: show those commands
+        commands = [
+            f"python -m benchmarks.counting --data ../shared/data --times {r['rows'] // 48_842} "
+            f"--phase {r['phase']} > {r['phase']}-{r['rows'] // 48_842}.json"
+            for r in results
+            if r["phase"] in ("before", "after")
+        ]
+        commands += [
+            "python -m benchmarks.counting --data ../shared/data --times 205 --phase mst "
+            "--folder /tmp/mst > mst.json  # also from the previous commit: mst-before.json",
+            "python -m benchmarks.counting --render before-41.json after-41.json "
+            "after-205.json mst.json --before-mst mst-before.json --update docs/benchmarks.md",
+        ]
     counting = [r for r in results if r["phase"] in ("before", "after")]
     first = counting[0] if counting else {"marginals": 0, "large": 0}
     lines = [
@@ -196,18 +210,24 @@ def section(results: list[dict[str, Any]], degree: int) -> str:
         "narrowest type, counted in chunks, kept flat indices of large tables) on the "
         "column-major array ``load_table`` returns now. Peak: the child process's VmHWM, "
         "reset after the table was built, so it is the table plus the counting.",
+        f"The cache holds the compact codes (a byte per cell here), the kept tables and up to "
+        f"{FLAT_CACHE_MIB} MiB of flat indices (the default budget); the first and second "
+        "pass differ by what was kept. A before run at 10 M rows was stopped: at this load its "
+        "first pass had not ended after 24 minutes (2 minutes of CPU).",
         "",
-        f"    {command}",
+        *(f"    {command}" for command in commands),
         "",
         "| phase | rows | first pass CPU (s) | second pass CPU (s) | first pass wall (s) "
-        "| resident before (MiB) | peak (MiB) | load |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| resident before (MiB) | peak (MiB) | held by the cache (MiB) | load |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in counting:
+        held = r.get("cache_held_mib")
         lines.append(
             f"| {r['phase']} | {r['rows']:,} | {r.get('first_pass_cpu_s', float('nan')):.1f} "
             f"| {r.get('second_pass_cpu_s', float('nan')):.1f} | {r['first_pass_s']:.0f} "
-            f"| {r['resident_mib']:.0f} | {r['peak_mib']:.0f} | {r['load']} |"
+            f"| {r['resident_mib']:.0f} | {r['peak_mib']:.0f} "
+            f"| {'–' if held is None else f'{held:.0f}'} | {r['load']} |"
         )
     runs = [r for r in results if r["phase"].startswith("mst")]
     if runs:
@@ -276,7 +296,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.before_mst:
             results.append({**json.loads(args.before_mst.read_text()), "phase": "mst before"})
         document = args.update.read_text()
-        args.update.write_text(replace_section(document, HEADING, section(results, args.degree)))
+        text = section(results, args.degree, rendered=bool(args.render))
+        args.update.write_text(replace_section(document, HEADING, text))
 
 
 if __name__ == "__main__":
