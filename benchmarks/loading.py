@@ -214,8 +214,10 @@ def section(
     flight_times: int,
     before: dict[str, dict[str, float]],
     loads: list[str],
+    command: str | None = None,
 ) -> str:
-    command = "python -m benchmarks.loading " + shlex.join(sys.argv[1:])
+    if command is None:
+        command = "python -m benchmarks.loading " + shlex.join(sys.argv[1:])
     wall, cpu = results["wall"], results["cpu"]
     old = before.get("wall", {})
     lines = [
@@ -236,17 +238,23 @@ def section(
         "",
         f"    {command}",
         "",
-        "(before: the same command with ``--json`` only, on an export of the previous commit "
-        "with this benchmark file, run just before.)",
+        "(before: the same command, ``--json before.json --repeat 3``, on an export of the "
+        "previous commit with this benchmark file, started minutes earlier and partly "
+        "overlapping; the section is rendered with ``--render after.json --before "
+        "before.json --update docs/benchmarks.md``.)",
         "",
-        "| reader | before (s) | before / baseline | after (s) | after / baseline "
-        "| after CPU (s) | CPU / baseline CPU |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| reader | before (s) | before / baseline | before CPU (s) | before CPU / baseline "
+        "CPU | after (s) | after / baseline | after CPU (s) | after CPU / baseline CPU |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    old_cpu = before.get("cpu", {})
     for name, seconds in wall.items():
         earlier = f"{old[name]:.2f} | {_ratio(old, name)}" if name in old else "– | –"
+        earlier_cpu = (
+            f"{old_cpu[name]:.2f} | {_ratio(old_cpu, name)}" if name in old_cpu else "– | –"
+        )
         lines.append(
-            f"| {name} | {earlier} | {seconds:.2f} | {_ratio(wall, name)} "
+            f"| {name} | {earlier} | {earlier_cpu} | {seconds:.2f} | {_ratio(wall, name)} "
             f"| {cpu[name]:.2f} | {_ratio(cpu, name)} |"
         )
     return "\n".join([*lines, "", *NOTES]) + "\n"
@@ -307,7 +315,11 @@ def main(argv: list[str] | None = None) -> None:
         before = json.loads(args.before.read_text()) if args.before else {}
         loads = before.get("loads", []) + saved["loads"]
         rows = 48_842 * args.times
-        text = section(saved, rows, args.times, args.flight_times, before, loads)
+        command = (
+            f"python -m benchmarks.loading --data ../shared/data --times {args.times} "
+            f"--flight-times {args.flight_times} --repeat {args.repeat} --json after.json"
+        )
+        text = section(saved, rows, args.times, args.flight_times, before, loads, command)
         args.update.write_text(replace_section(args.update.read_text(), HEADING, text))
         return
     with tempfile.TemporaryDirectory() as tmp:
