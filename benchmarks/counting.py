@@ -139,11 +139,12 @@ def mst_phase(data_path: Path, times: int, folder: Path) -> dict[str, Any]:
     """``rhosynth synthesize --method mst`` in this process on the tiled table as CSV."""
     from engine.cli import synthesize
 
-    domain, codes = tiled(data_path, times, "F")
     csv_path, schema_path, out = folder / "adult.csv", folder / "schema.json", folder / "out.csv"
-    pd.DataFrame(codes, columns=list(domain.attributes)).to_csv(csv_path, index=False)
-    schema_path.write_text(json.dumps(dict(zip(domain.attributes, domain.sizes, strict=True))))
-    del codes
+    if not (csv_path.exists() and schema_path.exists()):  # a folder of an earlier run is reused
+        domain, codes = tiled(data_path, times, "F")
+        pd.DataFrame(codes, columns=list(domain.attributes)).to_csv(csv_path, index=False)
+        schema_path.write_text(json.dumps(dict(zip(domain.attributes, domain.sizes, strict=True))))
+        del codes
     resident = read_memory_kib()["VmRSS"]
     reset = reset_peak_rss()
     arguments = [str(csv_path), "--schema", str(schema_path), "--method", "mst"]
