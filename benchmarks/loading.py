@@ -261,6 +261,11 @@ def section(
 
 
 NOTES = [
+    "The issue's target, within 2× of the faster baseline: met in CPU time for CSV with the "
+    "codes and typed schemas (0.9–1.8×; 1.4–2.6× in wall time on this loaded machine); not "
+    "met for the dates schema on CSV (3.3–3.4× CPU, from 6.2–6.9×), nor for Parquet with "
+    "the typed schema (2.9× and 4.7× CPU), for the reasons below.",
+    "",
     "Where the time goes (cProfile with ``--profile``, shares of one run):",
     "",
     "* CSV, codes schema: about half is pyarrow's block reader (every column read as text, "
@@ -280,11 +285,17 @@ NOTES = [
     "as 2 March, accepts leading spaces and two-digit ``%Y``; checking its result with "
     "``strftime`` cost 6 s per 2 M cells; Arrow's ISO cast refuses a whole array for one "
     "bad cell. Nullable numerics with empty cells are cast after nulling the missing "
-    "spellings (no per-notation regular expression).",
+    "spellings (no per-notation regular expression). What is left of the dates schema on "
+    "CSV: reading the 19 stored columns as text (about 30 %), the float casts (about 20 %) "
+    "and bin searches (about 15 %) of its 13 numeric columns, the two date columns (about "
+    "10 %). pd.read_csv parses those numbers once, straight from the bytes; reading numeric "
+    "columns as float64 in pyarrow's CSV reader (whose parse is the cast's) and falling back "
+    "to text when a block refuses would remove the second pass; not done.",
     "* Parquet: pd.read_parquet decodes 2 M rows in about 0.1 s on an idle machine, so fixed "
     "costs weigh. ``ingest_table`` also walks every page header in Python (Thrift, "
-    "app/datasets/parquet_pages.py: the upload's memory bound, about a third of its time on "
-    "adult ×40's 1,414 pages), encodes each column, and writes the codes as zstd Parquet "
+    "app/datasets/parquet_pages.py: the upload's memory bound; a third of its time under "
+    "cProfile, which inflates Python calls, on adult ×40's 1,414 pages), encodes each "
+    "column, and writes the codes as zstd Parquet "
     "(now in row groups of up to 16 MiB instead of one per 30,000-row batch, which halved "
     "the write). ``load_table`` encodes and builds the int64 result. Those passes are the "
     "validation and the stored table; they are not in the baseline.",
