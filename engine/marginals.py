@@ -26,7 +26,8 @@ MARGINAL_SENSITIVITY = Fraction(1)
 
 
 FLAT_CACHE_BYTES = 512 * 1024 * 1024
-"""Default memory for the flat cell indices :class:`MarginalCache` keeps (per cache)."""
+"""Default memory for what :class:`MarginalCache` keeps of tables over its ``max_cells``
+(their tables or flat cell indices, per cache)."""
 
 
 def count_marginal(data: Dataset, attrs: Sequence[str]) -> npt.NDArray[np.int64]:
@@ -114,25 +115,29 @@ class MarginalCache:
     Counting reads one copy of the codes made on first use of each column: contiguous, in the
     narrowest unsigned type (a byte per cell for most columns), so a query reads a few bytes
     per row and column whatever the layout and type of the dataset's array. A table too large
-    to keep that is asked for a second time keeps its flat cell indices instead (its
-    :func:`index_dtype`, mostly 4 bytes per row) while they fit ``flat_bytes``: later recounts
-    are one ``np.bincount``.
+    to keep by ``max_cells`` that is asked for a second time keeps, while it fits
+    ``kept_bytes``, the smaller of its table (8 bytes per cell: on many rows) and its flat
+    cell indices (:func:`index_dtype`, mostly 4 bytes per row: on few rows), so a later ask is
+    free or one ``np.bincount``.
     """
 
-    def __init__(self, data: Dataset, max_cells: int, flat_bytes: int = FLAT_CACHE_BYTES) -> None:
+    def __init__(self, data: Dataset, max_cells: int, kept_bytes: int = FLAT_CACHE_BYTES) -> None:
         self._data = data
         self._max_cells = max_cells
-        self._flat_budget = flat_bytes
+        self._budget = kept_bytes
         self._tables: dict[tuple[str, ...], npt.NDArray[np.int64]] = {}
         self._columns: dict[str, npt.NDArray[np.unsignedinteger[Any]]] = {}
         self._flats: dict[tuple[str, ...], npt.NDArray[np.integer[Any]]] = {}
-        self._flat_used = 0
+        self._large: dict[tuple[str, ...], npt.NDArray[np.int64]] = {}
+        self._used = 0
         self._asked: set[tuple[str, ...]] = set()
 
     def __call__(self, attrs: Sequence[str]) -> npt.NDArray[np.int64]:
         """``count_marginal(data, attrs)``, from the cache when it was counted before."""
         key = tuple(attrs)
         cached = self._tables.get(key)
+        if cached is None:
+            cached = self._large.get(key)
         if cached is not None:
             return cached
         if not key:
@@ -144,13 +149,14 @@ class MarginalCache:
         counts = count_flat(flat, shape)
         if counts.size <= self._max_cells:
             self._tables[key] = counts
-        elif (
-            key in self._asked
-            and key not in self._flats
-            and self._flat_used + flat.nbytes <= self._flat_budget
-        ):
-            self._flats[key] = flat
-            self._flat_used += flat.nbytes
+        elif key in self._asked and key not in self._flats:
+            kept = min(counts.nbytes, flat.nbytes)
+            if self._used + kept <= self._budget:
+                if counts.nbytes <= flat.nbytes:
+                    self._large[key] = counts
+                else:
+                    self._flats[key] = flat
+                self._used += kept
         self._asked.add(key)
         return counts
 
@@ -160,7 +166,7 @@ class MarginalCache:
         return (
             sum(column.nbytes for column in self._columns.values())
             + sum(table.nbytes for table in self._tables.values())
-            + self._flat_used
+            + self._used
         )
 
     def _column(self, attr: str) -> npt.NDArray[np.unsignedinteger[Any]]:

@@ -198,7 +198,7 @@ def test_counts_equal_a_naive_reference_for_any_code_width_and_layout(
     codes = np.array(np.column_stack(columns), dtype=dtype, order=order)  # type: ignore[call-overload]
     domain = Domain(tuple(f"c{i}" for i in range(len(sizes))), sizes)
     data = Dataset(domain, codes)
-    cache = MarginalCache(data, max_cells=1000, flat_bytes=10**6)
+    cache = MarginalCache(data, max_cells=1000, kept_bytes=10**6)
     for attrs in [("c0",), ("c2", "c0"), ("c1", "c2", "c3"), tuple(reversed(domain.attributes))]:
         attrs = tuple(a for a in attrs if a in domain.attributes)
         positions = [domain.index(a) for a in attrs]
@@ -253,18 +253,31 @@ def test_marginal_cache_keeps_flat_indices_of_large_tables_within_its_budget() -
     domain = Domain(("a", "b", "c"), sizes)
     data = Dataset(domain, np.column_stack([rng.integers(0, s, 4000) for s in sizes]))
     # Tables over 100 cells are not kept; room for one flat index of 4000 uint16 / uint32.
-    cache = MarginalCache(data, max_cells=100, flat_bytes=4000 * 4)
-    first = cache(("a", "b"))  # 3000 cells: uint16 indices (8000 bytes)
+    cache = MarginalCache(data, max_cells=100, kept_bytes=4000 * 4)
+    first = cache(("a", "b"))  # 3000 cells (24,000 bytes); uint16 indices (8000 bytes)
     assert cache.held_bytes == sum(c.nbytes for c in cache._columns.values())
-    again = cache(("a", "b"))  # asked twice: its flat indices are kept
+    again = cache(("a", "b"))  # asked twice: the smaller, its flat indices, are kept
     assert np.array_equal(first, again) and first is not again
-    assert cache._flat_used == 8000
+    assert cache._used == 8000 and set(cache._flats) == {("a", "b")}
     cache(("a", "b", "c"))
     cache(("a", "b", "c"))  # 210,000 cells: uint32, 16,000 bytes, over what is left
-    assert set(cache._flats) == {("a", "b")}
+    assert set(cache._flats) == {("a", "b")} and not cache._large
     assert np.array_equal(cache(("a", "b", "c")), count_marginal(data, ("a", "b", "c")))
     small = cache(("a",))
     assert cache(("a",)) is small  # small tables are kept whole
+
+
+def test_marginal_cache_keeps_a_large_table_when_it_is_smaller_than_its_flat_indices() -> None:
+    rng = np.random.default_rng(4)
+    sizes = (50, 60)
+    domain = Domain(("a", "b"), sizes)
+    data = Dataset(domain, np.column_stack([rng.integers(0, s, 20_000) for s in sizes]))
+    cache = MarginalCache(data, max_cells=100, kept_bytes=30_000)
+    first = cache(("a", "b"))  # 3000 cells: 24,000 bytes; flat indices: 40,000 bytes
+    second = cache(("a", "b"))
+    assert first is not second and cache(("a", "b")) is second
+    assert cache._used == 24_000 and not cache._flats
+    assert np.array_equal(second, count_marginal(data, ("a", "b")))
 
 
 def test_chunked_counting_equals_one_bincount(monkeypatch: pytest.MonkeyPatch) -> None:
