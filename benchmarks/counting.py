@@ -253,7 +253,8 @@ def section(results: list[dict[str, Any]], degree: int, rendered: bool = False) 
             "mst before": "mst, before",
             "mst interim": "mst, after but Dataset still copying the re-coded table",
         }
-        for r in sorted(runs, key=lambda r: r["phase"] != "mst before"):
+        order = {"mst before": 0, "mst interim": 1}
+        for r in sorted(runs, key=lambda r: order.get(r["phase"], 2)):
             name = names.get(r["phase"], "mst, after")
             cpu = f"{r['cpu_s']:.0f}" if "cpu_s" in r else "–"
             lines.append(
