@@ -407,7 +407,8 @@ def load_numeric_values(path: Path, schema: TableSchema) -> pa.Table:
 
 
 def load_table(path: Path, schema: TableSchema, *, allow_extra_columns: bool = False) -> IntArray:
-    """Read a CSV or Parquet file and encode it with ``schema``: int64 codes, schema order.
+    """Read a CSV or Parquet file and encode it with ``schema``: int64 codes, schema order,
+    column-major.
 
     The format is decided by the content (Parquet's magic bytes), not the file name. CSV is read
     in blocks with every column as text; Parquet in row batches with its own types. Raises
@@ -416,20 +417,29 @@ def load_table(path: Path, schema: TableSchema, *, allow_extra_columns: bool = F
     has rows with the wrong number of fields, has no rows, or holds values outside the declared
     domain; the last is reported per column as a number of rows, never as values.
     """
-    chunks: list[IntArray] = []
+    # Each column's codes are kept per batch in the narrowest unsigned type, and copied once
+    # into the column-major result (so a column of the result is contiguous memory).
+    parts: list[list[npt.NDArray[np.unsignedinteger[Any]]]] = [[] for _ in schema.columns]
     problems: Counter[tuple[str, int]] = Counter()
+    rows = 0
     for batch in _table_batches(path, schema, allow_extra_columns):
         if not batch.num_rows:
             continue
-        encoded = schema.encode_batch(batch)
-        problems.update(encoded.problems)
+        columns, found = schema.encode_columns(batch)
+        problems.update(found)
         if not problems:
-            chunks.append(encoded.codes)
+            for part, codes in zip(parts, columns, strict=True):
+                part.append(codes)
+            rows += batch.num_rows
     if problems:
         raise TableError(schema.describe_problems(problems))
-    if not chunks:
+    if not rows:
         raise TableError("the table has no rows")
-    return np.concatenate(chunks)
+    out: IntArray = np.empty((rows, len(schema.columns)), dtype=np.int64, order="F")
+    for j, part in enumerate(parts):
+        np.concatenate(part, out=out[:, j])
+        part.clear()
+    return out
 
 
 def write_table(

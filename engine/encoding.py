@@ -50,6 +50,7 @@ from engine.columns.arrow_text import (
     encode_text,
     is_arrow_number,
     is_arrow_text,
+    narrowest_unsigned,
 )
 from engine.columns.base import MAX_COLUMN_NAME_LENGTH, MAX_SPELLINGS, check_spellings
 from engine.columns.spec import Entry, declared_lists, declared_size, parse_column
@@ -75,6 +76,7 @@ __all__ = [
     "SchemaSpec",
     "TableSchema",
     "check_schema_sizes",
+    "compact_codes",
     "encode_array",
     "encode_values",
     "schema_summary",
@@ -321,10 +323,27 @@ class TableSchema:
             lambda column: encode_array(column, batch.column(column.name), self.missing_values),
         )
 
+    def encode_columns(
+        self, batch: pa.RecordBatch | pa.Table
+    ) -> tuple[list[np.ndarray], dict[tuple[str, int], int]]:
+        """:meth:`encode_batch` column by column, without a 2-D copy: each column's codes (in
+        the narrowest unsigned type that holds the column's codes when none was refused, else
+        int64 with the negative reasons), and the refused rows per (column, reason)."""
+        out: list[np.ndarray] = []
+        problems: dict[tuple[str, int], int] = {}
+        for column in self.columns:
+            codes = encode_array(column, batch.column(column.name), self.missing_values)
+            reasons = count_reasons(codes)
+            for reason, count in reasons.items():
+                problems[(column.name, reason)] = count
+            out.append(codes if reasons else compact_codes(codes, column.size))
+        return out, problems
+
     def _encode_columns(
         self, rows: int, encode_column: Callable[[Column], np.ndarray]
     ) -> EncodedChunk:
-        codes = np.empty((rows, len(self.columns)), dtype=np.int64)
+        # Column-major: each column's codes are written to contiguous memory.
+        codes = np.empty((rows, len(self.columns)), dtype=np.int64, order="F")
         invalid: dict[str, int] = {}
         problems: dict[tuple[str, int], int] = {}
         for j, column in enumerate(self.columns):
@@ -407,8 +426,15 @@ class TableSchema:
         return pa.Table.from_arrays(arrays, schema=self.arrow_schema())
 
 
+def compact_codes(codes: np.ndarray, size: int) -> np.ndarray:
+    """Valid codes ``0..size-1`` in the narrowest unsigned integer type that holds them."""
+    return codes.astype(narrowest_unsigned(size), copy=False)
+
+
 def count_reasons(codes: np.ndarray) -> dict[int, int]:
     """How many codes carry each refusal reason (negative codes)."""
+    if codes.dtype.kind == "u" or not codes.size or codes.min() >= 0:
+        return {}
     bad = codes[codes < 0]
     if not bad.size:
         return {}
@@ -488,8 +514,9 @@ def encode_array(
 
     Text arrays of numeric, codes, categorical and boolean columns, and integer or float arrays
     of numeric, codes and categorical columns, are encoded in Arrow
-    (:mod:`engine.columns.arrow_text`); a dictionary array encodes its dictionary once and
-    gathers; anything else goes through pandas.
+    (:mod:`engine.columns.arrow_text`); text, ``date32`` and timestamp arrays of date and
+    datetime columns too (:mod:`engine.columns.arrow_temporal`); a dictionary array encodes
+    its dictionary once and gathers; anything else goes through pandas.
     """
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
@@ -508,6 +535,10 @@ def encode_array(
         column, NumericColumn | CodesColumn | CategoricalColumn
     ):
         codes = encode_number_array(column, values, missing)
+        if codes is not None:
+            return codes
+    if isinstance(column, DateColumn | DatetimeColumn):
+        codes = column.encode_arrow(values, missing)
         if codes is not None:
             return codes
     return encode_values(column, values.to_pandas(), missing)

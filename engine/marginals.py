@@ -12,6 +12,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -24,25 +25,83 @@ MARGINAL_SENSITIVITY = Fraction(1)
 """L2 sensitivity of any contingency table under add/remove-one-row: one row moves one cell by 1."""
 
 
+FLAT_CACHE_BYTES = 512 * 1024 * 1024
+"""Default memory for what :class:`MarginalCache` keeps of tables over its ``max_cells``
+(their tables or flat cell indices, per cache)."""
+
+
 def count_marginal(data: Dataset, attrs: Sequence[str]) -> npt.NDArray[np.int64]:
     """The exact contingency table of ``attrs`` (int64, shape = the attributes' sizes, in order).
 
-    Rows are mapped to a flat mixed-radix cell index and counted with ``np.bincount``. An empty
-    ``attrs`` gives a 0-d array holding the number of rows.
+    Rows are mapped to a flat mixed-radix cell index (:func:`flat_index`) and counted with
+    ``np.bincount``. An empty ``attrs`` gives a 0-d array holding the number of rows.
     """
     sub = tuple(attrs)
     if not sub:
         return np.array(data.n_rows, dtype=np.int64)
     shape = data.domain.project(sub).sizes
-    cells = math.prod(shape)
+    flat = flat_index([data.column(attr) for attr in sub], shape)
+    return count_flat(flat, shape)
+
+
+def index_dtype(cells: int) -> np.dtype[np.integer[Any]]:
+    """The narrowest integer type for cell indices ``0..cells-1`` that ``np.bincount`` reads
+    without a checked cast (unsigned up to 32 bits, then ``intp``)."""
     if cells > np.iinfo(np.intp).max:
         raise ValueError("the marginal has more cells than an array can index")
-    flat = np.zeros(data.n_rows, dtype=np.intp)
-    for attr, size in zip(sub, shape, strict=True):
-        flat *= size
-        flat += data.column(attr).astype(np.intp, copy=False)
-    counts = np.bincount(flat, minlength=cells).astype(np.int64, copy=False)
-    return counts.reshape(shape)
+    for kind in (np.uint8, np.uint16, np.uint32):
+        if cells - 1 <= np.iinfo(kind).max:
+            return np.dtype(kind)
+    return np.dtype(np.intp)
+
+
+def flat_index(
+    columns: Sequence[npt.NDArray[np.integer[Any]]], shape: Sequence[int]
+) -> npt.NDArray[np.integer[Any]]:
+    """Each row's cell in the table of ``shape`` (mixed radix, the last column fastest), in
+    :func:`index_dtype` of the table's cells: one new array, updated in place column by column.
+
+    The codes must be valid (``0 <= code < size``, as :class:`~engine.domain.Dataset` checks),
+    so every step fits the type and the casts are exact.
+    """
+    kind = index_dtype(math.prod(shape))
+    flat = np.array(columns[0], dtype=kind)  # a copy: it is updated in place below
+    for column, size in zip(columns[1:], shape[1:], strict=True):
+        np.multiply(flat, size, out=flat, casting="unsafe")
+        np.add(flat, column, out=flat, casting="unsafe")
+    return flat
+
+
+COUNT_CHUNK = 1 << 18
+"""Rows counted by one ``np.bincount`` call when the flat indices are narrower than ``intp``."""
+
+
+def count_flat(flat: npt.NDArray[np.integer[Any]], shape: Sequence[int]) -> npt.NDArray[np.int64]:
+    """The table of ``shape`` counted from flat cell indices.
+
+    ``np.bincount`` converts narrower indices to ``intp`` first; in chunks of at least
+    :data:`COUNT_CHUNK` rows (and four times the cells) that copy stays small and in cache
+    instead of 8 bytes per row of the table.
+    """
+    cells = math.prod(shape)
+    step = max(COUNT_CHUNK, 4 * cells)
+    if flat.dtype == np.intp or len(flat) <= step:
+        counts = np.bincount(flat, minlength=cells)
+    else:
+        counts = np.zeros(cells, dtype=np.intp)
+        for start in range(0, len(flat), step):
+            counts += np.bincount(flat[start : start + step], minlength=cells)
+    return counts.astype(np.int64, copy=False).reshape(tuple(shape))
+
+
+def compact_column(
+    column: npt.NDArray[np.integer[Any]], size: int
+) -> npt.NDArray[np.unsignedinteger[Any]]:
+    """A valid code column (``0..size-1``) as contiguous codes of the narrowest unsigned type."""
+    kind = index_dtype(size)
+    if kind.kind != "u":
+        kind = np.dtype(np.uint64)
+    return np.ascontiguousarray(column, dtype=kind)
 
 
 class MarginalCache:
@@ -52,23 +111,71 @@ class MarginalCache:
     round; tables of at most ``max_cells`` cells are kept between rounds, larger ones are
     recounted when asked for, so memory stays bounded on wide tables with large domains. Like
     :func:`count_marginal` it releases nothing.
+
+    Counting reads one copy of the codes made on first use of each column: contiguous, in the
+    narrowest unsigned type (a byte per cell for most columns), so a query reads a few bytes
+    per row and column whatever the layout and type of the dataset's array. A table too large
+    to keep by ``max_cells`` that is asked for a second time keeps, while it fits
+    ``kept_bytes``, the smaller of its table (8 bytes per cell: on many rows) and its flat
+    cell indices (:func:`index_dtype`, mostly 4 bytes per row: on few rows), so a later ask is
+    free or one ``np.bincount``.
     """
 
-    def __init__(self, data: Dataset, max_cells: int) -> None:
+    def __init__(self, data: Dataset, max_cells: int, kept_bytes: int = FLAT_CACHE_BYTES) -> None:
         self._data = data
         self._max_cells = max_cells
+        self._budget = kept_bytes
         self._tables: dict[tuple[str, ...], npt.NDArray[np.int64]] = {}
+        self._columns: dict[str, npt.NDArray[np.unsignedinteger[Any]]] = {}
+        self._flats: dict[tuple[str, ...], npt.NDArray[np.integer[Any]]] = {}
+        self._large: dict[tuple[str, ...], npt.NDArray[np.int64]] = {}
+        self._used = 0
+        self._asked: set[tuple[str, ...]] = set()
 
     def __call__(self, attrs: Sequence[str]) -> npt.NDArray[np.int64]:
         """``count_marginal(data, attrs)``, from the cache when it was counted before."""
         key = tuple(attrs)
         cached = self._tables.get(key)
+        if cached is None:
+            cached = self._large.get(key)
         if cached is not None:
             return cached
-        counts = count_marginal(self._data, key)
+        if not key:
+            return count_marginal(self._data, key)
+        shape = self._data.domain.project(key).sizes
+        flat = self._flats.get(key)
+        if flat is None:
+            flat = flat_index([self._column(attr) for attr in key], shape)
+        counts = count_flat(flat, shape)
         if counts.size <= self._max_cells:
             self._tables[key] = counts
+        elif key in self._asked and key not in self._flats:
+            kept = min(counts.nbytes, flat.nbytes)
+            if self._used + kept <= self._budget:
+                if counts.nbytes <= flat.nbytes:
+                    self._large[key] = counts
+                else:
+                    self._flats[key] = flat
+                self._used += kept
+        self._asked.add(key)
         return counts
+
+    @property
+    def held_bytes(self) -> int:
+        """Memory held: the compact columns, the kept tables and the kept flat indices."""
+        return (
+            sum(column.nbytes for column in self._columns.values())
+            + sum(table.nbytes for table in self._tables.values())
+            + self._used
+        )
+
+    def _column(self, attr: str) -> npt.NDArray[np.unsignedinteger[Any]]:
+        column = self._columns.get(attr)
+        if column is None:
+            size = self._data.domain.sizes[self._data.domain.index(attr)]
+            column = compact_column(self._data.column(attr), size)
+            self._columns[attr] = column
+        return column
 
 
 @dataclass(frozen=True, eq=False)

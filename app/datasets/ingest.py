@@ -23,7 +23,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from app.datasets.parquet_pages import ParquetRefused, ReadPlan, plan_parquet_read
-from engine.encoding import TableSchema, count_reasons, encode_array
+from engine.encoding import TableSchema, compact_codes, count_reasons, encode_array
 
 PARQUET_MAGIC = b"PAR1"
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
@@ -105,6 +105,7 @@ def _write_encoded(
     problems: Counter[tuple[str, int]] = Counter()
     rows = 0
     with pq.ParquetWriter(target, arrow_schema, compression="zstd") as writer:
+        pending = _PendingCodes(arrow_schema, writer)
         for batch in batches:
             rows += batch.num_rows
             if rows > limits.max_rows:
@@ -115,16 +116,57 @@ def _write_encoded(
                     problems[(name, reason)] += count
             if problems or not batch.num_rows:
                 continue  # keep counting so the report is complete; stop writing
-            arrays = [
-                pa.array(column_codes, type=field.type)
-                for column_codes, field in zip(codes, arrow_schema, strict=True)
-            ]
-            writer.write_table(pa.Table.from_arrays(arrays, schema=arrow_schema))
+            pending.add(
+                [
+                    compact_codes(column_codes, column.size)
+                    for column_codes, column in zip(codes, schema.columns, strict=True)
+                ]
+            )
+        if not problems:
+            pending.flush()
     if problems:
         raise UploadRejected(422, schema.describe_problems(problems))
     if rows == 0:
         raise UploadRejected(422, "the table has no rows")
     return rows
+
+
+WRITE_BUFFER_BYTES = 16 * 1024 * 1024
+WRITE_MAX_ROWS = 1_048_576
+
+
+class _PendingCodes:
+    """Valid codes (the stored types) gathered over batches and written as one row group once
+    they reach :data:`WRITE_BUFFER_BYTES` or :data:`WRITE_MAX_ROWS`: a Parquet batch is often a
+    few ten thousand rows, and a row group per batch doubled the cost of writing (page and
+    column-chunk overheads of zstd)."""
+
+    def __init__(self, arrow_schema: pa.Schema, writer: pq.ParquetWriter) -> None:
+        self._schema = arrow_schema
+        self._writer = writer
+        self._parts: list[list[np.ndarray]] = [[] for _ in arrow_schema]
+        self._rows = 0
+        self._bytes = 0
+
+    def add(self, codes: list[np.ndarray]) -> None:
+        for part, column_codes in zip(self._parts, codes, strict=True):
+            part.append(column_codes)
+        self._rows += len(codes[0])
+        self._bytes += sum(column_codes.nbytes for column_codes in codes)
+        if self._bytes >= WRITE_BUFFER_BYTES or self._rows >= WRITE_MAX_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._rows:
+            return
+        # Arrow wraps each NumPy array of codes without a copy.
+        arrays = [
+            pa.chunked_array([pa.array(codes, type=field.type) for codes in part], field.type)
+            for part, field in zip(self._parts, self._schema, strict=True)
+        ]
+        self._writer.write_table(pa.Table.from_arrays(arrays, schema=self._schema))
+        self._parts = [[] for _ in self._schema]
+        self._rows = self._bytes = 0
 
 
 class _BatchEncoder:
@@ -149,8 +191,9 @@ class _BatchEncoder:
             values = batch.column(column.name)
             if isinstance(values, pa.DictionaryArray):
                 codes = pc.take(self._dictionary_codes(j, values.dictionary), values.indices)
-                missing = pc.fill_null(codes, column.absent_code)
-                out.append(missing.to_numpy().astype(np.int64))
+                if codes.null_count:
+                    codes = pc.fill_null(codes, column.absent_code)
+                out.append(np.asarray(codes.to_numpy()))  # int32, the cached codes' type
             else:
                 out.append(encode_array(column, values, self._schema.missing_values))
         return out
@@ -434,9 +477,10 @@ def _is_text(kind: pa.DataType) -> bool:
 
 
 def read_encoded_table(path: Path, schema: TableSchema) -> np.ndarray:
-    """Load a stored table as a 2-D int64 array with columns in schema order."""
+    """Load a stored table as a 2-D int64 array with columns in schema order (column-major:
+    each column is copied once into contiguous memory)."""
     table = pq.read_table(path, columns=list(schema.names))
-    codes = np.empty((table.num_rows, len(schema.names)), dtype=np.int64)
+    codes = np.empty((table.num_rows, len(schema.names)), dtype=np.int64, order="F")
     for j, column in enumerate(table.columns):
         codes[:, j] = column.to_numpy()
     return codes

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -56,10 +58,12 @@ def encode_text(column: TextColumn, values: pa.Array, missing: Sequence[str]) ->
         values = values.combine_chunks()
     if isinstance(column, CategoricalColumn):
         found = pc.index_in(values, value_set=pa.array(column.categories, type=values.type))
+        if not found.null_count:
+            return np.asarray(found.to_numpy())  # every cell a declared category (int32)
         codes = np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
         refused = np.flatnonzero(codes < 0)
         if refused.size:
-            absent = _missing_rows(values, refused, missing)
+            absent = missing_rows(values, refused, missing)
             undeclared = len(column.categories) if column.other is not None else UNDECLARED
             codes[refused] = np.where(absent, column.absent_code, undeclared)
         return codes
@@ -70,23 +74,95 @@ def encode_text(column: TextColumn, values: pa.Array, missing: Sequence[str]) ->
         falses = _in(lowered, [v.strip().lower() for v in column.false_values])
         codes = np.where(trues, 1, np.where(falses, 0, UNPARSEABLE)).astype(np.int64)
         return settle_missing(codes, missing_mask(values, stripped, missing), column.absent_code)
+    if isinstance(column, CodesColumn):
+        plain = _plain_codes(values, column.size)
+        if plain is not None:
+            return plain
     try:
         # Arrow's cast refuses any whitespace, so when it reads every cell none needed stripping.
         numbers = _as_numpy(pc.cast(values, pa.float64()))
     except pa.ArrowInvalid:
-        numbers = parse_numbers(strip(values))
+        found = _cast_without_missing(values, missing)
+        numbers = parse_numbers(strip(values)) if found is None else found
     if isinstance(column, NumericColumn):
         codes = bin_codes(numbers, np.asarray(column.edges, dtype=np.float64), column.clip)
     else:
         codes = column.codes_of(numbers)
     refused = np.flatnonzero(codes < 0)
     if refused.size:
-        absent = _missing_rows(values, refused, missing)
+        absent = missing_rows(values, refused, missing)
         codes[refused[absent]] = column.absent_code
     return codes
 
 
-def _missing_rows(values: pa.Array, rows: np.ndarray, missing: Sequence[str]) -> np.ndarray:
+def _cast_without_missing(values: pa.Array, missing: Sequence[str]) -> np.ndarray | None:
+    """The numbers of a string array whose cells the cast refuses only because some are
+    missing-value spellings (``""`` in a CSV with empty cells), else None.
+
+    A cell written exactly as a spelling that is no finite number becomes null (NaN), which is
+    what ``pd.to_numeric`` reads it as (no finite number); every other cell is cast as usual.
+    """
+    spellings = _non_numbers(tuple(missing))
+    if not spellings:
+        return None
+    blank = pc.is_in(values, value_set=pa.array(spellings, type=values.type))
+    try:
+        return _as_numpy(pc.cast(pc.if_else(blank, None, values), pa.float64()))
+    except pa.ArrowInvalid:
+        return None
+
+
+@lru_cache(maxsize=256)
+def _non_numbers(spellings: tuple[str, ...]) -> list[str]:
+    """The spellings ``pd.to_numeric`` reads as no finite number."""
+    numbers = as_float(pd.Series(list(spellings), dtype=object))
+    return [s for s, number in zip(spellings, numbers, strict=True) if not np.isfinite(number)]
+
+
+def _plain_codes(values: pa.Array, size: int) -> np.ndarray | None:
+    """The codes when every cell is a decimal integer in ``0..size-1`` (as the narrowest
+    unsigned integers), else None. Arrow's integer cast reads the decimal integers (optional
+    sign, no whitespace, no point), which ``pd.to_numeric`` reads as the same number, and
+    hexadecimal ``0x10``, which pandas does not read (so text with an ``x`` is left to the
+    general path); it refuses the whole array otherwise, and the general path decides each
+    cell."""
+    if values.null_count or _has_hex_marker(values):
+        return None
+    kind = narrowest_unsigned(size)
+    try:
+        codes = np.asarray(pc.cast(values, pa.from_numpy_dtype(kind)).to_numpy())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if codes.size and int(codes.max()) >= size:
+        return None
+    return codes
+
+
+def _has_hex_marker(values: pa.Array) -> bool:
+    """Whether any cell of a string array holds an ``x`` or ``X`` (one pass over its bytes)."""
+    return bool(((text_bytes(values) | 0x20) == ord("x")).any())
+
+
+def text_bytes(values: pa.Array) -> np.ndarray:
+    """The UTF-8 bytes of a string array's cells, end to end (a view of its data buffer)."""
+    _, offsets_buffer, data = values.buffers()
+    if data is None or not len(values):
+        return np.zeros(0, dtype=np.uint8)
+    kind = np.int64 if pa.types.is_large_string(values.type) else np.int32
+    offsets = np.frombuffer(offsets_buffer, dtype=kind, count=len(values) + 1 + values.offset)
+    start, end = int(offsets[values.offset]), int(offsets[values.offset + len(values)])
+    return np.frombuffer(data, dtype=np.uint8, count=end - start, offset=start)
+
+
+def narrowest_unsigned(size: int) -> np.dtype[np.unsignedinteger[Any]]:
+    """The narrowest unsigned integer type that holds ``0..size-1``."""
+    for kind in (np.uint8, np.uint16, np.uint32):
+        if size <= np.iinfo(kind).max + 1:
+            return np.dtype(kind)
+    return np.dtype(np.uint64)
+
+
+def missing_rows(values: pa.Array, rows: np.ndarray, missing: Sequence[str]) -> np.ndarray:
     """Which of the cells at ``rows`` are missing values."""
     subset = values.take(pa.array(rows))
     return missing_mask(subset, strip(subset), missing)
@@ -113,12 +189,28 @@ def encode_number_array(
         return _integer_categories(column, values)
     if isinstance(column, BooleanColumn):
         return None
+    if isinstance(column, CodesColumn) and pa.types.is_integer(values.type):
+        whole = _integer_codes(values, column.size)
+        if whole is not None:
+            return whole
     numbers = np.array(values.to_numpy(zero_copy_only=False), dtype=np.float64)
     absent = np.isnan(numbers)  # nulls arrive as NaN
     if isinstance(column, NumericColumn):
         edges = np.asarray(column.edges, dtype=np.float64)
         return settle_missing(bin_codes(numbers, edges, column.clip), absent, column.absent_code)
     return settle_missing(column.codes_of(numbers), absent, column.absent_code)
+
+
+def _integer_codes(values: pa.Array, size: int) -> np.ndarray | None:
+    """Integers (no nulls) that are all codes ``0..size-1``, in the narrowest unsigned type;
+    None otherwise (the general path gives each its reason)."""
+    if values.null_count or not len(values):
+        return None
+    integers = values.to_numpy()  # no nulls: a view of the Arrow buffer
+    low, high = pc.min_max(values).values()
+    if low.as_py() < 0 or high.as_py() >= size:
+        return None
+    return np.asarray(integers).astype(narrowest_unsigned(size))
 
 
 def _integer_categories(column: CategoricalColumn, values: pa.Array) -> np.ndarray:

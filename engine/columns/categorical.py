@@ -238,6 +238,9 @@ class CodesColumn:
     def codes_of(self, numbers: np.ndarray) -> np.ndarray:
         """The code of each number (NaN for text that is not one); negative reasons otherwise."""
         with np.errstate(invalid="ignore"):
+            whole = numbers.astype(np.int64)
+            if bool(((whole == numbers) & (whole >= 0) & (whole < self.size)).all()):
+                return whole  # every number is a code (the common case, one pass)
             integral = np.isfinite(numbers) & (numbers == np.floor(numbers))
             inside = integral & (numbers >= 0) & (numbers < self.size)
             codes = np.where(

@@ -146,6 +146,10 @@ def bin_codes(numbers: np.ndarray, edges: np.ndarray, clip: bool) -> np.ndarray:
     """Bin index of each number (last bin closed); OUTSIDE / UNPARSEABLE codes otherwise."""
     from engine.columns.base import UNPARSEABLE
 
+    if numbers.size and numbers.min() >= edges[0] and numbers.max() <= edges[-1]:
+        # Every number is inside the bounds (a NaN fails both comparisons): one search.
+        inner = np.searchsorted(edges, numbers, side="right") - 1
+        return np.minimum(inner, len(edges) - 2, out=inner).astype(np.int64, copy=False)
     finite = np.isfinite(numbers)
     if clip:
         numbers = np.clip(numbers, edges[0], edges[-1])

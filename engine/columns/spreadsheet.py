@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from engine.columns.arrow_text import text_bytes
 from engine.columns.output import text_batch
 
 FORMULA_TRIGGERS = ("=", "+", "-", "@", "\uff1d", "\uff0b", "\uff0d", "\uff20")
@@ -76,6 +77,10 @@ def unescape_text(array: pa.Array) -> pa.Array:
     written from. A real cell that itself starts with ``'=`` (etc.) is read without its ``'``."""
     if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
         return array
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if not (text_bytes(array) == ord("'")).any():
+        return array  # no apostrophe at all: nothing escaped (one pass over the bytes)
     if not pc.any(pc.starts_with(array, "'")).as_py():
         return array  # nothing escaped (the regular expression is the slow part)
     escaped = pc.fill_null(pc.match_substring_regex(array, _ESCAPED_PATTERN), False)

@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from engine.columns.arrow_temporal import parse_text, timestamp_micros
+from engine.columns.arrow_text import is_arrow_text, missing_rows, strip
 from engine.columns.base import (
     MISSING,
     OUTSIDE,
@@ -124,17 +126,42 @@ class _TemporalColumn(BinnedCodes):
 
     def to_units(self, values: pd.Series) -> np.ndarray:
         """Each value in internal units as a float (NaN when it is not a date of this format)."""
-        stamps = _timestamps(values, self.format)
+        return self._units(_timestamps(values, self.format))
+
+    def _units(self, stamps: np.ndarray) -> np.ndarray:
         as_unit = stamps.astype(f"datetime64[{self.unit}]")
         out = as_unit.view(np.int64).astype(np.float64)
         out[np.isnat(as_unit)] = np.nan
         return out
 
-    def encode(self, values: pd.Series, missing: Sequence[str]) -> np.ndarray:
+    def _bin(self, stamps: np.ndarray) -> np.ndarray:
         closed = np.asarray(self.edges, dtype=np.float64)
         closed[-1] -= 1  # the last bin includes the declared maximum
-        codes = bin_codes(self.to_units(values), closed, self.clip)
+        return bin_codes(self._units(stamps), closed, self.clip)
+
+    def encode(self, values: pd.Series, missing: Sequence[str]) -> np.ndarray:
+        codes = self._bin(_timestamps(values, self.format))
         return settle_missing(codes, missing_mask(values, missing), self.absent_code)
+
+    def encode_arrow(self, values: pa.Array, missing: Sequence[str]) -> np.ndarray | None:
+        """:meth:`encode` for a string, ``date32`` or timestamp array (seconds to microseconds),
+        whole arrays at a time (:mod:`engine.columns.arrow_temporal`); None for other types."""
+        if is_arrow_text(values.type):
+            stamps = parse_text(strip(values), self.format, self._fallback)
+            codes = self._bin(stamps)
+            # Missing values only change refused codes: spellings are looked up in those.
+            refused = np.flatnonzero(codes < 0)
+            if refused.size:
+                codes[refused[missing_rows(values, refused, missing)]] = self.absent_code
+            return codes
+        found = timestamp_micros(values)
+        if found is None:
+            return None
+        # A typed null is missing; no spelling applies to a date.
+        return settle_missing(self._bin(found), np.isnat(found), self.absent_code)
+
+    def _fallback(self, texts: list[str]) -> np.ndarray:
+        return _parse_text(pd.Series(texts, dtype=object), self.format)
 
     def decode(self, codes: np.ndarray, rng: np.random.Generator) -> pd.Series:
         col = check_codes(codes, self.size, self.name)

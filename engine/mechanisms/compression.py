@@ -99,7 +99,9 @@ class Compression:
         )
 
     def compress_codes(self, codes: npt.NDArray[np.integer]) -> IntArray:
-        out = np.empty(codes.shape, dtype=np.int64)
+        """The re-coded table: int64, column-major (each column written and later counted as
+        contiguous memory)."""
+        out = np.empty(codes.shape, dtype=np.int64, order="F")
         for j in range(codes.shape[1]):
             out[:, j] = self.mapping(j)[codes[:, j]]
         return out
@@ -184,7 +186,9 @@ def compress_after_one_ways(
         if compress
         else Compression.identity(original, counts)
     )
-    compressed = Dataset(compression.domain, compression.compress_codes(data.codes))
+    recoded = compression.compress_codes(data.codes)
+    recoded.flags.writeable = False  # Dataset keeps a read-only array without copying it
+    compressed = Dataset(compression.domain, recoded)
     noisy = [
         NoisyMarginal((attr,), compression.compress_counts(j, m.noisy_counts), sigma)
         for j, (attr, m, sigma) in enumerate(

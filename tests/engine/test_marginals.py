@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from fractions import Fraction
@@ -13,7 +14,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.domain import Dataset, Domain
-from engine.marginals import Measurement, count_marginal, measure_marginal
+from engine.marginals import (
+    MarginalCache,
+    Measurement,
+    count_flat,
+    count_marginal,
+    flat_index,
+    index_dtype,
+    measure_marginal,
+)
 
 
 @st.composite
@@ -157,3 +166,127 @@ def test_measurement_validates_its_claim() -> None:
         Measurement(
             ("a", "a"), np.zeros((3, 3), dtype=np.int64), Fraction(2), Fraction(1), Fraction(1, 4)
         )
+
+
+# ------------------------------------------------------------------------------------------------
+# Narrow flat indices, compact columns and MarginalCache against a naive reference
+# ------------------------------------------------------------------------------------------------
+
+
+def _reference_counts(codes: np.ndarray, positions: list[int], shape: tuple[int, ...]) -> dict:
+    """Non-zero cells of the table, by np.unique over rows of codes (no flat index)."""
+    rows, counts = np.unique(codes[:, positions].astype(np.int64), axis=0, return_counts=True)
+    return {tuple(int(v) for v in row): int(c) for row, c in zip(rows, counts, strict=True)}
+
+
+@pytest.mark.parametrize(
+    ("sizes", "dtype", "order"),
+    [
+        ((2, 3, 200, 7), np.uint8, "C"),
+        ((300, 1000, 5), np.uint16, "F"),
+        ((70_000, 3, 2), np.uint32, "C"),
+        ((256, 256, 2), np.int64, "F"),
+        ((1, 5, 1), np.int32, "C"),
+    ],
+)
+def test_counts_equal_a_naive_reference_for_any_code_width_and_layout(
+    sizes: tuple[int, ...], dtype: type, order: str
+) -> None:
+    rng = np.random.default_rng(11)
+    n = 5000
+    columns = [rng.integers(0, s, n) for s in sizes]
+    codes = np.array(np.column_stack(columns), dtype=dtype, order=order)  # type: ignore[call-overload]
+    domain = Domain(tuple(f"c{i}" for i in range(len(sizes))), sizes)
+    data = Dataset(domain, codes)
+    cache = MarginalCache(data, max_cells=1000, kept_bytes=10**6)
+    for attrs in [("c0",), ("c2", "c0"), ("c1", "c2", "c3"), tuple(reversed(domain.attributes))]:
+        attrs = tuple(a for a in attrs if a in domain.attributes)
+        positions = [domain.index(a) for a in attrs]
+        shape = tuple(sizes[p] for p in positions)
+        reference = _reference_counts(codes, positions, shape)
+        for _ in range(3):  # counted, then from the kept table or the kept flat indices
+            for table in (count_marginal(data, attrs), cache(attrs)):
+                assert table.shape == shape and table.dtype == np.int64
+                nonzero = {
+                    tuple(int(i) for i in idx): int(table[idx])
+                    for idx in zip(*np.nonzero(table), strict=True)
+                }
+                assert nonzero == reference
+                assert int(table.sum()) == n
+
+
+@pytest.mark.parametrize(
+    ("shape", "kind"),
+    [
+        ((2, 128), np.uint8),
+        ((257,), np.uint16),
+        ((256, 257), np.uint32),
+        ((65_536, 65_536), np.uint32),  # 2**32 cells: indices up to 2**32 - 1 fit uint32
+        ((65_536, 65_537), np.intp),  # past uint32
+        ((50_000, 50_000, 3), np.intp),  # the product overflows int32 and uint32
+        ((2**20, 2**20, 2**20), np.intp),
+    ],
+)
+def test_flat_index_uses_the_narrowest_safe_type_and_equals_ravel_multi_index(
+    shape: tuple[int, ...], kind: type
+) -> None:
+    rng = np.random.default_rng(5)
+    columns = [rng.integers(0, s, 1000).astype(index_dtype(s)) for s in shape]
+    columns[0][:2] = shape[0] - 1  # the largest index is among them
+    for column, size in zip(columns[1:], shape[1:], strict=True):
+        column[:2] = size - 1
+    flat = flat_index(columns, shape)
+    assert flat.dtype == np.dtype(kind)
+    expected = np.ravel_multi_index([c.astype(np.intp) for c in columns], shape)
+    assert np.array_equal(flat.astype(np.intp), expected)
+    assert int(flat.max()) == math.prod(shape) - 1
+
+
+def test_index_dtype_refuses_tables_an_array_cannot_index() -> None:
+    with pytest.raises(ValueError, match="more cells than an array can index"):
+        index_dtype(2**63 + 1)
+
+
+def test_marginal_cache_keeps_flat_indices_of_large_tables_within_its_budget() -> None:
+    rng = np.random.default_rng(2)
+    sizes = (50, 60, 70)
+    domain = Domain(("a", "b", "c"), sizes)
+    data = Dataset(domain, np.column_stack([rng.integers(0, s, 4000) for s in sizes]))
+    # Tables over 100 cells are not kept; room for one flat index of 4000 uint16 / uint32.
+    cache = MarginalCache(data, max_cells=100, kept_bytes=4000 * 4)
+    first = cache(("a", "b"))  # 3000 cells (24,000 bytes); uint16 indices (8000 bytes)
+    assert cache.held_bytes == sum(c.nbytes for c in cache._columns.values())
+    again = cache(("a", "b"))  # asked twice: the smaller, its flat indices, are kept
+    assert np.array_equal(first, again) and first is not again
+    assert cache._used == 8000 and set(cache._flats) == {("a", "b")}
+    cache(("a", "b", "c"))
+    cache(("a", "b", "c"))  # 210,000 cells: uint32, 16,000 bytes, over what is left
+    assert set(cache._flats) == {("a", "b")} and not cache._large
+    assert np.array_equal(cache(("a", "b", "c")), count_marginal(data, ("a", "b", "c")))
+    small = cache(("a",))
+    assert cache(("a",)) is small  # small tables are kept whole
+
+
+def test_marginal_cache_keeps_a_large_table_when_it_is_smaller_than_its_flat_indices() -> None:
+    rng = np.random.default_rng(4)
+    sizes = (50, 60)
+    domain = Domain(("a", "b"), sizes)
+    data = Dataset(domain, np.column_stack([rng.integers(0, s, 20_000) for s in sizes]))
+    cache = MarginalCache(data, max_cells=100, kept_bytes=30_000)
+    first = cache(("a", "b"))  # 3000 cells: 24,000 bytes; flat indices: 40,000 bytes
+    second = cache(("a", "b"))
+    assert first is not second and cache(("a", "b")) is second
+    assert cache._used == 24_000 and not cache._flats
+    assert np.array_equal(second, count_marginal(data, ("a", "b")))
+
+
+def test_chunked_counting_equals_one_bincount(monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.marginals
+
+    monkeypatch.setattr(engine.marginals, "COUNT_CHUNK", 64)
+    rng = np.random.default_rng(9)
+    for shape in [(3,), (7, 5), (40, 30)]:  # 4 × cells below and above the row count
+        columns = [rng.integers(0, s, 1001).astype(np.uint8) for s in shape]
+        flat = flat_index(columns, shape)
+        expected = np.bincount(flat.astype(np.intp), minlength=math.prod(shape))
+        assert np.array_equal(count_flat(flat, shape).ravel(), expected)
