@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import resource
 import subprocess
 import sys
@@ -179,9 +180,10 @@ def _seconds(run: dict[str, Any] | None) -> str:
 
 
 def _tvd3(run: dict[str, Any] | None) -> str:
-    if not run or "error" in run:
-        return "—"
-    return f"{run['tvd']['3']:.4f}"
+    value = None if not run or "error" in run else run.get("tvd", {}).get("3")
+    if value is None or math.isnan(value):
+        return "— (not evaluated)" if run and "error" not in run else "—"
+    return f"{value:.4f}"
 
 
 def _ratio(new: dict[str, Any] | None, aim: dict[str, Any] | None, key: str) -> float | None:
@@ -199,6 +201,7 @@ def render(reports: Sequence[dict[str, Any]], old_figures: dict[str, str]) -> st
             f"- `{report['command']}` from {report['started']} to "
             f"{report.get('finished', '(unfinished)')}; ppsyn at commit `{report['commit']}`, "
             f"aim (and ppsyn before) at `{report['reference_commit']}` (main)."
+            + (f" {report['note']}" if report.get("note") else "")
         )
     lines += [
         "- Each run is one fresh child process (`benchmarks._child synthesize`, default params, "
@@ -209,7 +212,10 @@ def render(reports: Sequence[dict[str, Any]], old_figures: dict[str, str]) -> st
         "differ by their DP noise, not by the code (the partitions and selections are those of "
         "the code before the change, see docs/methods.md). The load average (1 / 5 / 15 min) "
         "before each ppsyn run is shown: the machine was shared with other sessions (2 cores), "
-        "so the seconds are inflated and noisy; aim and ppsyn of a cell ran back to back.",
+        "so the seconds are inflated and noisy; aim and ppsyn of a cell ran back to back. "
+        "Where ppsyn before the change was not run again, its column shows the whole-process "
+        "seconds, 3-way TVD and ratio to aim of the last full run (2026-11-21, nothing else "
+        "running; section 'Engine quality and speed').",
         "",
         "| dataset | ε | aim s (CPU) | ppsyn s (CPU) | ppsyn / aim | CPU ratio | ≤ 3× "
         "| aim TVD 3-way | ppsyn TVD 3-way | ppsyn before: s (CPU) TVD 3-way | load before ppsyn |",
