@@ -17,7 +17,9 @@ never with true counts; the paper's literal use of true counts is not differenti
   the box with the largest RE at the cut along dimension ``t mod k`` (the next dimension with
   width > 1 if that one has width 1) that most reduces the box's squared error (found with
   prefix sums; the paper says "maximum RE reduction" and leaves the rest open), until the
-  stopping rule fires. Boxes are axis-aligned ranges in the value order given.
+  stopping rule fires. Boxes are axis-aligned ranges in the value order given. Its loop is
+  compiled with numba (:func:`split_kernel`): PPSyn partitions every candidate in every round,
+  and a few dozen numpy calls per split made this most of the mechanism's time.
 
 Two stopping rules are offered, both returning the best partition seen on the chain:
 
@@ -31,8 +33,10 @@ Two stopping rules are offered, both returning the best partition seen on the ch
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -231,31 +235,216 @@ def merge_partition(counts: npt.ArrayLike, rule: Rule) -> Partition:
     return Partition(groups, label, reconstruction_error(q, groups), best_cost)
 
 
-def _box_error(values: FloatArray) -> float:
-    return float(np.abs(values - values.mean()).sum()) if values.size > 1 else 0.0
+SPLIT_NOISE = 0
+SPLIT_PAPER = 1
 
 
-def _best_cut(values: FloatArray, axis: int) -> tuple[int, float] | None:
-    """The cut position along ``axis`` that most reduces the squared error of ``values``
-    (None when the width along ``axis`` is 1)."""
-    width = values.shape[axis]
-    if width < 2:
-        return None
-    rows = np.moveaxis(values, axis, 0).reshape(width, -1)
-    per = rows.shape[1]
-    sums = np.cumsum(rows.sum(axis=1))
-    squares = np.cumsum((rows * rows).sum(axis=1))
-    total, total_sq = sums[-1], squares[-1]
-    left_n = np.arange(1, width) * per
-    right_n = (width - np.arange(1, width)) * per
-    left_s, left_q = sums[:-1], squares[:-1]
-    right_s, right_q = total - left_s, total_sq - left_q
-    sse = (left_q - left_s**2 / left_n) + (right_q - right_s**2 / right_n)
-    cut = int(np.argmin(sse))
-    return cut + 1, float(sse[cut])
+def _split_kernel(
+    q: FloatArray,
+    shape: IntArray,
+    rule_kind: int,
+    rule_a: float,
+    rule_b: float,
+    max_groups: int,
+    patience: int,
+) -> tuple[IntArray, int, float]:
+    """Algorithm 4 on the C-ordered flat ``q`` of ``shape``, compiled by numba (see
+    :func:`split_partition`). The rule is ``rule_kind`` with its parameters: σ for
+    :class:`NoiseRule`; contribution and η for :class:`PaperRule`. Returns (flat group labels,
+    number of groups, cost) of the lowest-cost partition on the chain."""
+    k = shape.shape[0]
+    n = q.shape[0]
+    strides = np.ones(k, dtype=np.int64)
+    for axis in range(k - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * shape[axis + 1]
+    lo = np.zeros((max_groups, k), dtype=np.int64)
+    hi = np.zeros((max_groups, k), dtype=np.int64)
+    for axis in range(k):
+        hi[0, axis] = shape[axis]
+    errors = np.zeros(max_groups)
+    splittable = np.zeros(max_groups, dtype=np.bool_)
+    # The splits made, to rebuild the best partition: (slot, axis, absolute cut).
+    split_slot = np.zeros(max_groups, dtype=np.int64)
+    split_axis = np.zeros(max_groups, dtype=np.int64)
+    split_at = np.zeros(max_groups, dtype=np.int64)
+    cells = np.empty(n, dtype=np.int64)
+    position = np.empty(n, dtype=np.int64)
+    counter = np.zeros(k, dtype=np.int64)
+    width_max = 1
+    for axis in range(k):
+        width_max = max(width_max, shape[axis])
+    slab = np.zeros(width_max)
+    slab_sq = np.zeros(width_max)
 
-
-Box = tuple[tuple[int, int], ...]
+    total = 0.0
+    for i in range(n):
+        total += q[i]
+    mean = total / n
+    first = 0.0
+    if n > 1:
+        for i in range(n):
+            first += abs(q[i] - mean)
+    errors[0] = first
+    splittable[0] = n > 1
+    count = 1
+    error = first
+    # The rule's cost, as NoiseRule.cost and PaperRule.cost compute it (same operations).
+    if rule_kind == SPLIT_NOISE:
+        current = error + NOISE_L1 * 1 * rule_a
+    else:
+        slack = rule_b * rule_a - error
+        current = math.inf if slack <= 0 else 1**2 / (math.pi * slack**2)
+    best_cost = current
+    best_count = 1
+    rises = 0
+    step = 0
+    while count < max_groups:
+        # Pop: the splittable box with the largest RE, the lowest slot on ties (the heap order
+        # (−RE, slot) of the reference implementation).
+        b = -1
+        for slot in range(count):
+            if splittable[slot] and (b < 0 or errors[slot] > errors[b]):
+                b = slot
+        if b < 0:
+            break
+        splittable[b] = False
+        axis = -1
+        for offset in range(k):
+            candidate = (step + offset) % k
+            if hi[b, candidate] - lo[b, candidate] >= 2:
+                axis = candidate
+                break
+        if axis < 0:  # a single cell
+            continue
+        # The box's cells (flat index and position along the cut axis).
+        size = 1
+        for a in range(k):
+            counter[a] = lo[b, a]
+            size *= hi[b, a] - lo[b, a]
+        for m in range(size):
+            flat = 0
+            for a in range(k):
+                flat += counter[a] * strides[a]
+            cells[m] = flat
+            position[m] = counter[axis] - lo[b, axis]
+            for a in range(k - 1, -1, -1):
+                counter[a] += 1
+                if counter[a] < hi[b, a]:
+                    break
+                counter[a] = lo[b, a]
+        width = hi[b, axis] - lo[b, axis]
+        per = size // width
+        for j in range(width):
+            slab[j] = 0.0
+            slab_sq[j] = 0.0
+        for m in range(size):
+            value = q[cells[m]]
+            slab[position[m]] += value
+            slab_sq[position[m]] += value * value
+        # The cut that most reduces the squared error (first minimum), from prefix sums.
+        box_sum = 0.0
+        box_sq = 0.0
+        for j in range(width):
+            box_sum += slab[j]
+            box_sq += slab_sq[j]
+        at = 0
+        best_sse = np.inf
+        left_s = 0.0
+        left_q = 0.0
+        for j in range(1, width):
+            left_s += slab[j - 1]
+            left_q += slab_sq[j - 1]
+            left_n = j * per
+            right_n = (width - j) * per
+            right_s = box_sum - left_s
+            right_q = box_sq - left_q
+            sse = (left_q - left_s**2 / left_n) + (right_q - right_s**2 / right_n)
+            if sse < best_sse:
+                best_sse = sse
+                at = j
+        # RE of both halves around their means.
+        left_total = 0.0
+        right_total = 0.0
+        for m in range(size):
+            if position[m] < at:
+                left_total += q[cells[m]]
+            else:
+                right_total += q[cells[m]]
+        left_cells = at * per
+        right_cells = size - left_cells
+        left_mean = left_total / left_cells
+        right_mean = right_total / right_cells
+        left_err = 0.0
+        right_err = 0.0
+        for m in range(size):
+            if position[m] < at:
+                left_err += abs(q[cells[m]] - left_mean)
+            else:
+                right_err += abs(q[cells[m]] - right_mean)
+        if left_cells <= 1:
+            left_err = 0.0
+        if right_cells <= 1:
+            right_err = 0.0
+        cut = lo[b, axis] + at
+        split_slot[count - 1] = b
+        split_axis[count - 1] = axis
+        split_at[count - 1] = cut
+        for a in range(k):
+            lo[count, a] = lo[b, a]
+            hi[count, a] = hi[b, a]
+        hi[b, axis] = cut
+        lo[count, axis] = cut
+        error = max(0.0, error - errors[b] + left_err + right_err)
+        errors[b] = left_err
+        errors[count] = right_err
+        splittable[b] = left_cells > 1
+        splittable[count] = right_cells > 1
+        count += 1
+        step += 1
+        if rule_kind == SPLIT_NOISE:
+            trial = error + NOISE_L1 * count * rule_a
+        else:
+            slack = rule_b * rule_a - error
+            trial = math.inf if slack <= 0 else count**2 / (math.pi * slack**2)
+        if trial < best_cost:
+            best_cost = trial
+            best_count = count
+        if math.isfinite(current) and trial > current:
+            rises += 1
+            if rises >= patience:
+                break
+        else:
+            rises = 0
+        current = trial
+    # Replay the first best_count − 1 splits from the whole marginal, then label the cells.
+    for a in range(k):
+        lo[0, a] = 0
+        hi[0, a] = shape[a]
+    for s in range(best_count - 1):
+        b = split_slot[s]
+        axis = split_axis[s]
+        for a in range(k):
+            lo[s + 1, a] = lo[b, a]
+            hi[s + 1, a] = hi[b, a]
+        hi[b, axis] = split_at[s]
+        lo[s + 1, axis] = split_at[s]
+    groups = np.empty(n, dtype=np.int64)
+    for label in range(best_count):
+        size = 1
+        for a in range(k):
+            counter[a] = lo[label, a]
+            size *= hi[label, a] - lo[label, a]
+        for _ in range(size):
+            flat = 0
+            for a in range(k):
+                flat += counter[a] * strides[a]
+            groups[flat] = label
+            for a in range(k - 1, -1, -1):
+                counter[a] += 1
+                if counter[a] < hi[label, a]:
+                    break
+                counter[a] = lo[label, a]
+    return groups, best_count, best_cost
 
 
 def split_partition(
@@ -267,76 +456,47 @@ def split_partition(
     consecutive splits (1 is the paper's break at the first increase), no box can be split or
     ``max_groups`` boxes exist; returns the lowest-cost partition seen (the notes'
     recommendation), whose cost is +∞ when the target was never reached.
+
+    The splitting runs in :func:`_split_kernel`, compiled by numba when it is installed (a
+    dependency of rhosynth; the same function runs as plain Python otherwise, about a thousand
+    times slower). PPSyn partitions every candidate marginal of every round: with numpy calls per
+    box, the few dozen small calls of each of the ~100 splits per marginal made this most of the
+    mechanism's time (issue 15 §3).
     """
     q = _check_counts(counts)
     if isinstance(max_groups, bool) or not isinstance(max_groups, int) or max_groups < 1:
         raise ValueError("max_groups must be a positive int")
     if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
         raise ValueError("patience must be a positive int")
-    rises = 0
-    shape = q.shape
-    k = q.ndim
-    boxes: list[Box] = [tuple((0, s) for s in shape)]
-    errors = [_box_error(q)]
-    # Max-heap of splittable boxes by RE (ties: the older box first).
-    heap: list[tuple[float, int]] = [(-errors[0], 0)] if q.size > 1 else []
-    error = errors[0]
-    current = rule.cost(1, error)
-    best_cost, best_count = current, 1
-    # Box b's ranges after split s are recorded so that the best partition can be rebuilt.
-    history: list[tuple[int, Box, Box]] = []
-    step = 0
-    while len(boxes) < max_groups and heap:
-        _, b = heapq.heappop(heap)
-        box = boxes[b]
-        values = q[tuple(slice(lo, hi) for lo, hi in box)]
-        found = None
-        for offset in range(k):
-            axis = (step + offset) % k
-            cut = _best_cut(values, axis)
-            if cut is not None:
-                found = (axis, cut[0])
-                break
-        if found is None:  # a single cell
-            continue
-        axis, at = found
-        lo, hi = box[axis]
-        left = tuple((lo, lo + at) if a == axis else r for a, r in enumerate(box))
-        right = tuple((lo + at, hi) if a == axis else r for a, r in enumerate(box))
-        index = [slice(None)] * k
-        index[axis] = slice(0, at)
-        left_err = _box_error(values[tuple(index)])
-        index[axis] = slice(at, hi - lo)
-        right_err = _box_error(values[tuple(index)])
-        history.append((b, box, left))
-        boxes[b] = left
-        boxes.append(right)
-        error = max(0.0, error - errors[b] + left_err + right_err)
-        errors[b] = left_err
-        errors.append(right_err)
-        if math.prod(h - l2 for l2, h in left) > 1:
-            heapq.heappush(heap, (-left_err, b))
-        if math.prod(h - l2 for l2, h in right) > 1:
-            heapq.heappush(heap, (-right_err, len(boxes) - 1))
-        step += 1
-        trial = rule.cost(len(boxes), error)
-        if trial < best_cost:
-            best_cost, best_count = trial, len(boxes)
-        if math.isfinite(current) and trial > current:
-            rises += 1
-            if rises >= patience:
-                break
-        else:
-            rises = 0
-        current = trial
-    # Undo the splits after the best partition (newest first).
-    for b, box, _ in reversed(history[best_count - 1 :]):
-        boxes[b] = box
-    best_boxes = boxes[:best_count]
-    groups = np.empty(shape, dtype=np.intp)
-    for label, box in enumerate(best_boxes):
-        groups[tuple(slice(lo, hi) for lo, hi in box)] = label
-    return Partition(groups, len(best_boxes), reconstruction_error(q, groups), best_cost)
+    if isinstance(rule, NoiseRule):
+        kind, a, b = SPLIT_NOISE, rule.sigma, 0.0
+    else:
+        kind, a, b = SPLIT_PAPER, rule.contribution, rule.eta
+    shape = np.array(q.shape if q.ndim else (1,), dtype=np.int64)
+    flat = np.ascontiguousarray(q, dtype=np.float64).ravel()
+    labels, n_groups, cost = split_kernel()(flat, shape, kind, a, b, max_groups, patience)
+    groups: IntArray = labels.astype(np.intp, copy=False).reshape(q.shape)
+    return Partition(groups, int(n_groups), reconstruction_error(q, groups), float(cost))
+
+
+@functools.cache
+def split_kernel() -> Callable[
+    [FloatArray, IntArray, int, float, float, int, int], tuple[IntArray, int, float]
+]:
+    """:func:`_split_kernel` compiled by numba (cached on disk, so a new process loads it
+    instead of compiling), or the plain function when numba cannot be imported."""
+    try:
+        import numba
+    except ImportError:  # pragma: no cover - numba is a dependency
+        return _split_kernel
+    try:
+        jit = numba.njit(cache=True, nogil=True)
+        compiled: Callable[
+            [FloatArray, IntArray, int, float, float, int, int], tuple[IntArray, int, float]
+        ] = jit(_split_kernel)
+    except RuntimeError:  # no writable cache directory: compile in every process
+        compiled = numba.njit(nogil=True)(_split_kernel)
+    return compiled
 
 
 def identity_partition(counts: npt.ArrayLike, rule: Rule) -> Partition:
