@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import burst, cost_model, quality, service_load
+from benchmarks.aim_epsilon import HEADING as AIM_EPSILON
 from benchmarks.artefacts import SECTION as ARTEFACTS
-from benchmarks.sections import current_section, replace_section
+from benchmarks.sections import current_section, keep_other_sections, replace_section
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -338,10 +339,15 @@ def main(argv: list[str] | None = None) -> int:
         text = text.rstrip("\n") + "\n\n" + burst_section
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.out.is_file():
-        # The cost-preview and artefact sections are written by their own scripts; keep them.
+        # The cost-preview, artefact and AIM-across-ε sections are written by their own
+        # scripts; keep them.
         previous = args.out.read_text()
         text = cost_model.replace_section(text, cost_model.current_section(previous))
-        text = replace_section(text, ARTEFACTS, current_section(previous, ARTEFACTS))
+        for heading in (ARTEFACTS, AIM_EPSILON):
+            text = replace_section(text, heading, current_section(previous, heading))
+        # And every other section this script does not write (hand-written ones, loading,
+        # sampling, counting, scale, ppsyn speed, …).
+        text = keep_other_sections(text, previous)
     args.out.write_text(text)
     _log(f"wrote {args.out}")
     if args.json:

@@ -28,3 +28,18 @@ def replace_section(document: str, heading: str, section: str) -> str:
     # a blank line separates it from that heading.
     gap = "" if section.endswith("\n\n") else "\n" if section.endswith("\n") else "\n\n"
     return document[:start] + section + gap + document[end + 1 :]
+
+
+def headings(document: str) -> list[str]:
+    """The level-2 headings of ``document``, in order."""
+    return [line for line in document.splitlines() if line.startswith("## ")]
+
+
+def keep_other_sections(document: str, previous: str) -> str:
+    """``document`` with every section of ``previous`` that it lacks appended, in their order:
+    a script that regenerates some sections keeps the ones other scripts (or hands) wrote."""
+    present = set(headings(document))
+    for heading in headings(previous):
+        if heading not in present:
+            document = replace_section(document, heading, current_section(previous, heading))
+    return document

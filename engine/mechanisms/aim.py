@@ -31,6 +31,7 @@ from engine.mechanisms.base import (
 from engine.mechanisms.compression import compress_after_one_ways, measured_axis_maps
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
 from engine.mechanisms.preview import NoisePreview, one_way_previews
+from engine.mechanisms.round_budget import RoundBudget
 from engine.selection import epsilon_for_rho, exponential_mechanism
 
 Clique = tuple[str, ...]
@@ -71,7 +72,15 @@ class AIMParams(BaseModel):
     )
     anneal_guard: bool = Field(
         default=True,
-        description="skip annealing when fewer than two rounds at the new cost would remain",
+        description="skip annealing when fewer than anneal_min_rounds rounds at the new cost "
+        "would remain (false: always anneal, the paper's rule)",
+    )
+    anneal_min_rounds: int | None = Field(
+        default=None,
+        ge=2,
+        le=100_000,
+        description="rounds that must remain at the new cost for annealing (default: "
+        "⌈columns/degree⌉, enough for the more precise measurements to reach every column)",
     )
     max_model_size_mb: float = Field(
         default=80.0, gt=0, le=4096, description="cap on the graphical model (8 bytes per cell)"
@@ -149,6 +158,16 @@ ADAPTIVE_MILESTONES = (
 (however many the noise leads to: no milestone inside them), the final fit, sampling."""
 
 
+def anneal_min_rounds(domain: Domain, params: AIMParams) -> int | None:
+    """k of the anneal guard: an anneal must leave at least k rounds at the new cost;
+    ``anneal_min_rounds``, by default ⌈columns/degree⌉ (rounds enough for marginals of
+    ``degree`` columns at the new precision to reach every column once), at least 2. ``None``
+    without the guard (the paper: always anneal)."""
+    if not params.anneal_guard:
+        return None
+    return max(2, params.anneal_min_rounds or -(-len(domain) // params.degree))
+
+
 def first_one_way_rhos(domain: Domain, params: AIMParams, rho: Fraction) -> tuple[Fraction, ...]:
     """ρ of each first one-way marginal: together the cost of ``columns`` measurements at the
     rounds' σ² = T/(2·(1 − selection_share)·ρ), or ``one_way_share``·ρ; split equally or
@@ -183,7 +202,8 @@ class AIMMechanism(Mechanism):
     paper. Every round then charges ε²/8 = sρ/T for a selection and 1/(2σ²) = (1 − s)ρ/T for a
     measurement, both ×4 after each annealing step (σ halved, ε doubled). When what is left would
     not cover two more rounds, the last round takes exactly the remainder (s for selection,
-    1 − s for measurement). All amounts are exact fractions, so the charges sum to ρ exactly.
+    1 − s for measurement). All amounts are exact fractions, so the charges sum to ρ exactly
+    (engine.mechanisms.round_budget holds this schedule).
     The selection score of a candidate c with weight w_c is w_c·(‖x_c − x̂_c‖₁ − √(2/π)·σ·n_c):
     it changes by at most w_c when one row is added or removed, so the exponential mechanism uses
     the largest weight as its sensitivity. Model fitting, the annealing test (model versus
@@ -199,8 +219,11 @@ class AIMMechanism(Mechanism):
     * MST's domain compression (values below 3σ merged) from those first noisy counts, so later
       marginals have fewer cells; merged values are decoded back by a balanced assignment;
     * 5% of each round for selection (paper: 10%);
-    * annealing is skipped when fewer than two rounds at the new cost would remain, which avoids
-      sinking a third of the budget into one last marginal;
+    * annealing is skipped when fewer than ``anneal_min_rounds`` rounds (default
+      ⌈columns/degree⌉, at least 2) at the new cost would remain. The paper always anneals. A
+      guard of two rounds avoided sinking a third of the budget into one last marginal, but at
+      large ε annealing still fired every few rounds, so few marginals were measured and the
+      error rose with ε (temporal-match2, issue 15);
     * re-fits are warm-started with ``round_iterations`` steps, only the final fit runs
       ``iterations``; the workload defaults to all 3-way marginals; rows are synthesised by the
       balanced sampler.
@@ -298,10 +321,6 @@ class AIMMechanism(Mechanism):
         original = data.domain
         rounds = params.rounds or 16 * len(original)
         max_cells = int(params.max_model_size_mb * MEGABYTE / BYTES_PER_CELL)
-        # Budget state, in exact fractions.
-        select_share = exact_share(params.selection_share)
-        sigma2 = Fraction(rounds) / (2 * (1 - select_share) * rho)
-        select_rho = select_share * rho / rounds
         used = Fraction(0)
 
         one_way_rhos = first_one_way_rhos(original, params, rho)
@@ -330,19 +349,22 @@ class AIMMechanism(Mechanism):
         progress(0.02, "estimate")
         model = estimate(domain, noisy, iterations=params.round_iterations, max_cells=max_cells)
 
+        # Budget state of the rounds, in exact fractions (engine.mechanisms.round_budget).
+        budget = RoundBudget.start(
+            total=rho,
+            used=used,
+            rounds=rounds,
+            rho=rho,
+            select_share=exact_share(params.selection_share),
+            min_rounds_after_anneal=anneal_min_rounds(original, params),
+        )
         selections: list[SelectionCharge] = []
-        terminate = False
         step = 0
-        while not terminate:
+        while not budget.finished:
             step += 1
-            measure_rho = 1 / (2 * sigma2)
-            if rho - used < 2 * (measure_rho + select_rho):
-                remaining = rho - used
-                select_rho = remaining * select_share
-                measure_rho = remaining - select_rho
-                sigma2 = 1 / (2 * measure_rho)
-                terminate = True
-            used += select_rho + measure_rho
+            budget, charge = budget.next_round()
+            select_rho, measure_rho, sigma2 = charge.select, charge.measure, charge.sigma2
+            used = budget.used
             size_limit = int(max_cells * (used / rho))
 
             eligible = self._eligible(domain, model, noisy, candidates, size_limit)
@@ -389,11 +411,9 @@ class AIMMechanism(Mechanism):
             after = model.project(chosen)
             moved = float(np.abs(after - before).sum())
             if moved <= sigma * math.sqrt(2 / math.pi) * domain.cells(chosen):
-                # Anneal: the model barely moved, so measure more precisely from now on.
-                next_cost = 4 * (1 / (2 * sigma2) + select_rho)
-                if not (params.anneal_guard and rho - used < 2 * next_cost):
-                    sigma2 /= 4
-                    select_rho *= 4
+                # Anneal: the model barely moved, so measure more precisely from now on (if
+                # enough rounds at the new cost remain; RoundBudget.anneal decides).
+                budget = budget.anneal()
 
         codes, total, fitted, extra = fit_and_sample(
             self.name,

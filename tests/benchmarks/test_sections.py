@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.sections import current_section, replace_section
+from benchmarks.sections import current_section, keep_other_sections, replace_section
 
 DOC = "# Benchmarks\n\n## A\n\na\n\n## B\n\nb old\n\n## C\n\nc\n"
 
@@ -23,3 +23,11 @@ def test_a_missing_section_is_appended_and_an_empty_one_changes_nothing() -> Non
 def test_writing_back_the_current_section_changes_nothing() -> None:
     for heading in ("## A", "## B", "## C"):
         assert replace_section(DOC, heading, current_section(DOC, heading)) == DOC
+
+
+def test_sections_the_new_document_lacks_are_kept_in_their_order() -> None:
+    previous = "# T\n\n## A\nold a\n\n## Hand\nby hand\n\n## B\nold b\n\n## Other\nother\n"
+    regenerated = "# T\n\n## A\nnew a\n\n## B\nnew b\n"
+    kept = keep_other_sections(regenerated, previous)
+    assert kept == "# T\n\n## A\nnew a\n\n## B\nnew b\n\n## Hand\nby hand\n\n## Other\nother\n"
+    assert keep_other_sections(kept, previous) == kept
