@@ -476,11 +476,15 @@ def _is_text(kind: pa.DataType) -> bool:
     )
 
 
-def read_encoded_table(path: Path, schema: TableSchema) -> np.ndarray:
-    """Load a stored table as a 2-D int64 array with columns in schema order (column-major:
-    each column is copied once into contiguous memory)."""
+def read_encoded_table(path: Path, schema: TableSchema, *, narrow: bool = False) -> np.ndarray:
+    """Load a stored table as a 2-D array with columns in schema order (column-major: each
+    column is copied once into contiguous memory): int64, or with ``narrow`` the smallest
+    unsigned type that holds every column's codes (a byte per cell for most tables instead of
+    eight; every mechanism gives the same release for it, tests/engine/test_narrow_codes.py)."""
     table = pq.read_table(path, columns=list(schema.names))
-    codes = np.empty((table.num_rows, len(schema.names)), dtype=np.int64, order="F")
+    largest = max((column.size for column in schema.columns), default=1)
+    dtype = np.min_scalar_type(max(largest - 1, 0)) if narrow else np.dtype(np.int64)
+    codes = np.empty((table.num_rows, len(schema.names)), dtype=dtype, order="F")
     for j, column in enumerate(table.columns):
         codes[:, j] = column.to_numpy()
     return codes
