@@ -34,11 +34,11 @@ from typing import Any
 
 from benchmarks.quality import (
     DELTA,
-    MAX_WAY,
     BenchDataset,
     derive_seed,
     discover_datasets,
     epsilon_label,
+    evaluate,
 )
 from benchmarks.sections import replace_section
 from engine.accounting import rho_from_epsilon_delta
@@ -99,26 +99,9 @@ def run_one(
         if completed.returncode != 0:
             raise RuntimeError(f"{method} on {dataset.name}: {completed.stderr[-2000:]}")
         answer: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
-        out_json = Path(workdir) / "eval.json"
-        evaluated = subprocess.run(  # noqa: S603 - our own argv, no shell
-            [
-                sys.executable,
-                str(evaluator),
-                str(dataset.csv),
-                str(synthetic),
-                str(dataset.domain),
-                "--max-way",
-                str(MAX_WAY),
-                "--json",
-                str(out_json),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
+        scores, _evaluator_seconds = evaluate(
+            evaluator, dataset, synthetic, Path(workdir) / "eval.json"
         )
-        if evaluated.returncode != 0:
-            raise RuntimeError(f"evaluator: {evaluated.stderr[-2000:]}")
-        scores = json.loads(out_json.read_text())
     return {
         "synthesis_seconds": answer["synthesis_seconds"],
         "process_seconds": process_seconds,

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from benchmarks.sections import markdown_table
 from engine.accounting import rho_from_epsilon_delta
 from engine.domain import Domain
 from engine.mechanisms import MECHANISMS, DomainRefused
@@ -574,13 +575,6 @@ class Spread:
         return f"{format(self.median, fmt)} ({low}–{high})"
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |"]
-    lines.append("| " + " | ".join("---:" if a == "r" else "---" for a in align) + " |")
-    lines.extend("| " + " | ".join(row) + " |" for row in rows)
-    return lines
-
-
 def floor_spreads(report: QualityReport) -> dict[str, dict[str, Spread]]:
     out: dict[str, dict[str, Spread]] = {}
     for dataset in report.datasets:
@@ -688,7 +682,7 @@ def render_markdown(report: QualityReport) -> str:
                         ratio,
                     ]
                 )
-    lines += _table(header, rows, "llrlrrrrrrrrrrr")
+    lines += markdown_table(header, rows, "llrlrrrrrrrrrrr")
     if any(not r.peak_is_run_only for r in report.runs):
         lines += ["", "Note: VmHWM could not be reset in some runs; their peak includes loading."]
 
@@ -720,7 +714,7 @@ def render_markdown(report: QualityReport) -> str:
             "scored by the evaluator itself and no sampled re-implementation is used.",
             "",
         ]
-    lines += _table(
+    lines += markdown_table(
         [
             "dataset",
             "marginals 1 / 2 / 3-way",
@@ -754,7 +748,7 @@ def render_markdown(report: QualityReport) -> str:
     for method, values in adult_runs.items():
         if values and method not in REFERENCE_ADULT_EPS1_3WAY:
             ref_rows.append([method, Spread.of(values).text(".4f"), "—"])
-    lines += _table(["3-way mean TVD", "this run", "reference"], ref_rows, "lrr")
+    lines += markdown_table(["3-way mean TVD", "this run", "reference"], ref_rows, "lrr")
     lines += [
         "",
         f"Reference figures are quoted from {REFERENCE_SOURCE}, not measured by this script. "
@@ -775,7 +769,7 @@ def render_markdown(report: QualityReport) -> str:
             "`check_domain`, the same check that answers `422` at submission); no run was made:",
             "",
         ]
-        lines += _table(
+        lines += markdown_table(
             ["dataset", "method", "reason"],
             (
                 [name, f"`{method}`", reason]
@@ -838,7 +832,7 @@ def _render_targets(report: QualityReport) -> list[str]:
         ours, theirs = statistics.median(values[method]), statistics.median(values[baseline])
         verdict = "met" if ours < theirs else f"missed by {ours - theirs:.4g}"
         rows.append([label, f"{ours:.4g} (< {theirs:.4g})", verdict])
-    lines += _table(["target", "measured (target)", "verdict"], rows, "lrl")
+    lines += markdown_table(["target", "measured (target)", "verdict"], rows, "lrl")
     return lines
 
 
@@ -895,7 +889,7 @@ def _render_profile(profile: dict[str, Any]) -> list[str]:
                 f"{100 * total['noise'] / total['job']:.1f} %",
             ]
         )
-    lines += _table(header, rows, "lrrrrrrrrrr")
+    lines += markdown_table(header, rows, "lrrrrrrrrrr")
     worker = profile.get("worker_by_rho")
     if worker:
         lines += [
@@ -921,7 +915,7 @@ def _render_profile(profile: dict[str, Any]) -> list[str]:
                     f"{100 * total_noise / total_job:.1f} %",
                 ]
             )
-        lines += _table(
+        lines += markdown_table(
             ["ε", "worker job ms", "sampler ms", "counting ms", "sampler share of worker job"],
             worker_rows,
             "lrrrr",

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.sections import replace_section
+from benchmarks.sections import markdown_table, replace_section
 
 HEADING = "## Scale: adult ×1 to ×205 (issue 15 §4)"
 REPO = Path(__file__).resolve().parents[1]
@@ -167,14 +167,6 @@ def verdict(value: float | None, target: float) -> str:
     if value is None:
         return "–"
     return "met" if value <= target else "**not met**"
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> list[str]:
-    """A Markdown table; ``align`` holds one ``l`` or ``r`` per column."""
-    marks = ["---:" if a == "r" else "---" for a in align]
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(marks) + " |"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
 
 
 def ratio_rows(

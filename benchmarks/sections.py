@@ -3,6 +3,8 @@ heading to the next ``## `` heading), so regenerating one part keeps the others.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 
 def current_section(document: str, heading: str) -> str:
     """The section of ``document`` that starts with ``heading``, or "" if there is none."""
@@ -43,3 +45,11 @@ def keep_other_sections(document: str, previous: str) -> str:
         if heading not in present:
             document = replace_section(document, heading, current_section(previous, heading))
     return document
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str) -> list[str]:
+    """A Markdown table's lines; ``align`` holds one ``l`` or ``r`` per column."""
+    marks = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(marks) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines

@@ -57,6 +57,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+from benchmarks.sections import markdown_table
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 
@@ -712,13 +714,6 @@ async def _drive(stack: Any, key: str, config: LoadConfig, datasets: list[Datase
 # ------------------------------------------------------------------------------------------
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |"]
-    lines.append("| " + " | ".join("---:" if a == "r" else "---" for a in align) + " |")
-    lines.extend("| " + " | ".join(row) + " |" for row in rows)
-    return lines
-
-
 def _counter_text(counter: Counter[Any]) -> str:
     if not counter:
         return "0"
@@ -754,7 +749,7 @@ def render_markdown(report: LoadReport) -> str:
         "succeeded. Load generator, API, workers, PostgreSQL and Redis share the machine.",
         "",
     ]
-    lines += _table(
+    lines += markdown_table(
         ["dataset", "rows", "budget ρ", "share of submissions", "upload s"],
         [
             [
@@ -801,7 +796,7 @@ def render_markdown(report: LoadReport) -> str:
                 _counter_text(stats.transport_errors),
             ]
         )
-    lines += _table(
+    lines += markdown_table(
         [
             "endpoint",
             "requests",
@@ -839,7 +834,7 @@ def render_markdown(report: LoadReport) -> str:
     ]
     if downloads:
         lines += ["", "`GET /v1/jobs/{id}/output` (CSV) by the job's table:", ""]
-        lines += _table(
+        lines += markdown_table(
             ["dataset", "downloads", "p50 ms", "p95 ms", "p99 ms", "median KiB"],
             downloads,
             "lrrrrr",
@@ -866,7 +861,7 @@ def render_markdown(report: LoadReport) -> str:
                     _q_text(info["output_rows"], ",.0f"),
                 ]
             )
-        lines += _table(
+        lines += markdown_table(
             [
                 "dataset",
                 "jobs accepted",
@@ -897,7 +892,7 @@ def render_markdown(report: LoadReport) -> str:
         ]
     if report.cpu_seconds and report.window_seconds > 0:
         lines += ["", "CPU seconds used during the window (user + system, from /proc):", ""]
-        lines += _table(
+        lines += markdown_table(
             ["process", "CPU s", "share of one core"],
             [
                 [name, f"{cpu:.1f}", f"{cpu / report.window_seconds:.0%}"]
@@ -913,7 +908,7 @@ def render_markdown(report: LoadReport) -> str:
             "live uncharged jobs; all exact decimal comparisons.",
             "",
         ]
-        lines += _table(
+        lines += markdown_table(
             [
                 "dataset",
                 "total ρ",

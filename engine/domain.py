@@ -23,6 +23,14 @@ import numpy as np
 import numpy.typing as npt
 
 
+def narrowest_unsigned(size: int) -> np.dtype[np.unsignedinteger[Any]]:
+    """The narrowest unsigned integer type that holds codes ``0..size-1``."""
+    for kind in (np.uint8, np.uint16, np.uint32):
+        if size <= np.iinfo(kind).max + 1:
+            return np.dtype(kind)
+    return np.dtype(np.uint64)
+
+
 @dataclass(frozen=True)
 class Domain:
     """Ordered attributes and their category counts (public metadata, never bought with budget)."""

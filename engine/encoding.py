@@ -50,11 +50,10 @@ from engine.columns.arrow_text import (
     encode_text,
     is_arrow_number,
     is_arrow_text,
-    narrowest_unsigned,
 )
 from engine.columns.base import MAX_COLUMN_NAME_LENGTH, MAX_SPELLINGS, check_spellings
 from engine.columns.spec import Entry, declared_lists, declared_size, parse_column
-from engine.domain import Domain
+from engine.domain import Domain, narrowest_unsigned
 
 __all__ = [
     "DEFAULT_MISSING_VALUES",

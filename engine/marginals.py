@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.accounting import gaussian_rho, sigma2_for_rho
-from engine.domain import Dataset
+from engine.domain import Dataset, narrowest_unsigned
 from engine.noise import discrete_gaussian_noise
 
 MARGINAL_SENSITIVITY = Fraction(1)
@@ -98,10 +98,7 @@ def compact_column(
     column: npt.NDArray[np.integer[Any]], size: int
 ) -> npt.NDArray[np.unsignedinteger[Any]]:
     """A valid code column (``0..size-1``) as contiguous codes of the narrowest unsigned type."""
-    kind = index_dtype(size)
-    if kind.kind != "u":
-        kind = np.dtype(np.uint64)
-    return np.ascontiguousarray(column, dtype=kind)
+    return np.ascontiguousarray(column, dtype=narrowest_unsigned(size))
 
 
 class MarginalCache:

@@ -23,6 +23,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from app.datasets.parquet_pages import ParquetRefused, ReadPlan, plan_parquet_read
+from engine.domain import narrowest_unsigned
 from engine.encoding import TableSchema, compact_codes, count_reasons, encode_array
 
 PARQUET_MAGIC = b"PAR1"
@@ -58,12 +59,8 @@ class IngestLimits:
 
 
 def code_dtype(size: int) -> pa.DataType:
-    """The narrowest unsigned integer type that holds codes ``0..size-1``."""
-    if size <= 2**8:
-        return pa.uint8()
-    if size <= 2**16:
-        return pa.uint16()
-    return pa.uint32()
+    """The narrowest unsigned integer type that holds codes ``0..size-1``, in Arrow."""
+    return pa.from_numpy_dtype(narrowest_unsigned(size))
 
 
 def encoded_arrow_schema(schema: TableSchema) -> pa.Schema:
@@ -483,7 +480,7 @@ def read_encoded_table(path: Path, schema: TableSchema, *, narrow: bool = False)
     eight; every mechanism gives the same release for it, tests/engine/test_narrow_codes.py)."""
     table = pq.read_table(path, columns=list(schema.names))
     largest = max((column.size for column in schema.columns), default=1)
-    dtype = np.min_scalar_type(max(largest - 1, 0)) if narrow else np.dtype(np.int64)
+    dtype = narrowest_unsigned(largest) if narrow else np.dtype(np.int64)
     codes = np.empty((table.num_rows, len(schema.names)), dtype=dtype, order="F")
     for j, column in enumerate(table.columns):
         codes[:, j] = column.to_numpy()

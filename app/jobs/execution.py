@@ -51,7 +51,7 @@ from app.jobs.progress import PHASES, ProgressPoint, engine_point
 from app.jobs.repository import Claim
 from app.jobs.resources import output_rows_limit
 from app.reports.artefacts import ArtefactWriter, write_owner_report, write_release_artefacts
-from app.storage import Storage, job_output_key, open_storage
+from app.storage import Storage, discard, job_output_key, open_storage
 from engine.domain import Dataset as EngineDataset
 from engine.encoding import TableSchema
 from engine.mechanisms import get_mechanism
@@ -333,21 +333,21 @@ def _run_attempt(
                 logger.info("job %s attempt %d succeeded", job_id, claim.attempt)
                 _owner_tier(factory, storage, claim, writer, produced)
                 return AttemptOutcome(job_id, "succeeded")
-            _discard(storage, output_key, writer)
+            discard(storage, output_key, writer.prefix)
             return _finish_unpublished(factory, claim)
         except SynthesisCancelled:
-            _discard(storage, output_key, writer)
+            discard(storage, output_key, writer.prefix)
             _finish(factory, claim, "cancelled", None)
             logger.info("job %s cancelled during attempt %d", job_id, claim.attempt)
             return AttemptOutcome(job_id, "cancelled")
         except LostOwnership:
-            _discard(storage, output_key, writer)
+            discard(storage, output_key, writer.prefix)
             logger.warning(
                 "job %s attempt %d lost its lease; another attempt owns it", job_id, claim.attempt
             )
             return AttemptOutcome(job_id, "lost")
         except Exception as error:
-            _discard(storage, output_key, writer)
+            discard(storage, output_key, writer.prefix)
             # Logged in full for the operator; the job record gets no data-derived text.
             reason: str
             if caused_by_memory_error(error):
@@ -436,16 +436,6 @@ def _read_table(
     ``narrow``: in the smallest unsigned type (read_encoded_table)."""
     with storage.local_copy(key) as path:
         return read_encoded_table(path, schema, narrow=narrow)
-
-
-def _discard(storage: Storage, output_key: str, writer: ArtefactWriter) -> None:
-    """Remove what an attempt that will not publish wrote (the sweep removes what this misses:
-    storage that fails here must not keep the attempt from recording its outcome)."""
-    try:
-        storage.delete(output_key)
-        writer.delete_all()
-    except OSError:
-        logger.warning("could not remove the unpublished files of %s", output_key, exc_info=True)
 
 
 def _ring_for_capped_jobs(factory: sessionmaker[Session], settings: Settings) -> None:

@@ -299,14 +299,28 @@ def output_key(
     session: Session, storage: Storage, principal: Principal, job_id: uuid.UUID
 ) -> tuple[Job, str]:
     """The job and the key of its published output, which is stored (else OutputGone)."""
+    job, dataset = published_job(session, principal, job_id)
+    assert job.output_key is not None  # published_job checked it
+    require_stored(session, storage, dataset, job.output_key, job_id)
+    return job, job.output_key
+
+
+def published_job(session: Session, principal: Principal, job_id: uuid.UUID) -> tuple[Job, Dataset]:
+    """A succeeded job of ``principal`` (else JobNotFound or JobConflict) and its dataset, which
+    is not deleted (else OutputGone). Whether a given object of it is stored: require_stored."""
     job = get_job(session, principal, job_id)
     if job.status != "succeeded" or job.output_key is None:
         raise JobConflict(f"the job has no output (status: {job.status})")
-    dataset = dataset_repository.get(session, job.dataset_id)
+    return job, live_dataset(session, job.dataset_id, job_id)
+
+
+def live_dataset(session: Session, dataset_id: uuid.UUID, object_id: uuid.UUID) -> Dataset:
+    """The dataset a published object (of job or sample ``object_id``) belongs to; OutputGone
+    once its deletion committed."""
+    dataset = dataset_repository.get(session, dataset_id)
     if dataset is None or dataset.deleted_at is not None:
-        raise OutputGone(job_id)
-    require_stored(session, storage, dataset, job.output_key, job_id)
-    return job, job.output_key
+        raise OutputGone(object_id)
+    return dataset
 
 
 def require_stored(

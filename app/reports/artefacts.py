@@ -91,8 +91,10 @@ class ArtefactWriter:
             return False
         return True
 
-    def delete_all(self) -> None:
-        self._storage.delete_tree(job_attempt_prefix(self._job_id, self._attempt))
+    @property
+    def prefix(self) -> str:
+        """Where this attempt's artefacts are stored (erase it with Storage.delete_tree)."""
+        return job_attempt_prefix(self._job_id, self._attempt)
 
 
 def write_release_artefacts(

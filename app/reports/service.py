@@ -7,7 +7,6 @@ import uuid
 from sqlalchemy.orm import Session
 
 from app.auth.service import Principal
-from app.datasets import repository as dataset_repository
 from app.jobs import service as job_service
 from app.jobs.models import Job
 from app.reports.names import OWNER_ONLY, artefact_key
@@ -29,15 +28,12 @@ def stored_artefact(
 
     Raises JobNotFound (another tenant's job, too), OwnersOnly, JobConflict (no output yet),
     OutputGone (erased with its dataset) or ArtefactMissing."""
-    job, _output = job_service.output_key(session, storage, principal, job_id)
+    job, dataset = job_service.published_job(session, principal, job_id)
     if name in OWNER_ONLY and not principal.is_owner:
         raise OwnersOnly(job_id)
     if name not in (job.artefacts or []):
         raise ArtefactMissing(name)
     # A succeeded job's attempt is the one that published (the guarded UPDATE matched it).
     key = artefact_key(job.id, job.attempt, name)
-    dataset = dataset_repository.get(session, job.dataset_id)
-    if dataset is None:
-        raise job_service.OutputGone(job_id)
     job_service.require_stored(session, storage, dataset, key, job_id)
     return job, key

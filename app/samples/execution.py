@@ -22,7 +22,7 @@ from app.jobs import repository as job_repository
 from app.jobs.export import store_table
 from app.reports.names import MODEL, artefact_key
 from app.samples import repository
-from app.storage import Storage, open_storage, sample_output_key
+from app.storage import Storage, discard, open_storage, sample_output_key
 from engine.encoding import TableSchema
 from engine.release.model_file import read_model_file
 
@@ -83,7 +83,7 @@ def execute_sample(settings: Settings, sample_id: uuid.UUID) -> str:
                 now=utcnow(),
             )
         if not published:
-            _discard(storage, output_key)
+            discard(storage, output_key)
             return "lost"
         return "succeeded"
     except Exception as error:
@@ -91,7 +91,7 @@ def execute_sample(settings: Settings, sample_id: uuid.UUID) -> str:
         gone = isinstance(error, FileNotFoundError)
         if not gone:
             logger.exception("sample %s attempt %d failed", sample_id, claimed.attempt)
-        _discard(storage, output_key)
+        discard(storage, output_key)
         with transaction(factory) as session:
             repository.fail(
                 session,
@@ -101,14 +101,6 @@ def execute_sample(settings: Settings, sample_id: uuid.UUID) -> str:
                 now=utcnow(),
             )
         return "failed"
-
-
-def _discard(storage: Storage, output_key: str) -> None:
-    """Remove an unpublished output; storage that fails here is left to the sweep."""
-    try:
-        storage.delete(output_key)
-    except OSError:
-        logger.warning("could not remove the unpublished file %s", output_key, exc_info=True)
 
 
 def _draw(storage: Storage, claimed: _Claimed, schema: TableSchema, output_key: str) -> int:

@@ -122,9 +122,7 @@ def output_key(
     sample = get_sample(session, principal, sample_id)
     if sample.status != "succeeded" or sample.output_key is None:
         raise job_service.JobConflict(f"the sample has no output (status: {sample.status})")
-    dataset = dataset_repository.get(session, sample.dataset_id)
-    if dataset is None or dataset.deleted_at is not None:
-        raise job_service.OutputGone(sample_id)
+    dataset = job_service.live_dataset(session, sample.dataset_id, sample_id)
     job_service.require_stored(session, storage, dataset, sample.output_key, sample_id)
     return sample, sample.output_key
 

@@ -8,6 +8,7 @@ they read through ``local_copy``/``iter_bytes`` and publish through ``put_file``
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from functools import lru_cache
@@ -24,6 +25,8 @@ from app.storage.base import (
 )
 from app.storage.local import LocalStorage
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "LocalStorage",
     "ObjectMissing",
@@ -33,6 +36,7 @@ __all__ = [
     "check_key",
     "dataset_prefix",
     "dataset_table_key",
+    "discard",
     "job_attempt_prefix",
     "job_output_key",
     "job_output_prefix",
@@ -56,6 +60,18 @@ def open_storage(settings: Settings) -> Storage:
         _transfer_threads(),
         os.getpid(),
     )
+
+
+def discard(storage: Storage, key: str, *prefixes: str) -> None:
+    """Remove what an attempt that will not publish wrote: the object ``key`` and everything
+    under ``prefixes``. Best effort: storage that fails here must not keep the attempt from
+    recording its outcome, and the storage sweep (app/jobs/sweep.py) removes what is left."""
+    try:
+        storage.delete(key)
+        for prefix in prefixes:
+            storage.delete_tree(prefix)
+    except OSError:
+        logger.warning("could not remove the unpublished files of %s", key, exc_info=True)
 
 
 def _transfer_threads() -> int:

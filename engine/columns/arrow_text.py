@@ -25,7 +25,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,6 +34,7 @@ import pyarrow.compute as pc
 from engine.columns.base import UNDECLARED, UNPARSEABLE, settle_missing
 from engine.columns.categorical import BooleanColumn, CategoricalColumn, CodesColumn, as_float
 from engine.columns.numeric import NumericColumn, bin_codes
+from engine.domain import narrowest_unsigned
 
 # The ASCII characters for which str.isspace() is true.
 ASCII_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
@@ -152,14 +152,6 @@ def text_bytes(values: pa.Array) -> np.ndarray:
     offsets = np.frombuffer(offsets_buffer, dtype=kind, count=len(values) + 1 + values.offset)
     start, end = int(offsets[values.offset]), int(offsets[values.offset + len(values)])
     return np.frombuffer(data, dtype=np.uint8, count=end - start, offset=start)
-
-
-def narrowest_unsigned(size: int) -> np.dtype[np.unsignedinteger[Any]]:
-    """The narrowest unsigned integer type that holds ``0..size-1``."""
-    for kind in (np.uint8, np.uint16, np.uint32):
-        if size <= np.iinfo(kind).max + 1:
-            return np.dtype(kind)
-    return np.dtype(np.uint64)
 
 
 def missing_rows(values: pa.Array, rows: np.ndarray, missing: Sequence[str]) -> np.ndarray:

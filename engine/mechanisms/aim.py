@@ -354,7 +354,6 @@ class AIMMechanism(Mechanism):
             total=rho,
             used=used,
             rounds=rounds,
-            rho=rho,
             select_share=exact_share(params.selection_share),
             min_rounds_after_anneal=anneal_min_rounds(original, params),
         )

@@ -69,17 +69,16 @@ class RoundBudget:
         total: Fraction,
         used: Fraction,
         rounds: int,
-        rho: Fraction,
         select_share: Fraction,
         min_rounds_after_anneal: int | None,
     ) -> RoundBudget:
-        """AIM's first state: each round costs ρ/T, s of it for selection, with ``used`` of
-        ``total`` already spent (the first one-way marginals)."""
+        """AIM's first state: each round costs ρ/T (ρ = ``total``, the run's whole budget), s of
+        it for selection, with ``used`` already spent (the first one-way marginals)."""
         return cls(
             total=total,
             used=used,
-            select=select_share * rho / rounds,
-            measure=(1 - select_share) * rho / rounds,
+            select=select_share * total / rounds,
+            measure=(1 - select_share) * total / rounds,
             select_share=select_share,
             min_rounds_after_anneal=min_rounds_after_anneal,
         )

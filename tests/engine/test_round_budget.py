@@ -34,7 +34,6 @@ budgets = st.builds(
         total=rho,
         used=rho * used_share,
         rounds=rounds,
-        rho=rho,
         select_share=share,
         min_rounds_after_anneal=k,
     ),
@@ -74,7 +73,7 @@ def test_the_guard_refuses_an_anneal_that_would_leave_fewer_than_k_rounds() -> N
     """ρ = 1, T = 100, s = 1/20: a round costs 1/100. After 40 rounds 60/100 are left: k = 15
     rounds at 4/100 fit, k = 16 do not."""
     for k, allowed in ((15, True), (16, False)):
-        budget = RoundBudget.start(Fraction(1), Fraction(0), 100, Fraction(1), Fraction(1, 20), k)
+        budget = RoundBudget.start(Fraction(1), Fraction(0), 100, Fraction(1, 20), k)
         for _ in range(40):
             budget, charge = budget.next_round()
             assert charge.select + charge.measure == Fraction(1, 100)
@@ -87,7 +86,7 @@ def test_the_guard_refuses_an_anneal_that_would_leave_fewer_than_k_rounds() -> N
 def test_the_paper_rule_anneals_into_one_last_round() -> None:
     """Without the guard (k None) an anneal is always taken, even when what is left pays for
     less than one round at the new cost; that round then takes the remainder."""
-    budget = RoundBudget.start(Fraction(1), Fraction(0), 10, Fraction(1), Fraction(1, 10), None)
+    budget = RoundBudget.start(Fraction(1), Fraction(0), 10, Fraction(1, 10), None)
     for _ in range(8):
         budget, _charge = budget.next_round()
     budget = budget.anneal()

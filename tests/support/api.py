@@ -71,6 +71,18 @@ def wait_for(
     raise AssertionError(f"job {job_id} did not reach {statuses} in {timeout}s: {job}")
 
 
+def wait_for_sample(client: httpx.Client, sample_id: str, timeout: float = 120) -> dict[str, Any]:
+    """The derived sample once it succeeded or failed (AssertionError after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    sample: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        sample = client.get(f"/v1/samples/{sample_id}").json()
+        if sample["status"] in ("succeeded", "failed"):
+            return sample
+        time.sleep(0.1)
+    raise AssertionError(f"sample {sample_id} did not finish in {timeout}s: {sample}")
+
+
 def untouched_budget(total_rho: str, total_delta: str = "0") -> dict[str, str]:
     """The ``budget`` a dataset shows before anything was reserved or spent."""
     return {

@@ -14,9 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import update
@@ -24,7 +22,7 @@ from sqlalchemy import update
 from app.jobs.models import Job
 from app.jobs.sweep import sweep_storage
 from tests.conftest import Tenant, make_tenant
-from tests.support.api import create_dataset, submit, wait_for
+from tests.support.api import create_dataset, submit, wait_for, wait_for_sample
 from tests.support.s3 import S3Server
 from tests.support.stack import Stack
 
@@ -64,17 +62,6 @@ def _prefix(stack: Stack) -> str:
 def _stored_files(root: Path) -> list[str]:
     """Files under a host's local storage root (scratch included)."""
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-
-
-def _wait_sample(client: httpx.Client, sample_id: str, timeout: float = 120) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    sample: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        sample = client.get(f"/v1/samples/{sample_id}").json()
-        if sample["status"] in ("succeeded", "failed"):
-            return sample
-        time.sleep(0.1)
-    raise AssertionError(f"sample {sample_id} did not finish: {sample}")
 
 
 def test_release_flow_through_the_object_store(
@@ -139,7 +126,7 @@ def test_release_flow_through_the_object_store(
         # A derived sample: the worker reads the model from the bucket and stores the rows.
         drawn = tenant.analyst.post(f"/v1/jobs/{job_id}/samples", json={"rows": 120, "seed": 7})
         assert drawn.status_code == 202, drawn.text
-        sample = _wait_sample(tenant.analyst, drawn.json()["id"])
+        sample = wait_for_sample(tenant.analyst, drawn.json()["id"])
         assert sample["status"] == "succeeded", (sample, stack.logs())
         sample_out = tenant.analyst.get(
             f"/v1/samples/{sample['id']}/output", params={"format": "parquet"}

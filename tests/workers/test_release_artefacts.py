@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import threading
-import time
 import uuid
 from fractions import Fraction
 from pathlib import Path
@@ -28,6 +27,7 @@ from engine.release.record import ReleaseRecord
 from engine.reports.owner import build_owner_report
 from engine.reports.release import build_release_report
 from tests.conftest import Tenant
+from tests.support.api import wait_for_sample
 from tests.support.ledger import assert_reconciled
 from tests.support.stack import Stack
 
@@ -46,17 +46,6 @@ def _ledger(tenant: Tenant, dataset_id: str) -> list[dict[str, Any]]:
         "items"
     ]
     return items
-
-
-def _wait_sample(client: httpx.Client, sample_id: str, timeout: float = 120) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    sample: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        sample = client.get(f"/v1/samples/{sample_id}").json()
-        if sample["status"] in ("succeeded", "failed"):
-            return sample
-        time.sleep(0.1)
-    raise AssertionError(f"sample {sample_id} did not finish in {timeout}s: {sample}")
 
 
 def _artefact(stack: Stack, job_id: str, name: str) -> Path:
@@ -180,7 +169,7 @@ def test_samples_are_free_reproducible_and_typed(
         )
         assert response.status_code == 202, response.text
         assert response.json()["rho"] == "0"
-        sample = _wait_sample(worker_tenant.analyst, response.json()["id"])
+        sample = wait_for_sample(worker_tenant.analyst, response.json()["id"])
         assert sample["status"] == "succeeded", (sample, worker_stack.logs())
         assert sample["output_rows"] == rows
         out = worker_tenant.analyst.get(
@@ -243,7 +232,7 @@ def test_simultaneous_samples_never_touch_the_ledger(
         thread.join()
     assert statuses == [202] * count
     for sample_id in ids:
-        assert _wait_sample(worker_tenant.analyst, sample_id)["status"] == "succeeded"
+        assert wait_for_sample(worker_tenant.analyst, sample_id)["status"] == "succeeded"
     assert _ledger(worker_tenant, dataset_id) == ledger_before
     assert worker_tenant.analyst.get(f"/v1/datasets/{dataset_id}/budget").json() == budget_before
 
@@ -268,7 +257,7 @@ def test_erasing_the_dataset_erases_reports_and_samples(
     job_id = released["job"]["id"]
     sample = worker_tenant.analyst.post(f"/v1/jobs/{job_id}/samples", json={"rows": 20})
     sample_id = sample.json()["id"]
-    assert _wait_sample(worker_tenant.analyst, sample_id)["status"] == "succeeded"
+    assert wait_for_sample(worker_tenant.analyst, sample_id)["status"] == "succeeded"
     deleted = worker_tenant.owner.delete(f"/v1/datasets/{released['dataset']['id']}")
     assert deleted.status_code in (200, 204), deleted.text
     assert worker_tenant.analyst.get(f"/v1/jobs/{job_id}/report").status_code == 410
@@ -320,7 +309,7 @@ def test_a_lost_sample_attempt_is_retried_and_publishes_once(
             .values(lease_expires_at=now - timedelta(seconds=1))
         )
     assert sample_id in recover_samples(settings)
-    done = _wait_sample(worker_tenant.analyst, str(sample_id))
+    done = wait_for_sample(worker_tenant.analyst, str(sample_id))
     assert done["status"] == "succeeded" and done["output_rows"] == 40
     with worker_stack.session() as session:
         stored = session.get(Sample, sample_id)
