@@ -76,7 +76,7 @@ class Settings(BaseSettings):
     max_total_domain_size: int = Field(default=1_000_000, ge=2)
 
     # Limits on releases.
-    max_output_rows: int = Field(default=10_000_000, ge=1)
+    max_output_rows: int = Field(default=100_000_000, ge=1)
     # Derived samples (free re-sampling) queued or running per tenant at once.
     tenant_max_live_samples: int = Field(default=20, ge=1)
     # ≤ 9e6: SQLite keeps ρ as int64 counts of 1e-12 (app.db.types.MAX_STORABLE_RHO).

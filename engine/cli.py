@@ -565,7 +565,7 @@ def _check_output(out: Path, inputs: Sequence[Path], option: str = "--out") -> N
 
 
 def _write_rows(
-    codes: IntArray,
+    codes: npt.NDArray[np.integer[Any]],
     schema: TableSchema,
     rng: np.random.Generator,
     out: Path,

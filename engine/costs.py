@@ -214,13 +214,14 @@ def cost_features(
         raise ValueError("rows must be a non-negative int")
     estimate = mechanism.estimate_resources(domain, params, rows)
     default = mechanism.estimate_resources(domain, mechanism.validate_params({}), rows)
-    baseline = resource_estimate(domain, rows).memory_bytes
+    # E as calibrated: the additive bound above the one-way baseline (ResourceEstimate).
+    baseline = resource_estimate(domain, rows).additive_bytes
     return CostFeatures(
         rows=rows,
         columns=len(domain),
         cells=rows * len(domain),
         work_ratio=estimate.work / max(default.work, 1),
-        bound_extra_bytes=max(estimate.memory_bytes - baseline, 0),
+        bound_extra_bytes=max(estimate.additive_bytes - baseline, 0),
     )
 
 

@@ -22,6 +22,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+CodeArray = npt.NDArray[np.integer[Any]]
+"""A table of codes in any integer type (narrow unsigned or int64)."""
+
 
 def narrowest_unsigned(size: int) -> np.dtype[np.unsignedinteger[Any]]:
     """The narrowest unsigned integer type that holds codes ``0..size-1``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -54,7 +55,7 @@ def table_download(storage: Storage, key: str, format: str, filename: str) -> St
 def store_table(
     storage: Storage,
     schema: TableSchema,
-    codes: npt.NDArray[np.int64],
+    codes: npt.NDArray[np.integer[Any]],
     rng: np.random.Generator,
     key: str,
 ) -> None:

@@ -62,13 +62,24 @@ def output_rows_limit(
     ``RHOSYNTH_MAX_OUTPUT_ROWS``, and no more than fit in the memory limit next to the rest of
     the run (0 when not even the rest fits). Public information only."""
     limit = _memory_limit(settings)
-    without_rows = mechanism.estimate_resources(domain, params, 0).memory_bytes
-    per_row = mechanism.estimate_resources(domain, params, 1).memory_bytes - without_rows
-    if without_rows > limit:
+
+    def fits(rows: int) -> bool:
+        return mechanism.estimate_resources(domain, params, rows).memory_bytes <= limit
+
+    if not fits(0):
         return 0
-    if per_row <= 0:
+    if fits(settings.max_output_rows):
         return settings.max_output_rows
-    return min(settings.max_output_rows, (limit - without_rows) // per_row)
+    # The estimate grows with the rows but not linearly (the fit's memory and the sampler's do
+    # not add up), so the largest count that fits is found by bisection: fits(low), not high.
+    low, high = 0, settings.max_output_rows
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def check_resources(

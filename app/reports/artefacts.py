@@ -102,7 +102,7 @@ def write_release_artefacts(
     schema: TableSchema,
     record: ReleaseRecord,
     model: FittedModel | None,
-    synthetic: npt.NDArray[np.int64],
+    synthetic: npt.NDArray[np.integer[Any]],
     title: str,
 ) -> None:
     """The record, the model, the measurements as tables and the release tier of the report."""
@@ -143,8 +143,8 @@ def write_release_artefacts(
 def write_owner_report(
     writer: ArtefactWriter,
     schema: TableSchema,
-    load_real: Callable[[], npt.NDArray[np.int64]],
-    synthetic: npt.NDArray[np.int64],
+    load_real: Callable[[], npt.NDArray[np.integer[Any]]],
+    synthetic: npt.NDArray[np.integer[Any]],
     rng: np.random.Generator,
     title: str,
 ) -> None:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -225,8 +225,9 @@ class GraphicalModel:
         rows: int,
         rng: np.random.Generator,
         method: Literal["balanced", "round", "sample"] = "balanced",
-    ) -> npt.NDArray[np.int64]:
-        """``rows`` synthetic records (int64 codes, columns in domain order); post-processing.
+    ) -> npt.NDArray[np.unsignedinteger[Any]]:
+        """``rows`` synthetic records (codes in the narrowest unsigned type that holds the largest
+        attribute's, column-major, columns in domain order); post-processing.
 
         Attributes are drawn in reverse elimination order, each conditioned on its elimination
         clique (the attributes already drawn that it is adjacent to in the triangulated graph,
@@ -259,7 +260,8 @@ class GraphicalModel:
             table = marginal.transpose([attrs.index(u) for u in (*parents, v)])
             conditionals.append((v, parents, table.reshape(-1, tree.sizes[v])))
         codes = sample_rows(tree.sizes, conditionals, int(rows), rng, method)
-        in_domain_order = np.empty(codes.shape, dtype=np.int64, order="F")
+        in_domain_order: npt.NDArray[np.unsignedinteger[Any]]
+        in_domain_order = np.empty(codes.shape, dtype=codes.dtype, order="F")
         for position, j in enumerate(tree.labels.order):
             in_domain_order[:, j] = codes[:, position]
         return in_domain_order

@@ -15,10 +15,12 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from engine.domain import narrowest_unsigned
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 CodeArray = npt.NDArray[np.integer[Any]]
-"""Codes in the smallest unsigned dtype that holds them (:func:`smallest_uint`)."""
+"""Codes in the smallest unsigned dtype that holds them (:func:`narrowest_unsigned`)."""
 
 
 def _normalised_rows(table: FloatArray) -> FloatArray:
@@ -71,14 +73,6 @@ Strata = Sequence[tuple[CodeArray, int]]
 _KEY_BOUND = 2**62
 
 
-def smallest_uint(bound: int) -> np.dtype[Any]:
-    """The smallest unsigned dtype holding ``0..bound-1`` (16 bits or fewer: radix-sorted)."""
-    for kind in (np.uint8, np.uint16, np.uint32):
-        if bound <= np.iinfo(kind).max + 1:
-            return np.dtype(kind)
-    return np.dtype(np.uint64)
-
-
 def _dense_rank(key: IntArray) -> tuple[IntArray, int]:
     """Order-preserving ranks ``0..m-1`` of ``key``'s distinct values, and ``m``."""
     order = np.argsort(key)
@@ -95,7 +89,7 @@ def _order_by_group_then(position: FloatArray, group: IntArray, groups: int) -> 
     """``np.lexsort((position, group))`` for distinct ``position`` values: one sort on the
     floats, then a stable sort on the (small-dtype, so radix-sorted) group numbers."""
     by_position = np.argsort(position)
-    small = group.astype(smallest_uint(groups))[by_position]
+    small = group.astype(narrowest_unsigned(groups))[by_position]
     order: IntArray = by_position[np.argsort(small, kind="stable")]
     return order
 
@@ -146,7 +140,7 @@ def _draw_round(
     # Values for the rows of each group, groups in ascending key order.
     width = table.shape[1]
     flat_counts = counts.ravel()
-    dtype = smallest_uint(width)
+    dtype = narrowest_unsigned(width)
     values = np.repeat(np.tile(np.arange(width, dtype=dtype), present.size), flat_counts)
     out = np.empty(n, dtype=dtype)
     if strata is None:
@@ -177,7 +171,7 @@ def draw_balanced(
     table = np.asarray(probabilities, dtype=np.float64).reshape(1, -1)
     rows = strata.shape[0]
     if rows == 0:
-        return np.empty(0, dtype=smallest_uint(table.shape[1]))
+        return np.empty(0, dtype=narrowest_unsigned(table.shape[1]))
     keys = np.zeros(rows, dtype=np.int64)
     columns = [
         (np.asarray(strata[:, j], dtype=np.int64), int(strata[:, j].max()) + 1)
@@ -225,7 +219,7 @@ def sample_rows(
     ``(Π parent sizes, size of v)`` (parents in mixed radix, first parent most significant).
     """
     # Column-major and small: every step reads and writes whole columns.
-    dtype = smallest_uint(max(sizes, default=1))
+    dtype = narrowest_unsigned(max(sizes, default=1))
     codes = np.zeros((rows, len(sizes)), dtype=dtype, order="F")
     if rows == 0:
         return codes

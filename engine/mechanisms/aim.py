@@ -18,6 +18,7 @@ from engine.domain import Dataset, Domain
 from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate
 from engine.marginals import MarginalCache, Measurement, measure_marginal
 from engine.mechanisms.base import (
+    GRAPHICAL_OUTPUT,
     DomainRefused,
     Mechanism,
     Milestone,
@@ -295,6 +296,7 @@ class AIMMechanism(Mechanism):
             fit_iterations=(rounds + 1) * params.round_iterations + params.iterations,
             table_cells=tables,
             extra_work=rounds * tables,
+            output=GRAPHICAL_OUTPUT,
         )
 
     def first_noise(

@@ -66,9 +66,40 @@ BASE_MEMORY_BYTES = 256 * 2**20
 """The interpreter with numpy, pandas, pyarrow and the engine (a whole run on adult with one
 output row peaked at 186 MiB, the input table included)."""
 OUTPUT_BYTES_PER_CELL = 48
-"""Synthetic rows × columns: sampling, decompression, decoding and the Parquet write together
-(measured 16 bytes per cell with ``independent``, 34–35 with ``mst`` and ``aim``; the codes alone
-are 8)."""
+"""Synthetic rows × columns for methods whose samplers draw int64 codes (independent, privsyn,
+cipher, dpcopula): sampling, the cast to the narrow result, decoding and the Parquet write
+together (measured 10–21 bytes per cell at 2 M rows on adult's 14 columns after the narrow
+result; 16–35 before; kept at 48)."""
+GRAPHICAL_OUTPUT_BYTES_PER_ROW = 128
+"""Per output row of the junction-tree sampler (mst, aim, ppsyn, privmrf), whatever the number
+of columns: the int64 group keys, sort keys, permutations and positions of the column being drawn
+(engine.estimation.synthesis), which live one column at a time."""
+GRAPHICAL_OUTPUT_BYTES_PER_CELL = 4
+"""Per output cell of that sampler: the drawn codes and the decompressed copy, each in the
+narrowest unsigned type (1 byte for domains of at most 256 values per column, 2 up to 65,536).
+Measured with both: 93 bytes per row on adult's 14 columns at 2 M rows, 82 at 10 M (the
+estimate: 184); docs/benchmarks.md, "Scale: what stops 10 M rows"."""
+SAMPLING_MODEL_BYTES_PER_CELL = 32
+"""A model's cells while rows are drawn from it (beliefs, the conditionals and their copies); the
+mirror-descent working memory (:data:`MODEL_BYTES_PER_CELL`) is released by then."""
+
+
+@dataclass(frozen=True)
+class OutputCost:
+    """Bytes a sampler needs per output row and per output cell (see the constants above)."""
+
+    per_row: int
+    per_cell: int
+
+    def __post_init__(self) -> None:
+        if min(self.per_row, self.per_cell) < 0:
+            raise ValueError("output costs must be non-negative")
+
+
+INT64_OUTPUT = OutputCost(per_row=0, per_cell=OUTPUT_BYTES_PER_CELL)
+GRAPHICAL_OUTPUT = OutputCost(
+    per_row=GRAPHICAL_OUTPUT_BYTES_PER_ROW, per_cell=GRAPHICAL_OUTPUT_BYTES_PER_CELL
+)
 MODEL_BYTES_PER_CELL = 160
 """A graphical model's cells during mirror descent: potentials, beliefs, messages, gradients and
 line-search copies (measured 127–146 bytes per cell on 4–54 million cells)."""
@@ -91,13 +122,19 @@ class ResourceEstimate:
     and the output, at the per-cell costs above. ``work`` bounds the number of work units
     (model cells × mirror-descent iterations, plus table and output cells) when every iteration
     runs on a model at its cap; convert it with :data:`WORK_UNITS_PER_SECOND`.
+
+    ``additive_bytes`` is the bound as engine.costs was calibrated on (before the fit and the
+    sampling were found not to overlap, and before narrow output): the base, 48 bytes per output
+    cell, the model and the tables added up. It is a feature of that fitted cost model, kept so
+    its coefficients stay valid; it is not used to refuse or cap anything.
     """
 
     memory_bytes: int
     work: int
+    additive_bytes: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("memory_bytes", "work"):
+        for name in ("memory_bytes", "work", "additive_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int")
@@ -156,20 +193,30 @@ def resource_estimate(
     fit_iterations: int = 0,
     table_cells: int = 0,
     extra_work: int = 0,
+    output: OutputCost = INT64_OUTPUT,
 ) -> ResourceEstimate:
     """The estimate of a run that fits a model of at most ``model_cells`` cells for
     ``fit_iterations`` mirror-descent iterations in total, holds at most ``table_cells`` cells of
-    tables at once and writes ``rows`` rows over ``domain``."""
+    tables at once and writes ``rows`` rows over ``domain`` with a sampler of cost ``output``.
+
+    The fit and the sampling do not overlap: the peak is the tables plus the larger of the fit's
+    working memory and the sampled model with its output (both with the tables kept, as a
+    method may hold them until it returns)."""
     output_cells = rows * len(domain)
-    one_ways = sum(domain.sizes)
-    memory = (
-        BASE_MEMORY_BYTES
-        + output_cells * OUTPUT_BYTES_PER_CELL
-        + max(model_cells, one_ways) * MODEL_BYTES_PER_CELL
-        + table_cells * TABLE_BYTES_PER_CELL
+    model = max(model_cells, sum(domain.sizes))
+    fitting = model * MODEL_BYTES_PER_CELL
+    sampling = (
+        model * SAMPLING_MODEL_BYTES_PER_CELL
+        + rows * output.per_row
+        + output_cells * output.per_cell
     )
-    work = output_cells + one_ways + fit_iterations * model_cells + table_cells + extra_work
-    return ResourceEstimate(memory_bytes=int(memory), work=int(work))
+    tables = table_cells * TABLE_BYTES_PER_CELL
+    memory = BASE_MEMORY_BYTES + tables + max(fitting, sampling)
+    additive = BASE_MEMORY_BYTES + tables + fitting + output_cells * OUTPUT_BYTES_PER_CELL
+    work = (
+        output_cells + sum(domain.sizes) + fit_iterations * model_cells + table_cells + extra_work
+    )
+    return ResourceEstimate(memory_bytes=int(memory), work=int(work), additive_bytes=int(additive))
 
 
 @dataclass(frozen=True)
@@ -235,7 +282,8 @@ class SynthesisResult:
     identity. ``model`` is the re-samplable model the rows were drawn from (``None`` for a method
     that keeps none); ``extra`` holds JSON-able public facts (e.g. ``{"cliques": [...]}``)."""
 
-    codes: npt.NDArray[np.int64]
+    codes: npt.NDArray[np.integer[Any]]
+    """Any integer type; the graphical methods give the narrowest unsigned type of the domain."""
     measurements: tuple[Measurement, ...]
     rho_used: Fraction
     estimated_total: float
@@ -272,10 +320,10 @@ class SynthesisResult:
         estimated_total = float(self.estimated_total)
         if not (math.isfinite(estimated_total) and estimated_total >= 0):
             raise ValueError("estimated_total must be finite and non-negative")
-        if codes.flags.writeable:
-            if codes is self.codes:
-                codes = codes.copy()
-            codes.flags.writeable = False
+        # The result takes the codes over instead of copying them (a copy doubled the output's
+        # memory: 1.1 GB at 10 M rows × 14 columns of int64): the array is made read-only in
+        # place, so neither the mechanism nor a caller can change a released table afterwards.
+        codes.flags.writeable = False
         object.__setattr__(self, "codes", codes)
         object.__setattr__(self, "measurements", measurements)
         object.__setattr__(self, "selections", selections)

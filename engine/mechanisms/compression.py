@@ -12,17 +12,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from engine.domain import Dataset, Domain
+from engine.domain import Dataset, Domain, narrowest_unsigned
 from engine.estimation import NoisyMarginal
 from engine.estimation.synthesis import draw_balanced
 from engine.marginals import Measurement
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
+CodeArray = npt.NDArray[np.unsignedinteger[Any]]
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -98,12 +100,14 @@ class Compression:
             for j in (self.original.index(name) for name in attributes)
         )
 
-    def compress_codes(self, codes: npt.NDArray[np.integer]) -> IntArray:
-        """The re-coded table: int64, column-major (each column written and later counted as
-        contiguous memory)."""
-        out = np.empty(codes.shape, dtype=np.int64, order="F")
+    def compress_codes(self, codes: npt.NDArray[np.integer[Any]]) -> CodeArray:
+        """The re-coded table: column-major (each column written and later counted as contiguous
+        memory), in the narrowest unsigned type of the compressed domain (a byte per cell for
+        most tables: at 10 M rows × 14 columns 140 MB instead of 1.1 GB of int64)."""
+        dtype = narrowest_unsigned(max(self.domain.sizes, default=1))
+        out = np.empty(codes.shape, dtype=dtype, order="F")
         for j in range(codes.shape[1]):
-            out[:, j] = self.mapping(j)[codes[:, j]]
+            out[:, j] = self.mapping(j).astype(dtype)[codes[:, j]]
         return out
 
     def compress_counts(self, j: int, counts: npt.ArrayLike) -> FloatArray:
@@ -114,22 +118,30 @@ class Compression:
             return values.copy()
         return np.append(values[support], values[~support].sum())
 
+    @property
+    def original_dtype(self) -> np.dtype[np.unsignedinteger[Any]]:
+        """The narrowest unsigned type of the original domain's codes (:meth:`decompress_codes`
+        writes them in it)."""
+        return narrowest_unsigned(max(self.original.sizes, default=1))
+
     def decompress_codes(
         self,
-        codes: npt.NDArray[np.integer],
+        codes: npt.NDArray[np.integer[Any]],
         rng: np.random.Generator,
-        out: IntArray | None = None,
-    ) -> IntArray:
+        out: CodeArray | None = None,
+    ) -> CodeArray:
         """Compressed codes back to original codes; a merged code becomes one of its values,
         drawn in proportion to their (clipped) noisy counts, uniformly if those are all ≤ 0.
 
-        ``out`` (int64, the shape of ``codes``; it may be ``codes`` itself, which saves a copy of
-        the table) receives the result; by default a new column-major array does.
+        The result is in :attr:`original_dtype`. ``out`` (of that type and the shape of
+        ``codes``; it may be ``codes`` itself, which saves a copy of the table) receives it; by
+        default a new column-major array does.
         """
+        dtype = self.original_dtype
         if out is None:
-            out = np.empty(codes.shape, dtype=np.int64, order="F")  # filled column by column
-        elif out.shape != codes.shape or out.dtype != np.int64:
-            raise ValueError("out must be an int64 array of the shape of codes")
+            out = np.empty(codes.shape, dtype=dtype, order="F")  # filled column by column
+        elif out.shape != codes.shape or out.dtype != dtype:
+            raise ValueError(f"out must be a {dtype} array of the shape of codes")
         # Every merged column's draws first, from the compressed codes (``out`` may be ``codes``).
         merged: dict[int, tuple[IntArray, IntArray]] = {}
         for j in range(codes.shape[1]):
@@ -150,7 +162,7 @@ class Compression:
             merged[j] = (merged_rows, rare[draw_balanced(p, strata, rng)])
         for j in range(codes.shape[1]):
             # Kept codes map straight back; the merged code (the last) is overwritten below.
-            lookup = np.append(np.flatnonzero(self.supports[j]), 0)
+            lookup = np.append(np.flatnonzero(self.supports[j]), 0).astype(dtype)
             out[:, j] = lookup[codes[:, j]]
             if j in merged:
                 rows, values = merged[j]

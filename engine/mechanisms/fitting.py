@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -64,7 +64,7 @@ def fit_and_sample(
     rng: np.random.Generator,
     synthesis: Literal["balanced", "round", "sample"],
     progress: ProgressReporter,
-) -> tuple[npt.NDArray[np.int64], float, FittedModel, dict[str, list[list[str]]]]:
+) -> tuple[npt.NDArray[np.integer[Any]], float, FittedModel, dict[str, list[list[str]]]]:
     """The last stage of the model-based mechanisms (AIM, PPSyn, PrivMRF): a warm-started final
     fit on every noisy measurement (progress 0.88 → 0.97), then ``rows`` (or the model's total)
     synthetic rows in the original codes. Post-processing only: ``rng`` is the job's seed.

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import numpy.typing as npt
 
-from engine.domain import Domain
+from engine.domain import CodeArray, Domain
 from engine.estimation import GraphicalModel
 from engine.estimation.synthesis import round_counts
 from engine.mechanisms.compression import Compression
@@ -92,7 +92,7 @@ def _load_compression(domain: Domain, arrays: Mapping[str, npt.NDArray[Any]]) ->
     return Compression(domain, supports, weights)
 
 
-def _histogram(codes: IntArray, domain: Domain, attributes: Sequence[str]) -> FloatArray:
+def _histogram(codes: CodeArray, domain: Domain, attributes: Sequence[str]) -> FloatArray:
     """The normalised contingency table of ``attributes`` in ``codes``."""
     shape = tuple(domain.size(a) for a in attributes)
     flat = np.ravel_multi_index(tuple(codes[:, domain.index(a)] for a in attributes), shape)
@@ -228,11 +228,13 @@ class GraphicalModelKind:
         if self.compression.original != domain:
             raise ModelError("the compression does not match the model's domain")
 
-    def sample(self, domain: Domain, rows: int, rng: np.random.Generator) -> IntArray:
+    def sample(self, domain: Domain, rows: int, rng: np.random.Generator) -> CodeArray:
         self._check(domain)
         small = self.model.synthetic_data(rows, rng, method=self.synthesis)
-        # In place: ``small`` is this call's own int64 table, so no second copy is allocated.
-        return self.compression.decompress_codes(small, rng, out=small)
+        # In place when the compressed and original codes share a type (``small`` is this
+        # call's own table), so no second copy of the output is allocated.
+        same = small.dtype == self.compression.original_dtype
+        return self.compression.decompress_codes(small, rng, out=small if same else None)
 
     def marginal(self, domain: Domain, attributes: Sequence[str]) -> FloatArray:
         """Exact: the projection on the compressed domain, each merged cell spread over its
@@ -646,13 +648,13 @@ class GUMModel:
         if self.compression.original != domain:
             raise ModelError("the compression does not match the model's domain")
 
-    def sample(self, domain: Domain, rows: int, rng: np.random.Generator) -> IntArray:
+    def sample(self, domain: Domain, rows: int, rng: np.random.Generator) -> CodeArray:
         self._check(domain)
         return self.synthesize(rows, rng)
 
     def synthesize(
         self, rows: int, rng: np.random.Generator, callback: Callable[[float], None] | None = None
-    ) -> IntArray:
+    ) -> CodeArray:
         """:meth:`sample` with GUM's progress ``callback`` (fraction done), as the run uses it."""
         from engine.mechanisms.privsyn_parts import Target, synthesize_records
 

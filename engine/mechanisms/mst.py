@@ -16,6 +16,7 @@ from engine.domain import Dataset, Domain
 from engine.estimation import NoisyMarginal, estimate
 from engine.marginals import Measurement, count_marginal, measure_marginal
 from engine.mechanisms.base import (
+    GRAPHICAL_OUTPUT,
     Mechanism,
     Milestone,
     ProgressReporter,
@@ -141,6 +142,7 @@ class MSTMechanism(Mechanism):
             fit_iterations=params.iterations,
             table_cells=marginal_cells(domain, 2) - one_ways,
             extra_work=params.selection_iterations * one_ways,
+            output=GRAPHICAL_OUTPUT,
         )
 
     def first_noise(

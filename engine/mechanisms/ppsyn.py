@@ -33,6 +33,7 @@ from engine.mechanisms.aim import (
     workload_closure,
 )
 from engine.mechanisms.base import (
+    GRAPHICAL_OUTPUT,
     GaussianCharge,
     Mechanism,
     ProgressReporter,
@@ -286,6 +287,7 @@ class PPSynMechanism(Mechanism):
             fit_iterations=(rounds + 1) * params.round_iterations + params.iterations,
             table_cells=tables,
             extra_work=rounds * tables,
+            output=GRAPHICAL_OUTPUT,
         )
 
     def first_noise(

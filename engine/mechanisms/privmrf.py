@@ -30,6 +30,7 @@ from engine.marginals import (
 )
 from engine.mechanisms.aim import check_one_way_model
 from engine.mechanisms.base import (
+    GRAPHICAL_OUTPUT,
     GaussianCharge,
     Mechanism,
     Milestone,
@@ -338,6 +339,7 @@ class PrivMRFMechanism(Mechanism):
             fit_iterations=(rounds + 1) * params.round_iterations + params.iterations,
             table_cells=tables,
             extra_work=rounds * scored,
+            output=GRAPHICAL_OUTPUT,
         )
 
     def first_noise(

@@ -40,13 +40,14 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from engine.domain import Domain
+from engine.domain import Domain, narrowest_unsigned
 
 FORMAT_VERSION = 1
 _HEADER = "model.json"
 _MAX_HEADER_BYTES = 16 * 2**20
 
 IntArray = npt.NDArray[np.int64]
+CodeArray = npt.NDArray[np.integer[Any]]
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -70,7 +71,7 @@ class ModelKind(Protocol):
         """The model's size in numbers held (bounds the work of sampling per row)."""
         ...
 
-    def sample(self, domain: Domain, rows: int, rng: np.random.Generator) -> IntArray: ...
+    def sample(self, domain: Domain, rows: int, rng: np.random.Generator) -> CodeArray: ...
 
     def marginal(self, domain: Domain, attributes: Sequence[str]) -> FloatArray: ...
 
@@ -197,18 +198,25 @@ class FittedModel:
         at a float64 and its working copies (×4), plus the codes and their working copies."""
         return 32 * self.cells + 48 * int(rows) * len(self.domain)
 
-    def sample(self, rows: int, rng: np.random.Generator) -> IntArray:
-        """``rows`` × len(domain) int64 codes in the original domain (post-processing only).
-        The same model, ``rows`` and ``rng`` state give exactly the same codes."""
+    def sample(self, rows: int, rng: np.random.Generator) -> CodeArray:
+        """``rows`` × len(domain) codes in the original domain (post-processing only), in the
+        narrowest unsigned type that holds the largest attribute's codes (a byte per cell for
+        most tables; callers that do arithmetic on them widen a column at a time). The same
+        model, ``rows`` and ``rng`` state give exactly the same codes."""
         if isinstance(rows, bool) or not isinstance(rows, int | np.integer) or rows < 0:
             raise ValueError("rows must be a non-negative int")
         if not isinstance(rng, np.random.Generator):
             raise TypeError("rng must be a numpy Generator")
-        codes = np.asarray(self.body.sample(self.domain, int(rows), rng), dtype=np.int64)
-        if codes.shape != (int(rows), len(self.domain)):
-            raise RuntimeError(f"a {self.kind} model drew codes of shape {codes.shape}")
-        if rows and (codes.min() < 0 or np.any(codes.max(axis=0) >= np.asarray(self.domain.sizes))):
+        drawn = self.body.sample(self.domain, int(rows), rng)
+        if drawn.shape != (int(rows), len(self.domain)):
+            raise RuntimeError(f"a {self.kind} model drew codes of shape {drawn.shape}")
+        sizes = np.asarray(self.domain.sizes)
+        if rows and (drawn.min() < 0 or np.any(drawn.max(axis=0) >= sizes)):
             raise RuntimeError(f"a {self.kind} model drew codes outside the domain")
+        # Checked before the cast, which would wrap a code past the type.
+        codes: CodeArray = np.asarray(
+            drawn, dtype=narrowest_unsigned(max(self.domain.sizes, default=1))
+        )
         return codes
 
     def marginal(self, attributes: Sequence[str]) -> FloatArray:

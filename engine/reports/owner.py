@@ -487,8 +487,8 @@ def _counted(data: Dataset, cap: int, rng: np.random.Generator) -> Dataset:
 
 def build_owner_report(
     schema: TableSchema,
-    real: npt.NDArray[np.int64],
-    synthetic: npt.NDArray[np.int64],
+    real: npt.NDArray[np.integer[Any]],
+    synthetic: npt.NDArray[np.integer[Any]],
     *,
     real_values: pa.Table | None = None,
     synthetic_values: pa.Table | None = None,

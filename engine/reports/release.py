@@ -298,7 +298,7 @@ def _pairs(record: ReleaseRecord, fit: _Fit) -> dict[str, Any]:
 def build_release_report(
     schema: TableSchema,
     record: ReleaseRecord,
-    synthetic: npt.NDArray[np.int64],
+    synthetic: npt.NDArray[np.integer[Any]],
     *,
     model_marginal: Callable[[tuple[str, ...]], npt.NDArray[np.float64]] | None = None,
     deltas: Sequence[float] = (1e-5, 1e-6, 1e-7, 1e-8, 1e-9),

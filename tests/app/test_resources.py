@@ -13,7 +13,11 @@ from app.jobs.resources import (
 )
 from engine.domain import Domain
 from engine.mechanisms import get_mechanism
-from engine.mechanisms.base import BASE_MEMORY_BYTES, OUTPUT_BYTES_PER_CELL
+from engine.mechanisms.base import (
+    BASE_MEMORY_BYTES,
+    OUTPUT_BYTES_PER_CELL,
+    SAMPLING_MODEL_BYTES_PER_CELL,
+)
 
 DOMAIN = Domain(tuple(f"c{i}" for i in range(10)), (10,) * 10)
 
@@ -27,7 +31,8 @@ def test_output_is_capped_at_the_rows_that_fit() -> None:
     params = independent.validate_params({})
     settings = _settings(job_memory_limit_mb=512, max_output_rows=10**9)
     cap = output_rows_limit(settings, independent, DOMAIN, params)
-    free = 512 * 2**20 - independent.estimate_resources(DOMAIN, params, 0).memory_bytes
+    # int64 samplers: the model's sampling share plus 48 bytes per output cell.
+    free = 512 * 2**20 - BASE_MEMORY_BYTES - SAMPLING_MODEL_BYTES_PER_CELL * sum(DOMAIN.sizes)
     assert cap == free // (10 * OUTPUT_BYTES_PER_CELL)
     assert 0 < cap < 10**9
     check_resources(settings, independent, DOMAIN, params, cap)
@@ -35,6 +40,35 @@ def test_output_is_capped_at_the_rows_that_fit() -> None:
         check_resources(settings, independent, DOMAIN, params, cap + 1)
     # Without rows the job is accepted: its output is capped instead.
     assert check_resources(settings, independent, DOMAIN, params, None).memory_bytes <= 512 * 2**20
+
+
+@pytest.mark.parametrize("method", ["independent", "mst", "aim", "ppsyn", "privmrf", "dpcopula"])
+@pytest.mark.parametrize("limit_mb", [1024, 3072])
+def test_the_cap_is_the_largest_row_count_that_fits(method: str, limit_mb: int) -> None:
+    """The estimate is not linear in the rows (the fit's memory and the sampler's do not add
+    up), so the cap is searched: the cap fits the limit and one row more does not."""
+    mechanism = get_mechanism(method)
+    params = mechanism.validate_params({})
+    settings = _settings(job_memory_limit_mb=limit_mb, max_output_rows=10**9)
+    cap = output_rows_limit(settings, mechanism, DOMAIN, params)
+    limit = limit_mb * 2**20
+    if mechanism.estimate_resources(DOMAIN, params, 0).memory_bytes > limit:
+        assert cap == 0  # not even the fit fits (aim's default model cap at 1 GiB)
+        return
+    assert 0 < cap < 10**9
+    assert mechanism.estimate_resources(DOMAIN, params, cap).memory_bytes <= limit
+    assert mechanism.estimate_resources(DOMAIN, params, cap + 1).memory_bytes > limit
+
+
+def test_a_large_fit_does_not_take_the_output_s_memory() -> None:
+    """aim's fit (its model at the cap) is released before rows are drawn: at 3 GiB its output
+    cap on a narrow domain is past 10 M rows, where adding the two made it 1.4 M."""
+    aim = get_mechanism("aim")
+    params = aim.validate_params({})
+    settings = _settings(job_memory_limit_mb=3072, max_output_rows=10**9)
+    bare = aim.estimate_resources(DOMAIN, params, 0).memory_bytes
+    assert bare > 2**30  # the fit alone is large
+    assert output_rows_limit(settings, aim, DOMAIN, params) > 10_000_000
 
 
 def test_the_service_row_limit_still_applies() -> None:

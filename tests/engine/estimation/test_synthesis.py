@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from engine.domain import Dataset, Domain
+from engine.domain import Dataset, Domain, narrowest_unsigned
 from engine.estimation import GraphicalModel, NoisyMarginal, estimate
 from engine.estimation.synthesis import round_counts
 from engine.marginals import count_marginal
@@ -43,7 +43,8 @@ def test_shape_dtype_and_support(method: str, rows: int) -> None:
     model = cyclic_model()
     codes = model.synthetic_data(rows, np.random.default_rng(1), method)  # type: ignore[arg-type]
     assert codes.shape == (rows, len(DOMAIN))
-    assert codes.dtype == np.int64
+    assert codes.dtype == narrowest_unsigned(max(DOMAIN.sizes))  # a byte per cell here
+    assert codes.flags.f_contiguous
     if rows:
         assert codes.min() >= 0
         assert np.all(codes.max(axis=0) < np.array(DOMAIN.sizes))

@@ -259,3 +259,26 @@ def test_tables_above_the_counted_cap_are_counted_on_a_uniform_sample() -> None:
     whole = build_owner_report(schema, real, synth, rng=np.random.default_rng(0))
     assert whole["rows"]["real_counted"] == 10_000
     assert whole["marginals"]["mean_tvd"]["1"] == 0.0
+
+
+def test_narrow_codes_give_the_same_owner_report() -> None:
+    """The worker hands the owner tier both tables in their narrowest unsigned type (a byte per
+    cell here): row keys, flat cells and correlations must widen before any arithmetic, since
+    the pair and triple products pass 255 and 65,535 (arithmetic in uint8 would wrap)."""
+    sizes = (200, 150, 90, 3)
+    schema = TableSchema(tuple(CodesColumn(f"c{i}", s) for i, s in enumerate(sizes)))
+    rng = np.random.default_rng(4)
+    real = np.column_stack([rng.integers(0, s, size=3_000) for s in sizes])
+    real[:, 1] = (real[:, 0] * 7 + rng.integers(0, 2, size=3_000)) % sizes[1]
+    synth = np.column_stack([rng.integers(0, s, size=2_500) for s in sizes])
+    synth[:1000] = real[:1000]  # exact matches for the disclosure counts
+    assert math.prod(sizes[:3]) > np.iinfo(np.uint16).max
+    wide = build_owner_report(schema, real, synth, rng=np.random.default_rng(0))
+    narrow = build_owner_report(
+        schema,
+        np.asfortranarray(real.astype(np.uint8)),
+        np.asfortranarray(synth.astype(np.uint8)),
+        rng=np.random.default_rng(0),
+    )
+    assert narrow == wide
+    assert wide["disclosure"]["exact_match"]["synthetic_to_real"] >= 0.4
