@@ -9,7 +9,7 @@ privacy budget (McKenna, Sheldon, Miklau, ICML 2019).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from types import MappingProxyType
 from typing import Any, Literal
@@ -32,6 +32,10 @@ from engine.estimation.synthesis import sample_rows
 
 MESSAGE_CACHE_CELLS = 1 << 23
 """Cells of intermediate results :meth:`GraphicalModel.project_many` keeps per call (64 MB)."""
+
+SYNTHESIS_BATCH_ROWS = 1 << 20
+"""Rows drawn at once by :meth:`GraphicalModel.synthetic_batches` (about 80 MB of sort keys and
+permutations per batch; a table of up to this many rows is drawn in one piece, as before)."""
 
 
 def _read_only(values: FloatArray) -> FloatArray:
@@ -242,12 +246,41 @@ class GraphicalModel:
         which removes most of the sampling noise (see
         :func:`engine.estimation.synthesis.round_counts`).
         """
+        out: npt.NDArray[np.unsignedinteger[Any]] | None = None
+        for start, codes, _ in self.synthetic_batches(rows, rng, method):
+            if out is None:
+                if codes.shape[0] == rows:
+                    return codes  # one batch: no copy
+                out = np.empty((rows, codes.shape[1]), dtype=codes.dtype, order="F")
+            out[start : start + codes.shape[0]] = codes
+        assert out is not None
+        return out
+
+    def synthetic_batches(
+        self,
+        rows: int,
+        rng: np.random.Generator,
+        method: Literal["balanced", "round", "sample"] = "balanced",
+        batch_rows: int = SYNTHESIS_BATCH_ROWS,
+    ) -> Iterator[tuple[int, npt.NDArray[np.unsignedinteger[Any]], np.random.Generator]]:
+        """:meth:`synthetic_data` in batches of at most ``batch_rows`` rows (sizes as equal as
+        possible): ``(first row, codes, the batch's generator)`` per batch, at least one.
+
+        Each batch is drawn on its own, from conditionals computed once, so the working memory
+        (sort keys, permutations: about 80 bytes per row) is bounded by the batch, and the sorts
+        stay in the cache longer. One batch uses ``rng`` itself (the rows are those of an
+        unbatched draw); several use generators seeded from ``rng``, in order, so the same
+        ``rng`` state gives the same rows. Controlled rounding then holds per batch: a cell's
+        count is within the number of batches of its expected value instead of within one.
+        """
         if isinstance(rows, bool) or not isinstance(rows, int | np.integer) or rows < 0:
             raise ValueError("rows must be a non-negative int")
         if not isinstance(rng, np.random.Generator):
             raise TypeError("rng must be a numpy Generator")
         if method not in ("balanced", "round", "sample"):
             raise ValueError("method must be 'balanced', 'round' or 'sample'")
+        if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+            raise ValueError("batch_rows must be a positive int")
         tree = self._tree
         triangulation = tree.triangulation
         conditionals: list[tuple[int, tuple[int, ...], FloatArray]] = []
@@ -259,12 +292,24 @@ class GraphicalModel:
             parents = tuple(u for u in attrs if u != v)
             table = marginal.transpose([attrs.index(u) for u in (*parents, v)])
             conditionals.append((v, parents, table.reshape(-1, tree.sizes[v])))
-        codes = sample_rows(tree.sizes, conditionals, int(rows), rng, method)
-        in_domain_order: npt.NDArray[np.unsignedinteger[Any]]
-        in_domain_order = np.empty(codes.shape, dtype=codes.dtype, order="F")
-        for position, j in enumerate(tree.labels.order):
-            in_domain_order[:, j] = codes[:, position]
-        return in_domain_order
+        rows = int(rows)
+        count = max(1, -(-rows // batch_rows))
+        generators = (
+            [rng]
+            if count == 1
+            else [np.random.default_rng(int(seed)) for seed in rng.integers(0, 2**63 - 1, count)]
+        )
+        start = 0
+        for index, generator in enumerate(generators):
+            size = rows // count + (1 if index < rows % count else 0)
+            codes = sample_rows(tree.sizes, conditionals, size, generator, method)
+            in_domain_order: npt.NDArray[np.unsignedinteger[Any]]
+            in_domain_order = np.empty(codes.shape, dtype=codes.dtype, order="F")
+            for position, j in enumerate(tree.labels.order):
+                in_domain_order[:, j] = codes[:, position]
+            del codes
+            yield start, in_domain_order, generator
+            start += size
 
 
 def add_to_clique(

@@ -70,15 +70,19 @@ OUTPUT_BYTES_PER_CELL = 48
 cipher, dpcopula): sampling, the cast to the narrow result, decoding and the Parquet write
 together (measured 10–21 bytes per cell at 2 M rows on adult's 14 columns after the narrow
 result; 16–35 before; kept at 48)."""
-GRAPHICAL_OUTPUT_BYTES_PER_ROW = 128
-"""Per output row of the junction-tree sampler (mst, aim, ppsyn, privmrf), whatever the number
-of columns: the int64 group keys, sort keys, permutations and positions of the column being drawn
-(engine.estimation.synthesis), which live one column at a time."""
+GRAPHICAL_OUTPUT_BATCH_BYTES = 128 * 2**20
+"""The junction-tree sampler of mst, aim, ppsyn and privmrf draws at most 2**20 rows at a time
+(engine.estimation.model.SYNTHESIS_BATCH_ROWS): the int64 group keys, sort keys, permutations
+and positions of the column being drawn live for one batch (about 80 bytes per row)."""
+GRAPHICAL_OUTPUT_BYTES_PER_ROW = 32
+"""Per output row of that sampler, whatever the number of columns: row-sized work beside the
+codes (the release report's compact copy of the table, index arrays)."""
 GRAPHICAL_OUTPUT_BYTES_PER_CELL = 4
-"""Per output cell of that sampler: the drawn codes and the decompressed copy, each in the
-narrowest unsigned type (1 byte for domains of at most 256 values per column, 2 up to 65,536).
-Measured with both: 93 bytes per row on adult's 14 columns at 2 M rows, 82 at 10 M (the
-estimate: 184); docs/benchmarks.md, "Scale: what stops 10 M rows"."""
+"""Per output cell of that sampler: the drawn codes and, per batch, the decompressed copy, each
+in the narrowest unsigned type (1 byte for domains of at most 256 values per column, 2 up to
+65,536). Measured (adult's 14 columns, uint8): sampling 10 M rows raised the peak by 24.6 bytes
+per row (the batch's working memory included; 67 per row at 2 M rows), against 72 per row plus
+128 MiB estimated; docs/benchmarks.md, "Scale: what stops 10 M rows"."""
 SAMPLING_MODEL_BYTES_PER_CELL = 32
 """A model's cells while rows are drawn from it (beliefs, the conditionals and their copies); the
 mirror-descent working memory (:data:`MODEL_BYTES_PER_CELL`) is released by then."""
@@ -86,19 +90,23 @@ mirror-descent working memory (:data:`MODEL_BYTES_PER_CELL`) is released by then
 
 @dataclass(frozen=True)
 class OutputCost:
-    """Bytes a sampler needs per output row and per output cell (see the constants above)."""
+    """Bytes a sampler needs per output row and per output cell, and once for any rows (its
+    batch's working memory); see the constants above."""
 
     per_row: int
     per_cell: int
+    fixed: int = 0
 
     def __post_init__(self) -> None:
-        if min(self.per_row, self.per_cell) < 0:
+        if min(self.per_row, self.per_cell, self.fixed) < 0:
             raise ValueError("output costs must be non-negative")
 
 
 INT64_OUTPUT = OutputCost(per_row=0, per_cell=OUTPUT_BYTES_PER_CELL)
 GRAPHICAL_OUTPUT = OutputCost(
-    per_row=GRAPHICAL_OUTPUT_BYTES_PER_ROW, per_cell=GRAPHICAL_OUTPUT_BYTES_PER_CELL
+    per_row=GRAPHICAL_OUTPUT_BYTES_PER_ROW,
+    per_cell=GRAPHICAL_OUTPUT_BYTES_PER_CELL,
+    fixed=GRAPHICAL_OUTPUT_BATCH_BYTES,
 )
 MODEL_BYTES_PER_CELL = 160
 """A graphical model's cells during mirror descent: potentials, beliefs, messages, gradients and
@@ -209,6 +217,7 @@ def resource_estimate(
         model * SAMPLING_MODEL_BYTES_PER_CELL
         + rows * output.per_row
         + output_cells * output.per_cell
+        + (output.fixed if rows else 0)
     )
     tables = table_cells * TABLE_BYTES_PER_CELL
     memory = BASE_MEMORY_BYTES + tables + max(fitting, sampling)

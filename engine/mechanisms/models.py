@@ -230,11 +230,24 @@ class GraphicalModelKind:
 
     def sample(self, domain: Domain, rows: int, rng: np.random.Generator) -> CodeArray:
         self._check(domain)
-        small = self.model.synthetic_data(rows, rng, method=self.synthesis)
-        # In place when the compressed and original codes share a type (``small`` is this
-        # call's own table), so no second copy of the output is allocated.
-        same = small.dtype == self.compression.original_dtype
-        return self.compression.decompress_codes(small, rng, out=small if same else None)
+        dtype = self.compression.original_dtype
+        out: CodeArray | None = None
+        # Drawn and decompressed a batch at a time (memory bounded per batch); each batch's
+        # merged values are drawn with the batch's own generator, after its rows.
+        for start, small, generator in self.model.synthetic_batches(
+            rows, rng, method=self.synthesis
+        ):
+            # In place when the compressed and original codes share a type (``small`` is this
+            # batch's own table), so no second copy is allocated.
+            same = small.dtype == dtype
+            codes = self.compression.decompress_codes(small, generator, out=small if same else None)
+            if out is None:
+                if codes.shape[0] == rows:
+                    return codes  # one batch: no copy
+                out = np.empty((rows, len(domain)), dtype=dtype, order="F")
+            out[start : start + codes.shape[0]] = codes
+        assert out is not None
+        return out
 
     def marginal(self, domain: Domain, attributes: Sequence[str]) -> FloatArray:
         """Exact: the projection on the compressed domain, each merged cell spread over its

@@ -24,7 +24,9 @@ from tests.engine.test_public_progress import FAST
 def _data(sizes: tuple[int, ...], n: int = 500) -> Dataset:
     rng = np.random.default_rng(5)
     a = rng.integers(0, sizes[0], n)
-    columns = [a] + [(a * (j + 2) + rng.integers(0, 3, n)) % size for j, size in enumerate(sizes[1:])]
+    columns = [a] + [
+        (a * (j + 2) + rng.integers(0, 3, n)) % size for j, size in enumerate(sizes[1:])
+    ]
     domain = Domain(tuple(f"c{j}" for j in range(len(sizes))), sizes)
     return Dataset(domain, np.column_stack(columns))
 

@@ -242,3 +242,44 @@ def test_stratified_order_breaks_ties_at_random() -> None:
     strata = [(np.zeros(2, dtype=np.int64), 3)]
     firsts = sum(int(_stratified_order(keys, 1, strata, rng)[0]) for _ in range(2000))
     assert abs(firsts - 1000) < 5 * np.sqrt(2000 * 0.25)
+
+
+def test_batches_split_the_rows_evenly_and_in_order() -> None:
+    model = tree_model()
+    batches = list(model.synthetic_batches(10, np.random.default_rng(0), batch_rows=3))
+    assert [(start, codes.shape[0]) for start, codes, _ in batches] == [
+        (0, 3),
+        (3, 3),
+        (6, 2),
+        (8, 2),
+    ]
+    assert len({id(generator) for _, _, generator in batches}) == 4
+    # One batch draws with the caller's generator itself: the rows of an unbatched draw.
+    rng = np.random.default_rng(1)
+    (only,) = list(model.synthetic_batches(10, rng, batch_rows=10))
+    assert only[2] is rng
+    assert list(model.synthetic_batches(0, np.random.default_rng(0))) != []
+    with pytest.raises(ValueError, match="batch_rows"):
+        list(model.synthetic_batches(10, np.random.default_rng(0), batch_rows=0))
+
+
+def test_batched_rows_keep_controlled_rounding_per_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A product model with rows in 7 batches: every value's count is within 7 of its expected
+    count (each batch rounds within one), where i.i.d. draws of 9,970 rows would be off by
+    about √(n·p·(1−p)) ≈ 20–50 rows. The same generator state gives the same rows."""
+    rng = np.random.default_rng(3)
+    potentials = {(a,): rng.normal(0.0, 1.0, DOMAIN.size(a)) for a in DOMAIN.attributes}
+    model = GraphicalModel.from_potentials(DOMAIN, potentials, total=9970.0)
+    original = GraphicalModel.synthetic_batches
+
+    def small_batches(self, rows, generator, method="balanced", batch_rows=1425):  # type: ignore[no-untyped-def]
+        return original(self, rows, generator, method, batch_rows)
+
+    monkeypatch.setattr(GraphicalModel, "synthetic_batches", small_batches)
+    for method in ("round", "balanced"):
+        codes = model.synthetic_data(9970, np.random.default_rng(8), method)  # type: ignore[arg-type]
+        again = model.synthetic_data(9970, np.random.default_rng(8), method)  # type: ignore[arg-type]
+        np.testing.assert_array_equal(codes, again)
+        for j, attr in enumerate(DOMAIN.attributes):
+            counts = np.bincount(codes[:, j], minlength=DOMAIN.size(attr))
+            assert np.all(np.abs(counts - model.project([attr])) < 7.0), (method, attr)
