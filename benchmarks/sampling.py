@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -85,6 +85,23 @@ def run_stages(
 ) -> dict[str, float]:
     times: dict[str, float] = {}
     rng = np.random.default_rng(seed)
+    if hasattr(model.model, "synthetic_batches"):
+        # Since the batched sampler: drawn and decompressed per batch of 2^20 rows, as the
+        # service's GraphicalModelKind.sample does (one stage).
+        codes = timed(
+            "sample (draw + decompress)",
+            times,
+            lambda: model.sample(model.compression.original, rows, rng),
+        )
+    else:
+        codes = _draw_then_decompress(model, rows, rng, times)
+    return _decode_and_write(codes, schema, rng, out, times)
+
+
+def _draw_then_decompress(
+    model: GraphicalModelKind, rows: int, rng: np.random.Generator, times: dict[str, float]
+) -> Any:
+    """Before the batched sampler: the whole table drawn, then decompressed."""
     small = timed(
         "synthetic_data", times, lambda: model.model.synthetic_data(rows, rng, model.synthesis)
     )
@@ -99,6 +116,12 @@ def run_stages(
         codes = timed(
             "decompress_codes", times, lambda: model.compression.decompress_codes(small, rng)
         )
+    return codes
+
+
+def _decode_and_write(
+    codes: Any, schema: TableSchema, rng: np.random.Generator, out: Path, times: dict[str, float]
+) -> dict[str, float]:
     if hasattr(schema, "decode_batches"):
         from engine.synthetic_output import write_synthetic
 

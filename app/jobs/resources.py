@@ -93,8 +93,8 @@ def check_resources(
     estimate for the rows it may produce (``rows``, else :func:`output_rows_limit`)."""
     limit = _memory_limit(settings)
     name = mechanism.name
-    cap = output_rows_limit(settings, mechanism, domain, params)
-    bound = rows if rows is not None else cap
+    # The cap (a bisection over the estimate) only when it is needed: no rows, or a message.
+    bound = rows if rows is not None else output_rows_limit(settings, mechanism, domain, params)
     estimate = mechanism.estimate_resources(domain, params, bound)
     if estimate.memory_bytes > limit:
         bare = mechanism.estimate_resources(domain, params, 0).memory_bytes
@@ -104,6 +104,7 @@ def check_resources(
                 f"dataset's declared domain; the limit per job is {_gib(limit)} (lower the "
                 "model-size, round or candidate parameters, or choose another method)"
             )
+        cap = output_rows_limit(settings, mechanism, domain, params)
         raise ResourcesExceeded(
             f"{name!r} with rows = {bound} would need about {_gib(estimate.memory_bytes)} of "
             f"memory on this dataset's {len(domain)} columns; the limit per job is "

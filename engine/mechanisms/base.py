@@ -25,7 +25,7 @@ import numpy.typing as npt
 from pydantic import BaseModel
 
 from engine.accounting import gaussian_rho
-from engine.domain import Dataset, Domain
+from engine.domain import Dataset, Domain, narrowest_unsigned
 from engine.marginals import Measurement
 from engine.mechanisms.preview import NoisePreview
 from engine.release.model import FittedModel
@@ -74,15 +74,18 @@ GRAPHICAL_OUTPUT_BATCH_BYTES = 128 * 2**20
 """The junction-tree sampler of mst, aim, ppsyn and privmrf draws at most 2**20 rows at a time
 (engine.estimation.model.SYNTHESIS_BATCH_ROWS): the int64 group keys, sort keys, permutations
 and positions of the column being drawn live for one batch (about 80 bytes per row)."""
+GRAPHICAL_BATCH_ROWS = 2**20
+"""That batch, whose codes are held up to three times at once (drawn, reordered, decompressed)."""
 GRAPHICAL_OUTPUT_BYTES_PER_ROW = 32
 """Per output row of that sampler, whatever the number of columns: row-sized work beside the
 codes (the release report's compact copy of the table, index arrays)."""
-GRAPHICAL_OUTPUT_BYTES_PER_CELL = 4
-"""Per output cell of that sampler: the drawn codes and, per batch, the decompressed copy, each
-in the narrowest unsigned type (1 byte for domains of at most 256 values per column, 2 up to
-65,536). Measured (adult's 14 columns, uint8): sampling 10 M rows raised the peak by 24.6 bytes
-per row (the batch's working memory included; 67 per row at 2 M rows), against 72 per row plus
-128 MiB estimated; docs/benchmarks.md, "Scale: what stops 10 M rows"."""
+GRAPHICAL_OUTPUT_BYTES_PER_CODE_BYTE = 4
+"""Per output cell of that sampler, per byte of the table's code type (the narrowest unsigned
+type of its largest column: 1 byte up to 256 values, 2 up to 65,536, 4 beyond): the output
+codes, with room for the report's and the writer's per-cell work. Measured (adult's 14
+columns, uint8): sampling 10 M rows raised the peak by 24.6 bytes per row (the batch's working
+memory included; 67 per row at 2 M rows), against 88 per row plus 128 MiB and the batch's codes
+estimated; docs/benchmarks.md, "Scale: what stops 10 M rows"."""
 SAMPLING_MODEL_BYTES_PER_CELL = 32
 """A model's cells while rows are drawn from it (beliefs, the conditionals and their copies); the
 mirror-descent working memory (:data:`MODEL_BYTES_PER_CELL`) is released by then."""
@@ -90,23 +93,38 @@ mirror-descent working memory (:data:`MODEL_BYTES_PER_CELL`) is released by then
 
 @dataclass(frozen=True)
 class OutputCost:
-    """Bytes a sampler needs per output row and per output cell, and once for any rows (its
-    batch's working memory); see the constants above."""
+    """What a sampler needs for ``rows`` output rows: ``per_row`` bytes per row, ``per_cell``
+    per cell, ``per_code_byte`` per cell and byte of the code type, and, for any rows, ``fixed``
+    bytes plus ``batch_rows`` rows of codes held three times (see the constants above)."""
 
-    per_row: int
-    per_cell: int
+    per_row: int = 0
+    per_cell: int = 0
+    per_code_byte: int = 0
     fixed: int = 0
+    batch_rows: int = 0
 
     def __post_init__(self) -> None:
-        if min(self.per_row, self.per_cell, self.fixed) < 0:
+        values = (self.per_row, self.per_cell, self.per_code_byte, self.fixed, self.batch_rows)
+        if min(values) < 0:
             raise ValueError("output costs must be non-negative")
 
+    def bytes(self, domain: Domain, rows: int) -> int:
+        """The bytes for ``rows`` rows over ``domain`` (0 for none)."""
+        if rows <= 0:
+            return 0
+        width = narrowest_unsigned(max(domain.sizes, default=1)).itemsize
+        columns = len(domain)
+        batch = min(rows, self.batch_rows) * columns * width * 3
+        cells = rows * columns * (self.per_cell + self.per_code_byte * width)
+        return rows * self.per_row + cells + self.fixed + batch
 
-INT64_OUTPUT = OutputCost(per_row=0, per_cell=OUTPUT_BYTES_PER_CELL)
+
+INT64_OUTPUT = OutputCost(per_cell=OUTPUT_BYTES_PER_CELL)
 GRAPHICAL_OUTPUT = OutputCost(
     per_row=GRAPHICAL_OUTPUT_BYTES_PER_ROW,
-    per_cell=GRAPHICAL_OUTPUT_BYTES_PER_CELL,
+    per_code_byte=GRAPHICAL_OUTPUT_BYTES_PER_CODE_BYTE,
     fixed=GRAPHICAL_OUTPUT_BATCH_BYTES,
+    batch_rows=GRAPHICAL_BATCH_ROWS,
 )
 MODEL_BYTES_PER_CELL = 160
 """A graphical model's cells during mirror descent: potentials, beliefs, messages, gradients and
@@ -213,12 +231,7 @@ def resource_estimate(
     output_cells = rows * len(domain)
     model = max(model_cells, sum(domain.sizes))
     fitting = model * MODEL_BYTES_PER_CELL
-    sampling = (
-        model * SAMPLING_MODEL_BYTES_PER_CELL
-        + rows * output.per_row
-        + output_cells * output.per_cell
-        + (output.fixed if rows else 0)
-    )
+    sampling = model * SAMPLING_MODEL_BYTES_PER_CELL + output.bytes(domain, rows)
     tables = table_cells * TABLE_BYTES_PER_CELL
     memory = BASE_MEMORY_BYTES + tables + max(fitting, sampling)
     additive = BASE_MEMORY_BYTES + tables + fitting + output_cells * OUTPUT_BYTES_PER_CELL

@@ -437,7 +437,9 @@ class PrivSynMechanism(Mechanism):
         domain = compression.domain
         sizes = domain.sizes
         compressed_counts = [compression.compress_counts(j, c) for j, c in enumerate(counts)]
-        small = Dataset(domain, compression.compress_codes(data.codes))
+        recoded = compression.compress_codes(data.codes)
+        recoded.flags.writeable = False  # Dataset keeps a read-only array without copying it
+        small = Dataset(domain, recoded)
 
         # 2. DenseMarg: noisy InDif, greedy selection, isolated attributes, combination.
         progress.milestone("dependency_scores")

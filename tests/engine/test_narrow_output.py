@@ -17,7 +17,7 @@ import pytest
 
 from engine.domain import Dataset, Domain
 from engine.mechanisms import MECHANISMS, get_mechanism
-from engine.mechanisms.base import SynthesisResult
+from engine.mechanisms.base import GRAPHICAL_OUTPUT, SynthesisResult
 from tests.engine.test_public_progress import FAST
 
 
@@ -85,3 +85,22 @@ def test_a_result_takes_its_codes_over_without_a_copy() -> None:
     assert not codes.flags.writeable  # the caller's array cannot change the release either
     with pytest.raises(ValueError, match="read-only"):
         codes[0, 0] = 1
+
+
+@pytest.mark.parametrize(("largest", "width"), [(256, 1), (300, 2), (70_000, 4)])
+def test_the_sampler_estimate_grows_with_the_code_width(largest: int, width: int) -> None:
+    """The code type is table-wide (the largest column decides it): one column of 70,000 values
+    makes every cell 4 bytes, and the estimate must follow (the output, each batch's copies)."""
+    domain = Domain(("big", "a", "b"), (largest, 9, 5))
+    rows = 3_000_000
+    needed = GRAPHICAL_OUTPUT.bytes(domain, rows)
+    codes = rows * len(domain) * width
+    assert needed >= 2 * codes + 3 * GRAPHICAL_OUTPUT.batch_rows * len(domain) * width
+    assert GRAPHICAL_OUTPUT.bytes(domain, 0) == 0
+    mst = get_mechanism("mst")
+    params = mst.validate_params({})
+    assert (
+        mst.estimate_resources(domain, params, rows).memory_bytes
+        - mst.estimate_resources(domain, params, 0).memory_bytes
+        >= codes
+    )
