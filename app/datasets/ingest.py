@@ -493,17 +493,20 @@ def _parquet_batches(
     metadata = parquet.metadata
     if metadata.num_rows > limits.max_rows:
         raise UploadRejected(422, f"the table has more than {limits.max_rows} rows")
+    leaves = parquet_leaves(arrow_schema, metadata)
+    if leaves is None or not set(schema.names) <= set(leaves):
+        raise UploadRejected(422, "the Parquet file could not be read")
     try:
         plan = upload_read_plan(
             source,
             metadata,
-            [arrow_schema.get_field_index(name) for name in schema.names],
-            [arrow_schema.get_field_index(name) for name in text_columns],
+            [leaves[name] for name in schema.names],
+            [leaves[name] for name in text_columns],
             limits.max_cell_bytes,
         )
         # Text columns with short dictionaries are read as dictionaries: such a column is never
         # expanded into one copy of its value per row (the plan sizes batches for the others).
-        dictionary_names = [arrow_schema.names[i] for i in sorted(plan.dictionary_columns)]
+        dictionary_names = [n for n in schema.names if leaves[n] in plan.dictionary_columns]
         parquet = pq.ParquetFile(source, read_dictionary=dictionary_names, **options)
     except ParquetRefused as refused:
         raise UploadRejected(422, refused.message) from None
@@ -523,6 +526,37 @@ def _parquet_batches(
     except (pa.ArrowException, OSError):
         raise UploadRejected(422, "the Parquet file could not be read") from None
     _raise_cells(oversized, limits.max_cell_bytes)
+
+
+def parquet_leaves(arrow_schema: pa.Schema, metadata: Any) -> dict[str, int] | None:
+    """The Parquet leaf column (its index in the footer, what the page check reads) of each
+    top-level field that is not nested; None when the footer's leaves do not match.
+
+    A nested field has one leaf per primitive inside it, so an Arrow field's index is its
+    leaf's only while no nested field comes before it (an ignored column may be nested)."""
+    found: dict[str, int] = {}
+    leaf = 0
+    for field in arrow_schema:
+        if pa.types.is_nested(field.type):
+            leaf += _leaf_count(field.type)
+            continue
+        found[field.name] = leaf
+        leaf += 1
+    if leaf != metadata.num_columns:
+        return None
+    if any(metadata.schema.column(i).path != name for name, i in found.items()):
+        return None
+    return found
+
+
+def _leaf_count(kind: pa.DataType) -> int:
+    if pa.types.is_struct(kind):
+        return sum(_leaf_count(kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_map(kind):
+        return _leaf_count(kind.key_type) + _leaf_count(kind.item_type)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _leaf_count(kind.value_type)
+    return 1
 
 
 def upload_read_plan(
