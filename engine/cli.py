@@ -65,7 +65,13 @@ from engine.release.model_file import load_model_file, write_model_file
 from engine.release.record import RecordError, ReleaseRecord
 from engine.reports import build_owner_report, build_release_report, render_html
 from engine.synthetic_output import CSV_BATCH_ROWS, write_synthetic
-from engine.typed_csv import TypedReadRefused, check_typed_batch, csv_types
+from engine.typed_csv import (
+    TypedReadRefused,
+    check_typed_batch,
+    csv_types,
+    dictionary_candidates,
+    repetitive_columns,
+)
 
 PARQUET_MAGIC = b"PAR1"
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
@@ -311,7 +317,8 @@ def _csv_batches(
         bad_rows += 1
         return "skip"
 
-    types = csv_types(schema, typed=typed)
+    repetitive = repetitive_columns(path, header, dictionary_candidates(schema)) if typed else None
+    types = csv_types(schema, typed=typed, repetitive=repetitive)
     try:
         reader = pacsv.open_csv(
             path,

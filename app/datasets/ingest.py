@@ -31,7 +31,13 @@ from engine.encoding import (
     encode_array,
     gather_codes,
 )
-from engine.typed_csv import TypedReadRefused, check_typed_batch, csv_types
+from engine.typed_csv import (
+    TypedReadRefused,
+    check_typed_batch,
+    csv_types,
+    dictionary_candidates,
+    repetitive_columns,
+)
 
 PARQUET_MAGIC = b"PAR1"
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
@@ -332,7 +338,10 @@ def _csv_batches(
         bad_field_counts += 1
         return "skip"
 
-    types = csv_types(schema, typed=typed)
+    repetitive = (
+        repetitive_columns(source, header, dictionary_candidates(schema)) if typed else None
+    )
+    types = csv_types(schema, typed=typed, repetitive=repetitive)
     # Cells converted to numbers have no length left to check: their bytes are checked as read.
     runs = SeparatorRuns(source, limits.max_cell_bytes) if types.numbers else None
     try:

@@ -182,7 +182,7 @@ def test_clean_cells_are_read_typed(tmp_path: Path) -> None:
     assert typed[0] == "codes" and _same(typed, _loaded(path, schema, typed=False))
     batches = list(ingest.read_batches(path, schema, LIMITS, typed=True))
     assert batches[0].schema.field("n").type == pa.float64()
-    assert pa.types.is_dictionary(batches[0].schema.field("day").type)
+    assert pa.types.is_dictionary(batches[0].schema.field("label").type)  # 4 texts
     assert _same(_ingested(path, schema, typed=True), _ingested(path, schema, typed=False))
 
 
@@ -324,3 +324,19 @@ def test_integer_categories_by_table_equal_the_pandas_encoder(other: str | None)
             array = pa.array(values, type=kind)
             expected = encode_values(column, array.to_pandas(), schema.missing_values)
             assert encode_number_array(column, array, ()).tolist() == expected.tolist()
+
+
+def test_only_columns_whose_texts_repeat_are_read_as_dictionaries(tmp_path: Path) -> None:
+    # A sample of the file's head chooses; either read gives the text path's codes.
+    schema = TableSchema.from_json({"columns": COLUMNS})
+    columns = _base(3000, 7)
+    columns["day"] = [f"2013-{1 + k % 12:02d}-{1 + k % 28:02d}" for k in range(3000)]
+    columns["label"] = [f"x{k}" for k in range(3000)]  # distinct: the "other" bucket
+    path = tmp_path / "sample.csv"
+    _write(path, columns, {})
+    batch = next(iter(ingest.read_batches(path, schema, LIMITS, typed=True)))
+    assert pa.types.is_dictionary(batch.schema.field("day").type)
+    assert batch.schema.field("label").type == pa.string()
+    for load in (_loaded, _ingested):
+        typed = load(path, schema, typed=True)
+        assert typed[0] == "codes" and _same(typed, load(path, schema, typed=False))
