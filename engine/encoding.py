@@ -78,6 +78,7 @@ __all__ = [
     "compact_codes",
     "encode_array",
     "encode_values",
+    "gather_codes",
     "schema_summary",
 ]
 
@@ -521,11 +522,9 @@ def encode_array(
         values = values.combine_chunks()
     if isinstance(values, pa.DictionaryArray):
         distinct = encode_array(column, values.dictionary, missing)
-        gathered = pc.take(pa.array(distinct), values.indices)
-        return np.asarray(
-            pc.fill_null(gathered, column.absent_code).to_numpy(zero_copy_only=False),
-            dtype=np.int64,
-        )
+        if distinct.size and distinct.dtype.kind == "i" and distinct.min() >= 0:
+            distinct = compact_codes(distinct, column.size)
+        return gather_codes(distinct, values.indices, column.absent_code)
     if is_arrow_text(values.type) and isinstance(
         column, NumericColumn | CodesColumn | CategoricalColumn | BooleanColumn
     ):
@@ -541,6 +540,20 @@ def encode_array(
         if codes is not None:
             return codes
     return encode_values(column, values.to_pandas(), missing)
+
+
+def gather_codes(distinct: np.ndarray, indices: pa.Array, absent_code: int) -> np.ndarray:
+    """The codes of a dictionary array from its entries' codes ``distinct`` and its
+    ``indices``; a null index is a missing value (``absent_code``). Without nulls the result
+    has the type of ``distinct`` (int64 if the type cannot hold ``absent_code``)."""
+    if not indices.null_count:
+        return distinct.take(np.asarray(indices.to_numpy()))  # the indices: a view
+    positions = np.asarray(pc.fill_null(indices, 0).to_numpy(), dtype=np.intp)
+    codes = distinct.take(positions) if distinct.size else np.zeros(len(indices), np.int64)
+    if not np.can_cast(np.min_scalar_type(absent_code), codes.dtype):
+        codes = codes.astype(np.int64)
+    codes[np.asarray(indices.is_null().to_numpy(zero_copy_only=False), dtype=bool)] = absent_code
+    return codes
 
 
 def schema_summary(columns: Sequence[Column]) -> list[dict[str, Any]]:

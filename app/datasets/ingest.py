@@ -24,7 +24,20 @@ import pyarrow.parquet as pq
 
 from app.datasets.parquet_pages import ParquetRefused, ReadPlan, plan_parquet_read
 from engine.domain import narrowest_unsigned
-from engine.encoding import TableSchema, compact_codes, count_reasons, encode_array
+from engine.encoding import (
+    TableSchema,
+    compact_codes,
+    count_reasons,
+    encode_array,
+    gather_codes,
+)
+from engine.typed_csv import (
+    TypedReadRefused,
+    check_typed_batch,
+    csv_types,
+    dictionary_candidates,
+    repetitive_columns,
+)
 
 PARQUET_MAGIC = b"PAR1"
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
@@ -76,22 +89,30 @@ def ingest_table(source: Path, schema: TableSchema, target: Path, limits: Ingest
     and reason, never quoted), has no rows, or breaks a limit. Ignored columns are never read.
     """
     try:
-        return _write_encoded(read_batches(source, schema, limits), schema, target, limits)
+        try:
+            batches = read_batches(source, schema, limits, typed=True)
+            return _write_encoded(batches, schema, target, limits)
+        except TypedReadRefused:
+            # A cell only the text path reads exactly (engine/typed_csv.py): read it as text.
+            return _write_encoded(read_batches(source, schema, limits), schema, target, limits)
     except BaseException:
         target.unlink(missing_ok=True)
         raise
 
 
 def read_batches(
-    source: Path, schema: TableSchema, limits: IngestLimits
+    source: Path, schema: TableSchema, limits: IngestLimits, *, typed: bool = False
 ) -> Iterator[pa.RecordBatch]:
     """The file's stored columns (``schema.names``) as record batches, read within the bounds
     of the upload (CSV: text in 4 MiB blocks; Parquet: its types, page-checked). Parquet text
-    columns with short dictionaries arrive as dictionary arrays."""
+    columns with short dictionaries arrive as dictionary arrays. With ``typed``, CSV cells are
+    converted by the reader where that is exact (:mod:`engine.typed_csv`); the batches raise
+    :class:`~engine.typed_csv.TypedReadRefused` where it is not."""
     with open(source, "rb") as handle:
         magic = handle.read(4)
-    batches = _parquet_batches if magic == PARQUET_MAGIC else _csv_batches
-    return batches(source, schema, limits)
+    if magic == PARQUET_MAGIC:
+        return _parquet_batches(source, schema, limits)
+    return _csv_batches(source, schema, limits, typed=typed)
 
 
 def _write_encoded(
@@ -101,7 +122,7 @@ def _write_encoded(
     encoder = _BatchEncoder(schema)
     problems: Counter[tuple[str, int]] = Counter()
     rows = 0
-    with pq.ParquetWriter(target, arrow_schema, compression="zstd") as writer:
+    with pq.ParquetWriter(target, arrow_schema, **STORED_PARQUET_OPTIONS) as writer:
         pending = _PendingCodes(arrow_schema, writer)
         for batch in batches:
             rows += batch.num_rows
@@ -128,6 +149,14 @@ def _write_encoded(
     return rows
 
 
+# Codes are small integers stored as Parquet INT32 (or INT64): split into byte streams (the
+# high bytes all zero), zstd compresses them smaller than dictionary encoding does, in half
+# the time (no hash of every cell); readers need Parquet 2.11 (pyarrow >= 16).
+STORED_PARQUET_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "use_dictionary": False,
+    "column_encoding": "BYTE_STREAM_SPLIT",
+}
 WRITE_BUFFER_BYTES = 16 * 1024 * 1024
 WRITE_MAX_ROWS = 1_048_576
 
@@ -180,22 +209,20 @@ class _BatchEncoder:
 
     def __init__(self, schema: TableSchema) -> None:
         self._schema = schema
-        self._cached: dict[int, tuple[pa.Array, pa.Array]] = {}
+        self._cached: dict[int, tuple[pa.Array, np.ndarray]] = {}
 
     def encode(self, batch: pa.RecordBatch) -> list[np.ndarray]:
         out = []
         for j, column in enumerate(self._schema.columns):
             values = batch.column(column.name)
             if isinstance(values, pa.DictionaryArray):
-                codes = pc.take(self._dictionary_codes(j, values.dictionary), values.indices)
-                if codes.null_count:
-                    codes = pc.fill_null(codes, column.absent_code)
-                out.append(np.asarray(codes.to_numpy()))  # int32, the cached codes' type
+                distinct = self._dictionary_codes(j, values.dictionary)
+                out.append(gather_codes(distinct, values.indices, column.absent_code))
             else:
                 out.append(encode_array(column, values, self._schema.missing_values))
         return out
 
-    def _dictionary_codes(self, j: int, dictionary: pa.Array) -> pa.Array:
+    def _dictionary_codes(self, j: int, dictionary: pa.Array) -> np.ndarray:
         cached = self._cached.get(j)
         if cached is not None and _same_array(cached[0], dictionary):
             return cached[1]
@@ -206,8 +233,10 @@ class _BatchEncoder:
             codes[start : start + len(part)] = encode_array(
                 column, part, self._schema.missing_values
             )
-        self._cached[j] = (dictionary, pa.array(codes))
-        return self._cached[j][1]
+        if not codes.size or codes.min() >= 0:
+            codes = compact_codes(codes, column.size)  # each gathered row: a byte, usually
+        self._cached[j] = (dictionary, codes)
+        return codes
 
 
 def _same_array(held: pa.Array, other: pa.Array) -> bool:
@@ -296,7 +325,7 @@ def _raise_cells(oversized: Counter[str], limit: int) -> None:
 
 
 def _csv_batches(
-    source: Path, schema: TableSchema, limits: IngestLimits
+    source: Path, schema: TableSchema, limits: IngestLimits, *, typed: bool = False
 ) -> Iterator[pa.RecordBatch]:
     header, more = read_csv_header(source, limits)
     _check_columns(header, schema, limits)
@@ -309,9 +338,15 @@ def _csv_batches(
         bad_field_counts += 1
         return "skip"
 
+    repetitive = (
+        repetitive_columns(source, header, dictionary_candidates(schema)) if typed else None
+    )
+    types = csv_types(schema, typed=typed, repetitive=repetitive)
+    # Cells converted to numbers have no length left to check: their bytes are checked as read.
+    runs = SeparatorRuns(source, limits.max_cell_bytes) if types.numbers else None
     try:
         reader = pacsv.open_csv(
-            source,
+            source if runs is None else runs,
             read_options=pacsv.ReadOptions(
                 column_names=header, skip_rows=1, block_size=CSV_BLOCK_BYTES
             ),
@@ -319,20 +354,29 @@ def _csv_batches(
                 newlines_in_values=True, invalid_row_handler=count_bad_row
             ),
             convert_options=pacsv.ConvertOptions(
-                column_types={name: pa.string() for name in schema.names},
+                column_types=types.column_types,
                 include_columns=list(schema.names),  # ignored columns are never converted
+                null_values=types.null_values,
                 strings_can_be_null=False,
                 quoted_strings_can_be_null=False,
             ),
         )
         oversized: Counter[str] = Counter()
         for batch in _iterate(reader.read_next_batch):
+            if runs is not None and runs.too_long:
+                raise TypedReadRefused("a run of bytes longer than a cell may be")
+            check_typed_batch(batch, types.numbers)
             oversized.update(_oversized_cells(batch, limits.max_cell_bytes))
             if oversized:
                 continue
             yield batch
     except pa.ArrowInvalid as error:
+        if typed:
+            raise TypedReadRefused("the reader refused a cell") from None
         raise _csv_error(error, limits) from None
+    finally:
+        if runs is not None:
+            runs.close()
     _raise_cells(oversized, limits.max_cell_bytes)
     if bad_field_counts:
         raise UploadRejected(
@@ -340,6 +384,71 @@ def _csv_batches(
             f"{bad_field_counts} row{' does' if bad_field_counts == 1 else 's do'} "
             f"not have {len(header)} fields",
         )
+
+
+class SeparatorRuns:
+    """A CSV file read through this object is checked for runs of bytes with no comma and no
+    line break: ``too_long`` once a run is longer than ``limit`` bytes.
+
+    A cell that pyarrow's reader converts to a number holds neither (the conversion refuses
+    them), so when no run is longer than ``limit`` no such cell is either, quotes included:
+    the cell-length limit holds for the cells that reach the encoder as numbers, not as text.
+    The check is exact and costs a few passes over each block's bytes: a separator in every
+    aligned window of ``(limit + 2) // 2`` bytes bounds every run by ``limit``; a block that
+    fails that test is measured exactly.
+    """
+
+    def __init__(self, path: Path, limit: int) -> None:
+        self._file = open(path, "rb")  # noqa: SIM115 (closed by close(), after the reader)
+        self.limit = limit
+        self.too_long = False
+        self._run = 0  # bytes since the last separator
+        self._window = max(1, (limit + 2) // 2)
+        self._scratch = np.empty(0, dtype=bool), np.empty(0, dtype=bool)
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._file.read(size)
+        if chunk and not self.too_long:
+            self._scan(np.frombuffer(chunk, dtype=np.uint8))
+        return chunk
+
+    def close(self) -> None:
+        self._file.close()
+
+    def _scan(self, data: np.ndarray) -> None:
+        n = len(data)
+        if len(self._scratch[0]) < n:
+            self._scratch = np.empty(n, dtype=bool), np.empty(n, dtype=bool)
+        separator, newline = self._scratch[0][:n], self._scratch[1][:n]
+        np.equal(data, ord(","), out=separator)
+        np.equal(data, ord("\n"), out=newline)
+        np.logical_or(separator, newline, out=separator)
+        window = self._window
+        whole = n // window
+        hits = np.ones(-(-n // window), dtype=bool)
+        hits[:whole] = separator[: whole * window].reshape(whole, window).any(axis=1)
+        if whole * window < n:
+            hits[-1] = separator[whole * window :].any()
+        if hits.all():
+            # Every window holds a separator: no run inside the block exceeds 2 * window - 2.
+            inner = 0
+            first = int(separator.argmax())
+            start = (len(hits) - 1) * window
+            last = start + int(np.flatnonzero(separator[start:])[-1])
+        else:
+            positions = np.flatnonzero(separator)
+            if not positions.size:
+                self._run += n
+                self.too_long = self._run > self.limit
+                return
+            inner = int(np.diff(positions).max()) - 1 if positions.size > 1 else 0
+            first, last = int(positions[0]), int(positions[-1])
+        self._run, head = n - 1 - last, self._run + first
+        self.too_long = max(head, inner, self._run) > self.limit
 
 
 def _iterate(read_next: Callable[[], pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -393,17 +502,20 @@ def _parquet_batches(
     metadata = parquet.metadata
     if metadata.num_rows > limits.max_rows:
         raise UploadRejected(422, f"the table has more than {limits.max_rows} rows")
+    leaves = parquet_leaves(arrow_schema, metadata)
+    if leaves is None or not set(schema.names) <= set(leaves):
+        raise UploadRejected(422, "the Parquet file could not be read")
     try:
         plan = upload_read_plan(
             source,
             metadata,
-            [arrow_schema.get_field_index(name) for name in schema.names],
-            [arrow_schema.get_field_index(name) for name in text_columns],
+            [leaves[name] for name in schema.names],
+            [leaves[name] for name in text_columns],
             limits.max_cell_bytes,
         )
         # Text columns with short dictionaries are read as dictionaries: such a column is never
         # expanded into one copy of its value per row (the plan sizes batches for the others).
-        dictionary_names = [arrow_schema.names[i] for i in sorted(plan.dictionary_columns)]
+        dictionary_names = [n for n in schema.names if leaves[n] in plan.dictionary_columns]
         parquet = pq.ParquetFile(source, read_dictionary=dictionary_names, **options)
     except ParquetRefused as refused:
         raise UploadRejected(422, refused.message) from None
@@ -423,6 +535,37 @@ def _parquet_batches(
     except (pa.ArrowException, OSError):
         raise UploadRejected(422, "the Parquet file could not be read") from None
     _raise_cells(oversized, limits.max_cell_bytes)
+
+
+def parquet_leaves(arrow_schema: pa.Schema, metadata: Any) -> dict[str, int] | None:
+    """The Parquet leaf column (its index in the footer, what the page check reads) of each
+    top-level field that is not nested; None when the footer's leaves do not match.
+
+    A nested field has one leaf per primitive inside it, so an Arrow field's index is its
+    leaf's only while no nested field comes before it (an ignored column may be nested)."""
+    found: dict[str, int] = {}
+    leaf = 0
+    for field in arrow_schema:
+        if pa.types.is_nested(field.type):
+            leaf += _leaf_count(field.type)
+            continue
+        found[field.name] = leaf
+        leaf += 1
+    if leaf != metadata.num_columns:
+        return None
+    if any(metadata.schema.column(i).path != name for name, i in found.items()):
+        return None
+    return found
+
+
+def _leaf_count(kind: pa.DataType) -> int:
+    if pa.types.is_struct(kind):
+        return sum(_leaf_count(kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_map(kind):
+        return _leaf_count(kind.key_type) + _leaf_count(kind.item_type)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _leaf_count(kind.value_type)
+    return 1
 
 
 def upload_read_plan(

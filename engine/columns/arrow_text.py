@@ -33,7 +33,13 @@ import pyarrow.compute as pc
 
 from engine.columns.base import UNDECLARED, UNPARSEABLE, settle_missing
 from engine.columns.categorical import BooleanColumn, CategoricalColumn, CodesColumn, as_float
-from engine.columns.numeric import NumericColumn, bin_codes
+from engine.columns.numeric import (
+    MAX_LOOKUP_SPAN,
+    NumericColumn,
+    bin_codes,
+    bin_codes_compact,
+    bins_inside,
+)
 from engine.domain import narrowest_unsigned
 
 # The ASCII characters for which str.isspace() is true.
@@ -85,9 +91,11 @@ def encode_text(column: TextColumn, values: pa.Array, missing: Sequence[str]) ->
         found = _cast_without_missing(values, missing)
         numbers = parse_numbers(strip(values)) if found is None else found
     if isinstance(column, NumericColumn):
-        codes = bin_codes(numbers, np.asarray(column.edges, dtype=np.float64), column.clip)
+        codes = bin_codes_compact(numbers, column.edges, column.clip)
     else:
         codes = column.codes_of(numbers)
+    if codes.dtype.kind == "u":
+        return codes  # no code refused
     refused = np.flatnonzero(codes < 0)
     if refused.size:
         absent = missing_rows(values, refused, missing)
@@ -102,7 +110,7 @@ def _cast_without_missing(values: pa.Array, missing: Sequence[str]) -> np.ndarra
     A cell written exactly as a spelling that is no finite number becomes null (NaN), which is
     what ``pd.to_numeric`` reads it as (no finite number); every other cell is cast as usual.
     """
-    spellings = _non_numbers(tuple(missing))
+    spellings = non_numbers(tuple(missing))
     if not spellings:
         return None
     blank = pc.is_in(values, value_set=pa.array(spellings, type=values.type))
@@ -113,7 +121,7 @@ def _cast_without_missing(values: pa.Array, missing: Sequence[str]) -> np.ndarra
 
 
 @lru_cache(maxsize=256)
-def _non_numbers(spellings: tuple[str, ...]) -> list[str]:
+def non_numbers(spellings: tuple[str, ...]) -> list[str]:
     """The spellings ``pd.to_numeric`` reads as no finite number."""
     numbers = as_float(pd.Series(list(spellings), dtype=object))
     return [s for s, number in zip(spellings, numbers, strict=True) if not np.isfinite(number)]
@@ -185,12 +193,35 @@ def encode_number_array(
         whole = _integer_codes(values, column.size)
         if whole is not None:
             return whole
+    if isinstance(column, NumericColumn):
+        return numeric_codes(column, values)
     numbers = np.array(values.to_numpy(zero_copy_only=False), dtype=np.float64)
     absent = np.isnan(numbers)  # nulls arrive as NaN
-    if isinstance(column, NumericColumn):
-        edges = np.asarray(column.edges, dtype=np.float64)
-        return settle_missing(bin_codes(numbers, edges, column.clip), absent, column.absent_code)
     return settle_missing(column.codes_of(numbers), absent, column.absent_code)
+
+
+def numeric_codes(column: NumericColumn, values: pa.Array) -> np.ndarray:
+    """The codes of an integer or float array in a numeric column: nulls and NaN are missing.
+
+    When every present number is inside the bounds (the usual case), the codes come in the
+    narrowest unsigned type that holds the column's codes, the null code included."""
+    edges, clip = column.edges, column.clip
+    if not values.null_count and pa.types.is_integer(values.type):
+        inside = bins_inside(values.to_numpy(), edges, clip=clip)  # a view: no nulls
+        if inside is not None:
+            return inside
+    numbers = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float64)
+    inside = bins_inside(numbers, edges, clip=clip)  # fails on a NaN (a null)
+    if inside is not None:
+        return inside
+    absent = np.isnan(numbers)  # nulls arrive as NaN
+    if column.nullable and absent.any():
+        inside = bins_inside(np.where(absent, edges[0], numbers), edges, clip=clip)
+        if inside is not None:
+            inside[absent] = column.absent_code  # the null code, which the type holds
+            return inside
+    bounds = np.asarray(edges, dtype=np.float64)
+    return settle_missing(bin_codes(numbers, bounds, clip), absent, column.absent_code)
 
 
 def _integer_codes(values: pa.Array, size: int) -> np.ndarray | None:
@@ -210,6 +241,13 @@ def _integer_categories(column: CategoricalColumn, values: pa.Array) -> np.ndarr
     only a category in that canonical form (``"7"``, ``"-3"``; not ``"07"``) can match."""
     if pa.types.is_uint64(values.type):
         return encode_text(column, pc.cast(values, pa.string()), ())
+    undeclared = len(column.categories) if column.other is not None else UNDECLARED
+    table = _integer_category_table(column.categories, undeclared)
+    if table is not None and len(values):
+        low, codes_of = table
+        integers = np.asarray(values.to_numpy())  # no nulls: a view
+        if integers.min() >= low and integers.max() < low + len(codes_of):
+            return codes_of.take(integers.astype(np.intp, copy=False) - low)
     positions = [i for i, c in enumerate(column.categories) if _CANONICAL_INT.match(c)]
     numbers = [int(column.categories[i]) for i in positions]
     inside = [(p, n) for p, n in zip(positions, numbers, strict=True) if -(2**63) <= n < 2**63]
@@ -218,9 +256,31 @@ def _integer_categories(column: CategoricalColumn, values: pa.Array) -> np.ndarr
     where = np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
     lookup = np.array([p for p, _ in inside] + [-1], dtype=np.int64)
     codes = lookup[where]  # -1 (not found) picks the trailing -1
-    undeclared = len(column.categories) if column.other is not None else UNDECLARED
     codes[codes < 0] = undeclared  # an integer is never a missing value
     return codes
+
+
+@lru_cache(maxsize=256)
+def _integer_category_table(
+    categories: tuple[str, ...], undeclared: int
+) -> tuple[int, np.ndarray] | None:
+    """For categories whose canonical integers (``str(int)``) lie at most
+    :data:`~engine.columns.numeric.MAX_LOOKUP_SPAN` apart: the lowest, and the code of each
+    integer from it to the highest (``undeclared`` for an integer that is no category); None
+    when no category is such an integer or they lie further apart."""
+    integers = [(int(c), i) for i, c in enumerate(categories) if _CANONICAL_INT.match(c)]
+    if not integers:
+        return None
+    low = min(n for n, _ in integers)
+    high = max(n for n, _ in integers)
+    if high - low > MAX_LOOKUP_SPAN:
+        return None
+    kind = np.int64 if undeclared < 0 else narrowest_unsigned(len(categories) + 1)
+    table = np.full(high - low + 1, undeclared, dtype=kind)
+    for number, position in integers:
+        table[number - low] = position
+    table.flags.writeable = False
+    return low, table
 
 
 def strip(values: pa.Array) -> pa.Array:

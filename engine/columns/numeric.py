@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
@@ -34,6 +35,7 @@ from engine.columns.base import (
     values_word,
 )
 from engine.columns.categorical import as_float
+from engine.domain import narrowest_unsigned
 
 MAX_DECIMALS = 12
 _GRID_SLACK = 1e-9  # relative tolerance when placing edges on the output grid
@@ -144,12 +146,81 @@ class NumericColumn(BinnedCodes):
 
 def bin_codes(numbers: np.ndarray, edges: np.ndarray, clip: bool) -> np.ndarray:
     """Bin index of each number (last bin closed); OUTSIDE / UNPARSEABLE codes otherwise."""
-    from engine.columns.base import UNPARSEABLE
-
     if numbers.size and numbers.min() >= edges[0] and numbers.max() <= edges[-1]:
         # Every number is inside the bounds (a NaN fails both comparisons): one search.
         inner = np.searchsorted(edges, numbers, side="right") - 1
         return np.minimum(inner, len(edges) - 2, out=inner).astype(np.int64, copy=False)
+    return _general_bin_codes(numbers, edges, clip)
+
+
+def bin_codes_compact(numbers: np.ndarray, edges: tuple[float, ...], clip: bool) -> np.ndarray:
+    """:func:`bin_codes`, in the narrowest unsigned type that holds ``0..len(edges)-1`` when
+    every number is inside the bounds (so no code is refused), else int64 with the reasons."""
+    inside = bins_inside(numbers, edges, clip=clip)
+    if inside is not None:
+        return inside
+    return _general_bin_codes(numbers, np.asarray(edges, dtype=np.float64), clip)
+
+
+# Integer edges spanning at most this many integers are binned with a lookup table.
+MAX_LOOKUP_SPAN = 1 << 16
+_EXACT_INTEGERS = float(2**52)
+
+
+def bins_inside(
+    numbers: np.ndarray, edges: tuple[float, ...], *, clip: bool = False
+) -> np.ndarray | None:
+    """The bin of each number (last bin closed), in the narrowest unsigned type that holds
+    ``0..len(edges)-1``, when every number is inside ``[edges[0], edges[-1]]`` (a NaN is not),
+    or with ``clip`` when every number is finite (clamped into the end bins); None otherwise.
+
+    When the edges are integers a short way apart, the bin of ``x`` is the bin of the integer
+    ``floor(x)`` (no edge lies strictly between them), read from a table: three passes over
+    the numbers instead of a binary search per number.
+    """
+    if not numbers.size:
+        return None
+    low, high = numbers.min(), numbers.max()  # NaN if any number is NaN: both tests fail
+    if not (low >= edges[0] and high <= edges[-1]):
+        if not (clip and np.isfinite(low) and np.isfinite(high)):
+            return None
+        numbers = np.clip(numbers, edges[0], edges[-1])  # every number finite: all binned
+    kind = narrowest_unsigned(len(edges))
+    table = _integer_table(edges)
+    if table is None:
+        inner = np.searchsorted(np.asarray(edges, dtype=np.float64), numbers, side="right") - 1
+        return np.minimum(inner, len(edges) - 2, out=inner).astype(kind)
+    if numbers.dtype.kind == "f":
+        # floor is exact, and so is the difference of two integers below 2**53; a number at
+        # or above a non-negative lowest edge truncates to its floor.
+        whole = np.floor(numbers) if edges[0] < 0 else numbers
+        positions = whole.astype(np.intp)
+    else:
+        positions = numbers.astype(np.intp, copy=False)
+    if edges[0]:
+        positions = positions - int(edges[0])
+    return table.take(positions)
+
+
+@lru_cache(maxsize=512)
+def _integer_table(edges: tuple[float, ...]) -> np.ndarray | None:
+    """The bin of each integer from ``edges[0]`` to ``edges[-1]``, when every edge is an
+    integer (below 2**52 in magnitude) and they span at most :data:`MAX_LOOKUP_SPAN`
+    integers; None otherwise."""
+    if not all(float(edge).is_integer() and abs(edge) <= _EXACT_INTEGERS for edge in edges):
+        return None
+    if edges[-1] - edges[0] > MAX_LOOKUP_SPAN:
+        return None
+    integers = np.arange(int(edges[0]), int(edges[-1]) + 1, dtype=np.float64)
+    codes = np.searchsorted(np.asarray(edges, dtype=np.float64), integers, side="right") - 1
+    table = np.minimum(codes, len(edges) - 2).astype(narrowest_unsigned(len(edges)))
+    table.flags.writeable = False
+    return table
+
+
+def _general_bin_codes(numbers: np.ndarray, edges: np.ndarray, clip: bool) -> np.ndarray:
+    from engine.columns.base import UNPARSEABLE
+
     finite = np.isfinite(numbers)
     if clip:
         numbers = np.clip(numbers, edges[0], edges[-1])

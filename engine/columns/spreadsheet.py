@@ -74,7 +74,14 @@ def unescape_text(array: pa.Array) -> pa.Array:
     """The inverse of :func:`escape_text` for a string column read from CSV: a cell that is an
     apostrophe followed by a formula-like text loses the apostrophe. So a table this module
     wrote (the service's download, ``rhosynth synthesize``) reads back as the values it was
-    written from. A real cell that itself starts with ``'=`` (etc.) is read without its ``'``."""
+    written from. A real cell that itself starts with ``'=`` (etc.) is read without its ``'``;
+    for a dictionary column, its values are unescaped."""
+    if isinstance(array, pa.DictionaryArray):
+        original = array.dictionary
+        dictionary = unescape_text(original)
+        if dictionary is original:
+            return array
+        return pa.DictionaryArray.from_arrays(array.indices, dictionary)
     if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
         return array
     if isinstance(array, pa.ChunkedArray):
