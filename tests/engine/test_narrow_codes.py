@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,3 +53,26 @@ def test_narrow_codes_give_the_same_release(method: str) -> None:
     for one, other in zip(expected.measurements, got.measurements, strict=True):  # type: ignore[attr-defined]
         assert one.attributes == other.attributes
         assert np.array_equal(one.noisy_counts, other.noisy_counts)
+
+
+def test_the_cli_loads_the_same_codes_narrow(tmp_path: Path) -> None:
+    """`rhosynth synthesize` loads its table as the worker does, in the narrowest type."""
+    from engine.cli import load_table
+    from engine.columns.categorical import CodesColumn
+    from engine.encoding import TableSchema
+
+    sizes = (300, 30, 7)
+    schema = TableSchema(tuple(CodesColumn(f"c{j}", size) for j, size in enumerate(sizes)))
+    rng = np.random.default_rng(0)
+    codes = np.column_stack([rng.integers(0, size, 1000) for size in sizes])
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "c0,c1,c2\n" + "".join(f"{a},{b},{c}\n" for a, b, c in codes.tolist()), encoding="utf-8"
+    )
+    wide = load_table(path, schema)
+    narrow = load_table(path, schema, narrow=True)
+    assert wide.dtype == np.int64
+    assert narrow.dtype == np.uint16  # the 300-value column decides the table's type
+    assert narrow.flags.f_contiguous
+    assert np.array_equal(wide, narrow)
+    assert np.array_equal(wide, codes)
