@@ -377,8 +377,13 @@ class GroupMemory:
 def run_child(
     argv: Sequence[str], *, cap: float | None = None, log: Path, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """Run ``argv``; wall time, peak RSS (``ru_maxrss`` of the child and the children it
-    waited for, from ``wait4``), exit status; killed after ``cap`` seconds."""
+    """Run ``argv``; wall time, peak RSS, exit status; killed after ``cap`` seconds.
+
+    The peak is the child's VmHWM, read from /proc every 0.1 s until it exits (VmHWM only
+    rises, so only the last 0.1 s can be missed). ``ru_maxrss`` from ``wait4`` is not used for
+    it: Linux carries a process's maxrss across exec, so a child forked from this driver after
+    it had evaluated a 10 M-row output reported the driver's 2.2 GB (kept as ``ru_maxrss_mb``).
+    """
     started = time.perf_counter()
     with open(log, "wb") as out:
         process = subprocess.Popen(  # noqa: S603 - our own commands, no shell
@@ -396,13 +401,33 @@ def run_child(
 
             timer = threading.Timer(cap, stop)
             timer.start()
+        peak_kib = [0]
+        done = threading.Event()
+
+        def watch() -> None:
+            status_path = Path(f"/proc/{process.pid}/status")
+            while not done.is_set():
+                with contextlib.suppress(OSError, ValueError):
+                    for line in status_path.read_text().splitlines():
+                        if line.startswith("VmHWM:"):
+                            peak_kib[0] = max(peak_kib[0], int(line.split()[1]))
+                done.wait(0.1)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        # The child stays a zombie (its /proc entry readable) until wait4 reaps it.
+        with contextlib.suppress(ChildProcessError):
+            os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+        done.set()
+        watcher.join()
         _pid, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
         if timer is not None:
             timer.cancel()
     return {
         "wall_seconds": time.perf_counter() - started,
-        "peak_mb": usage.ru_maxrss / 1024,
+        "peak_mb": (peak_kib[0] or usage.ru_maxrss) / 1024,
+        "ru_maxrss_mb": usage.ru_maxrss / 1024,
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
         "returncode": process.returncode,
         "finished": process.returncode == 0 and not killed.is_set(),
@@ -826,7 +851,10 @@ def render(document: dict[str, Any]) -> str:
         "with `--only k=205 method=aim phase=service --force`; a run with other service settings "
         "(`--setting job_memory_limit_mb=8192`) is kept beside the default one.",
         "",
-        "Peak memory: CLI and mbi, `ru_maxrss` of the child process; API and worker, the "
+        "Peak memory: CLI and mbi, the child's VmHWM polled every 0.1 s (`ru_maxrss` from "
+        "`wait4` is not used: Linux carries it across exec, so runs recorded before "
+        "2026-11-26 20:50 UTC that followed a large evaluation in the driver show the "
+        "driver's RSS); API and worker, the "
         "largest VmHWM of the process group (reset with `clear_refs` at the start of the "
         "phase; the worker's job runs in its pool child). Worker peak covers the job and the "
         "owner-tier report built after publication for as long as the run waited for it "

@@ -109,3 +109,22 @@ def test_the_section_states_targets_and_replaces_only_itself() -> None:
     written = replace_section(doc, HEADING, section)
     assert current_section(written, "## Other") == "## Other\n\nkept\n\n"
     assert current_section(written, HEADING).startswith(HEADING)
+
+
+def test_a_child_s_peak_is_its_own_not_the_driver_s(tmp_path: Path) -> None:
+    """Linux carries maxrss across exec: a small child of a large driver reported the driver's
+    RSS as its ru_maxrss. The peak is read from the child's own VmHWM instead."""
+    import sys
+
+    import numpy as np
+
+    from benchmarks.scale import run_child
+
+    held = np.ones(300 * 2**20 // 8)  # the driver holds 300 MiB while the child runs
+    result = run_child(
+        [sys.executable, "-c", "import time; time.sleep(0.3)"], log=tmp_path / "child.log"
+    )
+    assert result["finished"]
+    assert result["ru_maxrss_mb"] > 300  # what wait4 says
+    assert result["peak_mb"] < 100  # a bare interpreter
+    del held
