@@ -24,6 +24,8 @@ Deviations from private-pgm (mbi 1.x ``FactoredInference.mirror_descent``):
   (a plain key of weight 0 is created for A if nothing else measured it);
 * the fit stops early once the loss improves by less than ``tolerance`` (relative) over
   ``CONVERGENCE_WINDOW`` iterations;
+* ``momentum=True`` (PPSyn) tries a heavy-ball step with Nesterov's weights before the plain
+  Armijo step and restarts the momentum whenever it does not lower the loss (:func:`_descend`);
 * the inner loop never materialises θ or the clique beliefs: θ is kept as θ⁰ plus one
   accumulated update per measured attribute set, a clique's factor is ``exp(θ⁰)`` times small
   multipliers, and measured marginals are read from the upward-pass products (see
