@@ -212,22 +212,40 @@ class ModelSizer:
     True
     >>> sizer.size_with(("b",))
     18
+
+    ``memo`` may be shared by the sizers of one domain (e.g. one per round of a mechanism): it
+    is keyed by the whole edge set (a bit mask), so a later base with the same graph, or a
+    graph some earlier base plus candidate already made, is not triangulated again.
     """
 
-    def __init__(self, domain: Domain, base: Iterable[Sequence[str]]) -> None:
+    def __init__(
+        self,
+        domain: Domain,
+        base: Iterable[Sequence[str]],
+        memo: dict[int, int] | None = None,
+    ) -> None:
         self._labels = Labels(domain)
+        self._width = len(domain)
         self._base = [self._labels.clique(clique) for clique in base]
-        self._edges = {pair for ids in self._base for pair in combinations(ids, 2)}
-        self._memo: dict[frozenset[tuple[int, int]], int] = {}
+        self._mask = 0
+        for ids in self._base:
+            self._mask |= self._edge_mask(ids)
+        self._memo: dict[int, int] = {} if memo is None else memo
+
+    def _edge_mask(self, ids: tuple[int, ...]) -> int:
+        mask = 0
+        for a, b in combinations(ids, 2):
+            mask |= 1 << (a * self._width + b)
+        return mask
 
     def size_with(self, candidate: Sequence[str]) -> int:
         """``model_size(domain, [*base, candidate])``."""
         ids = self._labels.clique(candidate)
-        added = frozenset(pair for pair in combinations(ids, 2) if pair not in self._edges)
-        size = self._memo.get(added)
+        graph = self._mask | self._edge_mask(ids)
+        size = self._memo.get(graph)
         if size is None:
             size = _triangulated_cells(self._labels.sizes, [*self._base, ids])
-            self._memo[added] = size
+            self._memo[graph] = size
         return size
 
 

@@ -64,6 +64,7 @@ def fit_and_sample(
     rng: np.random.Generator,
     synthesis: Literal["balanced", "round", "sample"],
     progress: ProgressReporter,
+    momentum: bool = False,
 ) -> tuple[npt.NDArray[np.integer[Any]], float, FittedModel, dict[str, list[list[str]]]]:
     """The last stage of the model-based mechanisms (AIM, PPSyn, PrivMRF): a warm-started final
     fit on every noisy measurement (progress 0.88 → 0.97), then ``rows`` (or the model's total)
@@ -82,6 +83,7 @@ def fit_and_sample(
         iterations=iterations,
         max_cells=max_cells,
         callback=estimation_progress(progress, 0.88, 0.97, iterations),
+        momentum=momentum,
     )
     progress.milestone("sample")
     progress(0.97, "sample")

@@ -79,6 +79,34 @@ def test_model_sizer_equals_model_size(
         assert sizer.size_with(tuple(candidate)) == model_size(domain, [*base, tuple(candidate)])
 
 
+@given(domains_and_cliques(), domains_and_cliques(), st.data())
+@settings(max_examples=100, deadline=None)
+def test_sizers_sharing_a_memo_stay_exact(
+    case: tuple[Domain, list[tuple[str, ...]]],
+    other: tuple[Domain, list[tuple[str, ...]]],
+    data: st.DataObject,
+) -> None:
+    """Sizers of growing bases (a mechanism's rounds) that share one memo answer exactly what
+    model_size answers, whether a graph was met before (memo hit) or not."""
+    domain, base = case
+    names = list(domain.attributes)
+    extra = [tuple(c for c in clique if c in names) for clique in other[1]]
+    memo: dict[int, int] = {}
+    candidates = data.draw(
+        st.lists(
+            st.lists(st.sampled_from(names), min_size=1, max_size=min(4, len(names)), unique=True),
+            min_size=1,
+            max_size=8,
+        )
+    )
+    for stop in range(len(base) + 1):
+        grown = [*base[:stop], *[c for c in extra if c]]
+        sizer = ModelSizer(domain, grown, memo)
+        for candidate in candidates:
+            expected = model_size(domain, [*grown, tuple(candidate)])
+            assert sizer.size_with(tuple(candidate)) == expected
+
+
 def test_model_size_examples() -> None:
     domain = Domain.from_mapping({"a": 2, "b": 3, "c": 4, "d": 5})
     assert model_size(domain, []) == 2 + 3 + 4 + 5
