@@ -115,6 +115,13 @@ def _parse_page_header(raw: bytes) -> tuple[PageHeader, int]:
         raise
     except (_Malformed, RecursionError):
         raise ParquetRefused("the Parquet file could not be read (malformed page header)") from None
+    return page_header_from_fields(fields), end
+
+
+def page_header_from_fields(fields: dict[int, Any]) -> PageHeader:
+    """The :class:`PageHeader` of a page header's decoded fields (1: type, 2: uncompressed and
+    3: compressed size, 5/7/8: the data or dictionary page header whose field 1 is the number
+    of values), or :class:`ParquetRefused` when they do not make one."""
     page_type = fields.get(1)
     uncompressed = fields.get(2)
     compressed = fields.get(3)
@@ -127,7 +134,7 @@ def _parse_page_header(raw: bytes) -> tuple[PageHeader, int]:
         entry = fields.get(nested)
         if isinstance(entry, dict) and isinstance(entry.get(1), int):
             values = max(values, int(entry[1]))
-    return PageHeader(page_type, uncompressed, compressed, values), end
+    return PageHeader(page_type, uncompressed, compressed, values)
 
 
 # Thrift's compact protocol (the encoding of Parquet's page headers), read directly from the

@@ -24,6 +24,7 @@ from app.datasets.parquet_pages import (
     PageHeader,
     ParquetRefused,
     _parse_page_header,
+    page_header_from_fields,
 )
 
 
@@ -40,19 +41,8 @@ def thrift_parse_page_header(raw: bytes) -> tuple[PageHeader, int]:
         raise
     except Exception:  # malformed Thrift: TProtocolException, struct.error, RecursionError, ...
         raise ParquetRefused("the Parquet file could not be read (malformed page header)") from None
-    page_type = fields.get(1)
-    uncompressed = fields.get(2)
-    compressed = fields.get(3)
-    if not isinstance(page_type, int) or not isinstance(uncompressed, int):
-        raise ParquetRefused("the Parquet file could not be read (malformed page header)")
-    if not isinstance(compressed, int) or uncompressed < 0 or compressed < 0:
-        raise ParquetRefused("the Parquet file could not be read (malformed page header)")
-    values = 0
-    for nested in (5, 7, 8):
-        entry = fields.get(nested)
-        if isinstance(entry, dict) and isinstance(entry.get(1), int):
-            values = max(values, int(entry[1]))
-    return PageHeader(page_type, uncompressed, compressed, values), buffer.tell()
+    # The same checks of the decoded fields: what is compared is how they are decoded.
+    return page_header_from_fields(fields), buffer.tell()
 
 
 def _thrift_read_struct(
