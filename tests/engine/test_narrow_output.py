@@ -104,3 +104,41 @@ def test_the_sampler_estimate_grows_with_the_code_width(largest: int, width: int
         - mst.estimate_resources(domain, params, 0).memory_bytes
         >= codes
     )
+
+
+def test_a_model_samples_many_batches_into_one_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above one batch, GraphicalModelKind.sample decompresses each batch with its own
+    generator and writes it into one table: the same rows for the same seed, every row filled,
+    and merged (compressed) values spread over the batches."""
+    from engine.estimation import GraphicalModel
+
+    rng = np.random.default_rng(2)
+    n = 3000
+    # Column 0: 200 values, most of them rare, so mst's compression merges them.
+    common = rng.integers(0, 5, n)
+    rare = rng.integers(5, 200, n)
+    first = np.where(rng.random(n) < 0.9, common, rare)
+    second = (first + rng.integers(0, 2, n)) % 7
+    data = Dataset(Domain(("a", "b"), (200, 7)), np.column_stack([first, second]))
+    mechanism = get_mechanism("mst")
+    params = mechanism.validate_params(FAST["mst"])
+    result = mechanism.run(
+        data, Fraction(4), params, rng=np.random.default_rng(1), noise_source=random.Random(3)
+    )
+    model = result.model
+    assert model is not None
+    original = GraphicalModel.synthetic_batches
+
+    def small(self, rows, generator, method="balanced", batch_rows=97):  # type: ignore[no-untyped-def]
+        return original(self, rows, generator, method, batch_rows)
+
+    monkeypatch.setattr(GraphicalModel, "synthetic_batches", small)
+    codes = model.sample(2000, np.random.default_rng(5))
+    again = model.sample(2000, np.random.default_rng(5))
+    assert codes.dtype == np.uint8 and codes.shape == (2000, 2)
+    np.testing.assert_array_equal(codes, again)
+    assert np.all(codes[:, 0] < 200) and np.all(codes[:, 1] < 7)
+    drawn_rare = np.flatnonzero(codes[:, 0] >= 5)
+    # Merged values come back as several distinct original values, across the batches.
+    assert np.unique(codes[drawn_rare, 0]).size > 5
+    assert np.unique(drawn_rare // 97).size > 5
