@@ -22,7 +22,6 @@ import itertools
 import json
 import math
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ from benchmarks.quality import (
     derive_seed,
     discover_datasets,
     evaluate,
+    run_json_child,
 )
 from benchmarks.sections import replace_section
 
@@ -149,19 +149,9 @@ def run_one(
         "noise_seed": None if noise_seed is None else noise_seed + repeat,
         "out_csv": str(out_csv),
     }
-    started = time.perf_counter()
-    completed = subprocess.run(  # noqa: S603 - our own argv, no shell
-        [sys.executable, "-m", "benchmarks.aim_epsilon", "--child", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT_SECONDS,
-        check=False,
-        cwd=Path(__file__).resolve().parents[1],
+    answer = run_json_child(
+        ["benchmarks.aim_epsilon", "--child"], spec, timeout=CHILD_TIMEOUT_SECONDS
     )
-    if completed.returncode != 0:
-        raise RuntimeError(f"child exited with {completed.returncode}: {completed.stderr[-2000:]}")
-    answer: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
-    answer["process_seconds"] = time.perf_counter() - started
     scored, _ = evaluate(evaluator, dataset, out_csv, work / f"{out_csv.stem}.json")
     answer["tvd"] = {k: float(v["mean_tvd"]) for k, v in scored["ways"].items()}
     answer.update(

@@ -44,6 +44,8 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.sections import git_commit
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 CLIENT_TIMEOUT = 60.0
@@ -444,7 +446,7 @@ def render_markdown(
         "## Bursts of simultaneous requests (issue 11)",
         "",
         f"Measured by `{command}` (from the repository root) on "
-        f"{started.strftime('%Y-%m-%d %H:%M UTC')}, commit `{_commit()}`, "
+        f"{started.strftime('%Y-%m-%d %H:%M UTC')}, commit `{git_commit(length=7)}`, "
         f"{os.cpu_count()} logical CPUs ({len(os.sched_getaffinity(0))} usable), "
         f"{platform.python_implementation()} {platform.python_version()}; load average at start "
         f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}. `make test` runs the same bursts as "
@@ -475,20 +477,6 @@ def render_markdown(
         END,
     ]
     return "\n".join(lines) + "\n"
-
-
-def _commit() -> str:
-    try:
-        completed = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],  # noqa: S607 - git from PATH
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    except OSError:
-        return "unknown"
-    return completed.stdout.strip() or "unknown"
 
 
 def update_section(path: Path, section: str) -> None:

@@ -22,8 +22,6 @@ import argparse
 import json
 import random
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -32,7 +30,14 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from benchmarks.quality import DELTA, derive_seed, discover_datasets, epsilon_label, evaluate
+from benchmarks.quality import (
+    DELTA,
+    derive_seed,
+    discover_datasets,
+    epsilon_label,
+    evaluate,
+    run_json_child,
+)
 from benchmarks.sections import markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,17 +85,10 @@ def run_one(
             "noise_seed": seed,
             "out_csv": str(synthetic),
         }
-        completed = subprocess.run(  # noqa: S603 - our own argv, no shell
-            [sys.executable, "-m", "benchmarks.ppsyn_seeded", "--child", json.dumps(spec)],
-            capture_output=True,
-            text=True,
-            timeout=CHILD_TIMEOUT_SECONDS,
-            check=False,
-            cwd=REPO,
+        answer = run_json_child(
+            ["benchmarks.ppsyn_seeded", "--child"], spec, timeout=CHILD_TIMEOUT_SECONDS, cwd=REPO
         )
-        if completed.returncode != 0:
-            raise RuntimeError(completed.stderr[-2000:])
-        answer: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
+        del answer["process_seconds"]  # not recorded by this script
         scores, _ = evaluate(evaluator, dataset, synthetic, Path(workdir) / "eval.json")
     return {
         "dataset": dataset.name,

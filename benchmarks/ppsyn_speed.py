@@ -22,7 +22,6 @@ import argparse
 import json
 import math
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,8 +38,9 @@ from benchmarks.quality import (
     discover_datasets,
     epsilon_label,
     evaluate,
+    run_json_child,
 )
-from benchmarks.sections import replace_section
+from benchmarks.sections import git_commit, replace_section
 from engine.accounting import rho_from_epsilon_delta
 
 HEADING = "## ppsyn speed (issue 15 §3)"
@@ -84,21 +84,17 @@ def run_one(
         load_before = load_average()
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        completed = subprocess.run(  # noqa: S603 - our own argv, no shell
-            [str(python), "-m", "benchmarks._child", "synthesize", json.dumps(spec)],
-            capture_output=True,
-            text=True,
+        answer = run_json_child(
+            ["benchmarks._child", "synthesize"],
+            spec,
             timeout=CHILD_TIMEOUT_SECONDS,
-            check=False,
+            python=python,
             cwd=checkout,
         )
         process_seconds = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu_seconds = (after.ru_utime + after.ru_stime) - (usage.ru_utime + usage.ru_stime)
         load_after = load_average()
-        if completed.returncode != 0:
-            raise RuntimeError(f"{method} on {dataset.name}: {completed.stderr[-2000:]}")
-        answer: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
         scores, _evaluator_seconds = evaluate(
             evaluator, dataset, synthetic, Path(workdir) / "eval.json"
         )
@@ -111,17 +107,6 @@ def run_one(
         "load_after": load_after,
         "tvd": {k: float(v["mean_tvd"]) for k, v in scores["ways"].items()},
     }
-
-
-def git_commit(checkout: Path) -> str:
-    completed = subprocess.run(
-        ["git", "rev-parse", "--short=12", "HEAD"],  # noqa: S607 - git from PATH
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=checkout,
-    )
-    return completed.stdout.strip() or "unknown"
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:

@@ -239,18 +239,33 @@ def run_child(
     answer gains ``process_seconds``, the child's wall time from spawn to exit (interpreter
     start-up, imports, load, run and write included). A child still running after ``timeout``
     seconds is killed (``subprocess.TimeoutExpired``)."""
+    return run_json_child(["benchmarks._child", command], spec, timeout=timeout)
+
+
+def run_json_child(
+    module_args: Sequence[str],
+    spec: dict[str, Any],
+    *,
+    timeout: float = CHILD_TIMEOUT_SECONDS,
+    python: str | Path = sys.executable,
+    cwd: Path = Path(__file__).resolve().parents[1],
+) -> dict[str, Any]:
+    """``python -m MODULE_ARGS… SPEC`` (the spec as JSON) in ``cwd``; its last stdout line
+    parsed as JSON, with ``process_seconds`` added (see :func:`run_child`). Raises
+    ``RuntimeError`` with the end of its stderr when it fails."""
     started = time.perf_counter()
     completed = subprocess.run(  # noqa: S603 - our own argv, no shell
-        [sys.executable, "-m", "benchmarks._child", command, json.dumps(spec)],
+        [str(python), "-m", *module_args, json.dumps(spec)],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=cwd,
     )
     if completed.returncode != 0:
         raise RuntimeError(
-            f"child {command} exited with {completed.returncode}: {completed.stderr[-2000:]}"
+            f"child {' '.join(module_args)} exited with {completed.returncode}: "
+            f"{completed.stderr[-2000:]}"
         )
     answer: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
     answer["process_seconds"] = time.perf_counter() - started

@@ -21,7 +21,6 @@ import argparse
 import json
 import platform
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ import numpy as np
 
 from app.datasets.discovery import discover_and_resolve
 from app.datasets.ingest import IngestLimits, UploadRejected, ingest_table, read_encoded_table
+from benchmarks.sections import git_commit
 from engine.accounting import rho_from_epsilon_delta
 from engine.cli import parse_params
 from engine.domain import Dataset
@@ -169,12 +169,7 @@ def run_table(
 
 
 def render(results: list[Result], command: str, method: str, max_marginals: int) -> str:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],  # noqa: S607 - git from PATH
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    commit = git_commit(Path.cwd(), length=7)
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         BEGIN,

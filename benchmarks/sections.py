@@ -3,7 +3,9 @@ heading to the next ``## `` heading), so regenerating one part keeps the others.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 
 def current_section(document: str, heading: str) -> str:
@@ -53,3 +55,19 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]], align: 
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(marks) + " |"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
+
+
+def git_commit(checkout: Path = Path(__file__).resolve().parents[1], length: int = 12) -> str:
+    """The short hash of ``checkout``'s HEAD (the commit a section was measured at), or
+    ``"unknown"`` where git cannot tell."""
+    try:
+        completed = subprocess.run(  # noqa: S603 - a fixed argv, no shell
+            ["git", "rev-parse", f"--short={length}", "HEAD"],  # noqa: S607 - git from PATH
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=checkout,
+        )
+    except OSError:
+        return "unknown"
+    return completed.stdout.strip() or "unknown"
