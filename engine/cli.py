@@ -82,7 +82,6 @@ MAX_EPSILON = Decimal(1000)
 MAX_DECIMAL_EXPONENT = 1000
 MAX_MESSAGE_LENGTH = 500
 
-IntArray = npt.NDArray[np.int64]
 _RHO_EXPONENT = RHO_QUANTUM.adjusted()  # -12: the ledger's decimal places
 
 

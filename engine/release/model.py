@@ -193,11 +193,6 @@ class FittedModel:
         """The model's size: numbers held by its kind (the service bounds sampling jobs by it)."""
         return int(self.body.cells)
 
-    def memory_bytes(self, rows: int) -> int:
-        """A rough upper estimate of the memory a ``sample(rows)`` call needs: the model's cells
-        at a float64 and its working copies (×4), plus the codes and their working copies."""
-        return 32 * self.cells + 48 * int(rows) * len(self.domain)
-
     def sample(self, rows: int, rng: np.random.Generator) -> CodeArray:
         """``rows`` × len(domain) codes in the original domain (post-processing only), in the
         narrowest unsigned type that holds the largest attribute's codes (a byte per cell for
