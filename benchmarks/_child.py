@@ -210,7 +210,7 @@ def profile(spec: dict[str, Any]) -> dict[str, Any]:
 
     schema = TableSchema.from_json(json.loads(Path(spec["domain"]).read_text()))
     workdir = Path(spec["workdir"])
-    stored = workdir / "table.parquet"
+    stored = workdir / "table.arrow"
     output = workdir / "output.parquet"
     limits = IngestLimits(max_columns=10_000, max_rows=1_000_000_000, max_cell_bytes=1024)
     ingest_table(Path(spec["csv"]), schema, stored, limits)

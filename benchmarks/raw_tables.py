@@ -119,7 +119,7 @@ def run_table(
         )
     schema = outcome.schema
     with tempfile.TemporaryDirectory() as scratch:
-        target = Path(scratch) / "table.parquet"
+        target = Path(scratch) / "table.arrow"
         rows = ingest_table(path, schema, target, LIMITS)
         real = read_encoded_table(target, schema)
     upload_s = time.perf_counter() - started

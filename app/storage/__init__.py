@@ -115,7 +115,9 @@ def _s3_storage(
 
 
 def dataset_table_key(dataset_id: uuid.UUID) -> str:
-    return f"datasets/{dataset_id}/table.parquet"
+    """Where a new upload's encoded table is stored (an Arrow IPC file, app/datasets/ingest.py);
+    each dataset row keeps its own key, so tables stored as ``table.parquet`` before still read."""
+    return f"datasets/{dataset_id}/table.arrow"
 
 
 def dataset_prefix(dataset_id: uuid.UUID) -> str:

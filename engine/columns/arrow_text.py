@@ -247,7 +247,8 @@ def _integer_categories(column: CategoricalColumn, values: pa.Array) -> np.ndarr
         low, codes_of = table
         integers = np.asarray(values.to_numpy())  # no nulls: a view
         if integers.min() >= low and integers.max() < low + len(codes_of):
-            return codes_of.take(integers.astype(np.intp, copy=False) - low)
+            indices = integers.astype(np.intp, copy=False)
+            return codes_of.take(indices - low if low else indices)
     positions = [i for i, c in enumerate(column.categories) if _CANONICAL_INT.match(c)]
     numbers = [int(column.categories[i]) for i in positions]
     inside = [(p, n) for p, n in zip(positions, numbers, strict=True) if -(2**63) <= n < 2**63]

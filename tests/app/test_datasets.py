@@ -34,7 +34,7 @@ UNSET_OPTIONS = {
 
 def _stored_tables(stack: Stack) -> int:
     root = stack.settings.resolved_storage_dir / "datasets"
-    return len(list(root.glob("*/table.parquet"))) if root.exists() else 0
+    return len(list(root.glob("*/table.arrow"))) if root.exists() else 0
 
 
 def test_upload_domain_map_and_visibility(
@@ -329,7 +329,7 @@ def test_delete_erases_table_keeps_ledger(
     api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str
 ) -> None:
     dataset = create_dataset(tenant.owner, people_csv, people_schema, budget_rho="1")
-    table = api_stack.settings.resolved_storage_dir / "datasets" / dataset["id"] / "table.parquet"
+    table = api_stack.settings.resolved_storage_dir / "datasets" / dataset["id"] / "table.arrow"
     assert table.is_file()
     queued = submit(tenant.analyst, dataset["id"], rho="0.2").json()
     response = tenant.owner.delete(f"/v1/datasets/{dataset['id']}")

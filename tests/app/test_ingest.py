@@ -48,7 +48,7 @@ def test_each_dictionary_entry_is_converted_once(
     converted = _count_conversions(monkeypatch)
     declared = [f"v{i:06d}" for i in range(100)]
     with pytest.raises(UploadRejected) as refused:
-        ingest_table(source, _schema(declared), tmp_path / "out.parquet", LIMITS)
+        ingest_table(source, _schema(declared), tmp_path / "out.arrow", LIMITS)
     outside = sum(value not in declared for value in values)
     assert refused.value.message == (
         f"values do not match the schema: column 'a': {outside} values not among the declared "
@@ -74,10 +74,10 @@ def test_long_dictionaries_are_decoded_to_plain_strings_and_encoded_once_per_row
     converted = _count_conversions(monkeypatch)
     categories = values[::-1][:5000]  # declared in another order than the dictionary
     with pytest.raises(UploadRejected) as refused:
-        ingest_table(source, _schema(categories), tmp_path / "out.parquet", LIMITS)
+        ingest_table(source, _schema(categories), tmp_path / "out.arrow", LIMITS)
     assert f"'a': {rows - 5000} values not among the declared categories" in refused.value.message
     assert sum(converted) == rows
-    target = tmp_path / "ok.parquet"
+    target = tmp_path / "ok.arrow"
     assert ingest_table(source, _schema(values[::-1]), target, LIMITS) == rows
     codes = read_encoded_table(target, _schema(values[::-1]))[:, 0]
     assert codes.tolist() == list(range(rows - 1, -1, -1))
@@ -111,7 +111,7 @@ def test_row_groups_with_different_dictionaries_of_equal_length_encode_correctly
         writer.write_table(pa.table({"a": first.fill_null("north")}, schema=schema))
         writer.write_table(pa.table({"a": second}, schema=schema))
     assert pq.ParquetFile(source).metadata.num_row_groups == 2
-    target = tmp_path / "out.parquet"
+    target = tmp_path / "out.arrow"
     table_schema = _schema(categories)
     assert ingest_table(source, table_schema, target, LIMITS) == 12
     codes = read_encoded_table(target, table_schema)[:, 0].tolist()
@@ -136,9 +136,60 @@ def test_dictionary_with_more_entries_than_rows_is_refused_before_decoding(
 
     monkeypatch.setattr(ingest, "encode_array", fail)
     with pytest.raises(UploadRejected) as refused:
-        ingest_table(source, _schema(["0000000"]), tmp_path / "out.parquet", LIMITS)
+        ingest_table(source, _schema(["0000000"]), tmp_path / "out.arrow", LIMITS)
     assert refused.value.status_code == 422
     assert "column 'a': its Parquet dictionaries hold more than 65536 entries" in (
         refused.value.message
     )
-    assert not (tmp_path / "out.parquet").exists()
+    assert not (tmp_path / "out.arrow").exists()
+
+
+def test_the_stored_table_is_a_compressed_arrow_file_of_narrow_codes_in_row_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingest, "PARQUET_MAX_BATCH_ROWS", 500)  # read 500 rows at a time
+    monkeypatch.setattr(ingest, "WRITE_MAX_ROWS", 1000)  # several stored record batches
+    rng = np.random.default_rng(7)
+    small = rng.integers(0, 3, 4321)
+    wide = rng.integers(0, 300, 4321)
+    source = _write(tmp_path / "codes.parquet", pa.table({"s": small, "w": wide}))
+    schema = TableSchema.from_json({"s": 3, "w": 300})
+    target = tmp_path / "table.arrow"
+    assert ingest_table(source, schema, target, LIMITS) == 4321
+    assert target.read_bytes()[:6] == b"ARROW1"
+    with pa.OSFile(str(target)) as stored:
+        reader = pa.ipc.open_file(stored)
+        assert reader.schema.types == [pa.uint8(), pa.uint16()]  # not int32 per code
+        assert reader.num_record_batches == 5  # 1000 rows each, then 321
+        batch = reader.get_batch(0)
+    compressed = target.stat().st_size
+    assert compressed < batch.nbytes * 5  # zstd: under the raw 3 bytes a row
+    codes = read_encoded_table(target, schema)
+    assert codes.dtype == np.int64
+    assert codes[:, 0].tolist() == small.tolist() and codes[:, 1].tolist() == wide.tolist()
+    narrow = read_encoded_table(target, schema, narrow=True)
+    assert narrow.dtype == np.uint16 and (narrow == codes).all()
+
+
+def test_a_table_stored_as_parquet_before_reads_as_it_did(tmp_path: Path) -> None:
+    """Datasets uploaded before the Arrow format keep their ``table.parquet`` (the key is in
+    their row): the reader tells the formats apart by their magic bytes."""
+    rng = np.random.default_rng(8)
+    schema = TableSchema.from_json({"a": 5, "b": 70_000})
+    a = rng.integers(0, 5, 2000).astype(np.uint8)
+    b = rng.integers(0, 70_000, 2000).astype(np.uint32)
+    legacy = tmp_path / "table.parquet"
+    pq.write_table(  # the options stored tables were written with
+        pa.table({"a": a, "b": b}),
+        legacy,
+        compression="zstd",
+        use_dictionary=False,
+        column_encoding="BYTE_STREAM_SPLIT",
+    )
+    codes = read_encoded_table(legacy, schema, narrow=True)
+    assert codes.dtype == np.uint32
+    assert codes[:, 0].tolist() == a.tolist() and codes[:, 1].tolist() == b.tolist()
+    source = _write(tmp_path / "upload.parquet", pa.table({"b": b, "a": a}))  # other order
+    stored = tmp_path / "table.arrow"
+    ingest_table(source, schema, stored, LIMITS)
+    assert (read_encoded_table(stored, schema, narrow=True) == codes).all()

@@ -238,5 +238,5 @@ def test_the_pages_checked_are_the_stored_columns_after_a_nested_ignored_one(
     )
     limits = IngestLimits(max_columns=10, max_rows=10_000, max_cell_bytes=200)
     with pytest.raises(UploadRejected) as refused:
-        ingest_table(path, schema, tmp_path / "codes.parquet", limits)
+        ingest_table(path, schema, tmp_path / "codes.arrow", limits)
     assert refused.value.message == "the Parquet file holds cells longer than 200 bytes"

@@ -347,7 +347,7 @@ def test_erasure_that_fails_after_the_commit_is_finished_by_the_sweep(
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
         client.headers["Authorization"] = tenant.owner.headers["Authorization"]
         dataset = create_dataset(client, people_csv, people_schema)  # type: ignore[arg-type]
-        assert (table / dataset["id"] / "table.parquet").is_file()
+        assert (table / dataset["id"] / "table.arrow").is_file()
 
         def refuse(self: LocalStorage, prefix: str) -> None:
             raise StorageUnavailable("the store is down")
@@ -357,7 +357,7 @@ def test_erasure_that_fails_after_the_commit_is_finished_by_the_sweep(
             deleted = client.delete(f"/v1/datasets/{dataset['id']}")
         assert deleted.status_code == 200 and deleted.json()["deleted_at"]
         assert f"dataset {dataset['id']}: erasing its stored files failed" in caplog.text
-        assert (table / dataset["id"] / "table.parquet").is_file()
+        assert (table / dataset["id"] / "table.arrow").is_file()
 
     monkeypatch.undo()
     report = sweep_storage(settings, grace_seconds=3600)

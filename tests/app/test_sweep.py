@@ -27,11 +27,11 @@ def test_sweep(api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schem
     erased = create_dataset(tenant.owner, people_csv, people_schema)
     queued = submit(tenant.analyst, live["id"]).json()["id"]
     assert tenant.owner.delete(f"/v1/datasets/{erased['id']}").status_code == 200
-    live_table = root / "datasets" / live["id"] / "table.parquet"
+    live_table = root / "datasets" / live["id"] / "table.arrow"
     stale_tmp = _touch(root / "tmp" / "dead-upload", age=100)
     fresh_tmp = _touch(root / "tmp" / "upload-in-progress")
     leftover = _touch(
-        root / "datasets" / erased["id"] / "table.parquet", age=100
+        root / "datasets" / erased["id"] / "table.arrow", age=100
     )  # crash after commit
     unknown_output = _touch(root / "outputs" / str(uuid.uuid4()) / "attempt-1.parquet", age=100)
     live_attempt = _touch(root / "outputs" / queued / "attempt-1.parquet", age=100)

@@ -21,7 +21,7 @@ RAW_SCHEMA = (FIXTURES / "raw-small-schema.json").read_text()
 
 def _stored_tables(stack: Stack) -> int:
     root = stack.settings.resolved_storage_dir / "datasets"
-    return len(list(root.glob("*/table.parquet"))) if root.exists() else 0
+    return len(list(root.glob("*/table.arrow"))) if root.exists() else 0
 
 
 def test_raw_fixture_uploads_with_every_type(tenant: Tenant) -> None:

@@ -112,7 +112,7 @@ def _loaded(path: Path, schema: TableSchema, *, typed: bool | None) -> tuple[str
 
 def _ingested(path: Path, schema: TableSchema, *, typed: bool | None) -> tuple[str, Any]:
     """ingest_table's stored codes or refusal (``typed`` None: the public function)."""
-    target = path.with_name(f"codes-{typed}.parquet")
+    target = path.with_name(f"codes-{typed}.arrow")
     try:
         if typed is None:
             ingest.ingest_table(path, schema, target, LIMITS)

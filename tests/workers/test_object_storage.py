@@ -77,7 +77,7 @@ def test_release_flow_through_the_object_store(
         dataset = create_dataset(tenant.owner, people_csv, people_schema, budget_rho="2")
         dataset_id = dataset["id"]
         assert s3_server.keys(f"{prefix}/datasets/{dataset_id}/") == [
-            f"{prefix}/datasets/{dataset_id}/table.parquet"
+            f"{prefix}/datasets/{dataset_id}/table.arrow"
         ]
 
         response = submit(tenant.analyst, dataset_id, rho="1", method="mst", seed=5)
@@ -197,13 +197,13 @@ def test_sweep_on_the_object_store(
                     artefacts=["record.npz"],
                 )
             )
-        live_table = f"{prefix}/datasets/{dataset['id']}/table.parquet"
+        live_table = f"{prefix}/datasets/{dataset['id']}/table.arrow"
         lost = [
             put(f"outputs/{job_id}/attempt-1.parquet"),
             put(f"outputs/{job_id}/attempt-1/record.npz"),
             put(f"outputs/{uuid.uuid4()}/attempt-1.parquet"),  # no such job
-            put(f"datasets/{uuid.uuid4()}/table.parquet"),  # an upload whose row never came
-            put(f"datasets/{erased['id']}/table.parquet"),  # erasure interrupted
+            put(f"datasets/{uuid.uuid4()}/table.arrow"),  # an upload whose row never came
+            put(f"datasets/{erased['id']}/table.arrow"),  # erasure interrupted
         ]
         published = [
             put(f"outputs/{job_id}/attempt-2.parquet"),
