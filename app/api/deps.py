@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.auth.service import Principal, authenticate
 from app.config import Settings
-from app.db.session import PoolOptions, get_session_factory, transaction
+from app.db.session import PoolOptions, get_session_factory, read_only_session, transaction
 from app.storage import Storage, open_storage
 
 
@@ -65,6 +65,10 @@ class Database:
         an exception."""
         return transaction(self.factory)
 
+    def read(self) -> AbstractContextManager[Session]:
+        """A transaction that only reads (on SQLite it does not take the write lock)."""
+        return read_only_session(self.factory)
+
 
 async def _database(settings: SettingsDep) -> Database:
     return Database(_factory(settings))
@@ -94,9 +98,8 @@ def _principal(
         )
     # A short session of its own: the request's unit of work should not hold a transaction
     # (on SQLite: the write lock) open while, say, an upload is parsed.
-    with _factory(settings)() as session:
+    with read_only_session(_factory(settings)) as session:
         principal = authenticate(session, settings.secret_key_bytes(), credentials.credentials)
-        session.rollback()
     if principal is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED, "invalid API key", headers={"WWW-Authenticate": "Bearer"}

@@ -64,6 +64,7 @@ _engines: dict[str, Engine] = {}
 _factories: dict[str, sessionmaker[Session]] = {}
 
 AFTER_COMMIT_KEY = "rhosynth_after_commit"
+READ_ONLY_OPTION = "rhosynth_read_only"
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -81,8 +82,14 @@ def _configure_sqlite(engine: Engine) -> None:
     def _on_begin(conn: Any) -> None:
         # BEGIN IMMEDIATE takes SQLite's write lock up front: the API and the worker are separate
         # processes, and a deferred transaction that reads and then writes could otherwise fail
-        # with SQLITE_BUSY instead of waiting its turn.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # with SQLITE_BUSY instead of waiting its turn. A transaction that only reads
+        # (read_only_session) begins deferred: in WAL mode it reads a snapshot without the write
+        # lock, so a burst of reads does not queue for it one at a time (each waiter polls in
+        # SQLite's busy handler, sleeping up to 100 ms between tries).
+        if conn.get_execution_options().get(READ_ONLY_OPTION):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def connect_with_retry(
@@ -233,4 +240,20 @@ def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
         rollback(session)
         raise
     finally:
+        session.close()
+
+
+@contextmanager
+def read_only_session(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """A session for a unit of work that only reads; rolled back at the end.
+
+    On SQLite its transaction begins deferred instead of taking the write lock (_on_begin); on
+    PostgreSQL nothing differs. A write in it is a bug: SQLite may refuse it (SQLITE_BUSY)
+    rather than wait."""
+    session = factory()
+    try:
+        session.connection(execution_options={READ_ONLY_OPTION: True})
+        yield session
+    finally:
+        session.rollback()
         session.close()

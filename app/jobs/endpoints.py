@@ -126,9 +126,9 @@ def list_jobs(
 def get_job(job_id: uuid.UUID, db: DatabaseDep, principal: AnalystKey) -> JobOut:
     """A job's status, progress and timing."""
     try:
-        with db.transaction() as session:
+        with db.read() as session:
             job = service.get_job(session, principal, job_id)
-        return service.job_out(job, principal)
+            return service.job_out(job, principal)
     except service.JobNotFound:
         raise _job_not_found() from None
 

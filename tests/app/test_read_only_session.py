@@ -1,0 +1,52 @@
+"""On SQLite a unit of work that only reads does not take the write lock.
+
+Every transaction used to begin with BEGIN IMMEDIATE, so each authenticated request took SQLite's
+write lock twice (its key lookup, then its route) and a burst of reads queued for it one at a
+time. ``read_only_session`` begins deferred: in WAL mode it reads a snapshot while another
+connection holds the write lock. Here a second connection holds that lock; a read-only session
+answers at once, an ordinary transaction waits until the lock is released.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+from sqlalchemy import text
+
+from app.cli import run_migrations
+from app.config import Settings
+from app.db.session import get_session_factory, read_only_session, transaction
+
+
+def test_a_read_only_session_reads_while_another_connection_holds_the_write_lock(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(home=tmp_path)
+    run_migrations(settings)
+    factory = get_session_factory(settings.sqlalchemy_url)
+    with transaction(factory) as session:  # WAL mode is set on connect
+        assert session.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+    database = settings.sqlalchemy_url.removeprefix("sqlite:///")
+    holder = sqlite3.connect(database, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # the write lock, as a worker's claim holds it
+    try:
+        with read_only_session(factory) as session:
+            assert session.execute(text("SELECT count(*) FROM api_keys")).scalar() == 0
+
+        finished = threading.Event()
+
+        def ordinary() -> None:
+            with transaction(factory) as session:
+                session.execute(text("SELECT count(*) FROM api_keys"))
+            finished.set()
+
+        waiter = threading.Thread(target=ordinary)
+        waiter.start()
+        assert not finished.wait(1.0)  # BEGIN IMMEDIATE waits for the lock
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    waiter.join(timeout=30)
+    assert finished.is_set()
