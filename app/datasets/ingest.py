@@ -122,7 +122,12 @@ def _write_encoded(
     encoder = _BatchEncoder(schema)
     problems: Counter[tuple[str, int]] = Counter()
     rows = 0
-    with pa.ipc.new_file(target, arrow_schema, options=STORED_IPC_OPTIONS) as writer:
+    # The writer does not close a file it opened from a path (only when it is collected): the
+    # sink is ours, so a refused upload's file is closed before ingest_table removes it.
+    with (
+        pa.OSFile(str(target), "wb") as sink,
+        pa.ipc.new_file(sink, arrow_schema, options=STORED_IPC_OPTIONS) as writer,
+    ):
         pending = _PendingCodes(arrow_schema, writer)
         for batch in batches:
             rows += batch.num_rows

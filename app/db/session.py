@@ -86,9 +86,14 @@ def _configure_sqlite(engine: Engine) -> None:
         # (read_only_session) begins deferred: in WAL mode it reads a snapshot without the write
         # lock, so a burst of reads does not queue for it one at a time (each waiter polls in
         # SQLite's busy handler, sleeping up to 100 ms between tries).
+        # query_only makes a write in a read-only transaction fail instead of being rolled back
+        # unseen; it is set at every begin, so it never outlives its transaction on a pooled
+        # connection.
         if conn.get_execution_options().get(READ_ONLY_OPTION):
             conn.exec_driver_sql("BEGIN")
+            conn.exec_driver_sql("PRAGMA query_only = 1")
         else:
+            conn.exec_driver_sql("PRAGMA query_only = 0")
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
@@ -247,13 +252,18 @@ def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
 def read_only_session(factory: sessionmaker[Session]) -> Iterator[Session]:
     """A session for a unit of work that only reads; rolled back at the end.
 
-    On SQLite its transaction begins deferred instead of taking the write lock (_on_begin); on
-    PostgreSQL nothing differs. A write in it is a bug: SQLite may refuse it (SQLITE_BUSY)
-    rather than wait."""
+    On SQLite its transaction begins deferred instead of taking the write lock (_on_begin) and
+    refuses writes (``query_only``). On every database an ORM flush in it raises, so a write
+    put in one by mistake fails loudly instead of being rolled back unseen."""
     session = factory()
+    event.listen(session, "before_flush", _refuse_flush)
     try:
         session.connection(execution_options={READ_ONLY_OPTION: True})
         yield session
     finally:
         session.rollback()
         session.close()
+
+
+def _refuse_flush(session: Session, _context: Any, _instances: Any) -> None:
+    raise RuntimeError("a read-only session was asked to write")

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import uuid
 from pathlib import Path
 
+import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
+from app.auth.models import Tenant
 from app.cli import run_migrations
 from app.config import Settings
+from app.db.base import utcnow
 from app.db.session import get_session_factory, read_only_session, transaction
 
 
@@ -50,3 +55,19 @@ def test_a_read_only_session_reads_while_another_connection_holds_the_write_lock
         holder.close()
     waiter.join(timeout=30)
     assert finished.is_set()
+
+
+def test_a_write_in_a_read_only_session_fails_instead_of_vanishing(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path)
+    run_migrations(settings)
+    factory = get_session_factory(settings.sqlalchemy_url)
+    with pytest.raises(OperationalError, match="readonly"), read_only_session(factory) as session:
+        session.execute(text("DELETE FROM api_keys"))  # SQLite's query_only refuses it
+    with read_only_session(factory) as session:
+        session.add(Tenant(id=uuid.uuid4(), name="t", created_at=utcnow()))
+        with pytest.raises(RuntimeError, match="read-only"):
+            session.flush()
+    with transaction(factory) as session:  # the pooled connection writes again afterwards
+        session.add(Tenant(id=uuid.uuid4(), name="t", created_at=utcnow()))
+    with read_only_session(factory) as session:
+        assert session.execute(text("SELECT count(*) FROM tenants")).scalar() == 1
