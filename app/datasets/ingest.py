@@ -161,7 +161,6 @@ def _write_encoded(
 # 0.07 s and 0.02 s for 8.9 MB here; docs/benchmarks.md, "Loading 2 M rows"). Tables stored as
 # Parquet before still read (read_encoded_table tells the two apart by their magic bytes).
 STORED_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=1))
-STORED_SUFFIX = ".arrow"
 ARROW_MAGIC = b"ARROW1"
 WRITE_BUFFER_BYTES = 16 * 1024 * 1024
 WRITE_MAX_ROWS = 1_048_576

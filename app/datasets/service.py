@@ -9,7 +9,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -22,7 +22,7 @@ from app.budget.repository import AccountState
 from app.config import Settings
 from app.datasets import repository
 from app.datasets.discovery import discover_and_resolve
-from app.datasets.ingest import STORED_SUFFIX, IngestLimits, UploadRejected, ingest_table
+from app.datasets.ingest import IngestLimits, UploadRejected, ingest_table
 from app.datasets.models import Dataset
 from app.datasets.schemas import BudgetOut, ColumnOut, DatasetOut
 from app.db.base import utcnow
@@ -234,7 +234,7 @@ def create_dataset(
     table_schema = outcome.schema
     dataset_id = uuid.uuid4()
     key = dataset_table_key(dataset_id)
-    temp = storage.temp_path(STORED_SUFFIX)
+    temp = storage.temp_path(PurePosixPath(key).suffix)
     try:
         rows = ingest_table(upload, table_schema, temp, limits)
         storage.put_file(temp, key)

@@ -256,7 +256,7 @@ def read_only_session(factory: sessionmaker[Session]) -> Iterator[Session]:
     refuses writes (``query_only``). On every database an ORM flush in it raises, so a write
     put in one by mistake fails loudly instead of being rolled back unseen."""
     session = factory()
-    event.listen(session, "before_flush", _refuse_flush)
+    session.info[READ_ONLY_OPTION] = True  # _refuse_flush
     try:
         session.connection(execution_options={READ_ONLY_OPTION: True})
         yield session
@@ -265,5 +265,9 @@ def read_only_session(factory: sessionmaker[Session]) -> Iterator[Session]:
         session.close()
 
 
+@event.listens_for(Session, "before_flush")
 def _refuse_flush(session: Session, _context: Any, _instances: Any) -> None:
-    raise RuntimeError("a read-only session was asked to write")
+    # One listener for every session (not one registered per read-only session: the API-key
+    # lookup of every request is one).
+    if session.info.get(READ_ONLY_OPTION):
+        raise RuntimeError("a read-only session was asked to write")

@@ -25,11 +25,17 @@ from app.db.base import utcnow
 from app.db.session import get_session_factory, read_only_session, transaction
 
 
-def test_a_read_only_session_reads_while_another_connection_holds_the_write_lock(
-    tmp_path: Path,
-) -> None:
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """An embedded home with its SQLite database migrated."""
     settings = Settings(home=tmp_path)
     run_migrations(settings)
+    return settings
+
+
+def test_a_read_only_session_reads_while_another_connection_holds_the_write_lock(
+    settings: Settings,
+) -> None:
     factory = get_session_factory(settings.sqlalchemy_url)
     with transaction(factory) as session:  # WAL mode is set on connect
         assert session.execute(text("PRAGMA journal_mode")).scalar() == "wal"
@@ -57,9 +63,7 @@ def test_a_read_only_session_reads_while_another_connection_holds_the_write_lock
     assert finished.is_set()
 
 
-def test_a_write_in_a_read_only_session_fails_instead_of_vanishing(tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path)
-    run_migrations(settings)
+def test_a_write_in_a_read_only_session_fails_instead_of_vanishing(settings: Settings) -> None:
     factory = get_session_factory(settings.sqlalchemy_url)
     with pytest.raises(OperationalError, match="readonly"), read_only_session(factory) as session:
         session.execute(text("DELETE FROM api_keys"))  # SQLite's query_only refuses it
