@@ -51,6 +51,7 @@ from engine.columns.numeric import NumericColumn
 from engine.columns.spec import DELTA_QUANTUM
 from engine.columns.spec import RHO_QUANTUM as RHO_GRID
 from engine.columns.spreadsheet import csv_header, csv_rows, unescape_cell, unescape_text
+from engine.csv_blocks import CsvBlocks
 from engine.discovery.plan import Counts, Discovered, DiscoveryRefused, allocate, release
 from engine.discovery.schema import count_batch, provisional, requests_for, resolve
 from engine.domain import CodeArray, Dataset, narrowest_unsigned
@@ -309,37 +310,22 @@ def _csv_batches(
     exact (:mod:`engine.typed_csv`), raising :class:`TypedReadRefused` when it is not."""
     header = _read_csv_header(path)
     _check_columns(header, schema, allow_extra)
-    bad_rows = 0
-
-    def count_bad_row(_row: Any) -> str:
-        nonlocal bad_rows
-        bad_rows += 1
-        return "skip"
-
     repetitive = repetitive_columns(path, header, dictionary_candidates(schema)) if typed else None
     types = csv_types(schema, typed=typed, repetitive=repetitive)
+    blocks = CsvBlocks(
+        open(path, "rb"),  # noqa: SIM115 (closed below)
+        header,
+        block_bytes=CSV_BLOCK_BYTES,
+        convert_options=pacsv.ConvertOptions(
+            column_types=types.column_types,
+            include_columns=list(schema.names),
+            null_values=types.null_values,
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        ),
+    )
     try:
-        reader = pacsv.open_csv(
-            path,
-            read_options=pacsv.ReadOptions(
-                column_names=header, skip_rows=1, block_size=CSV_BLOCK_BYTES
-            ),
-            parse_options=pacsv.ParseOptions(
-                newlines_in_values=True, invalid_row_handler=count_bad_row
-            ),
-            convert_options=pacsv.ConvertOptions(
-                column_types=types.column_types,
-                include_columns=list(schema.names),
-                null_values=types.null_values,
-                strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
-            ),
-        )
-        while True:
-            try:
-                batch = reader.read_next_batch()
-            except StopIteration:
-                break
+        for batch in blocks:
             check_typed_batch(batch, types.numbers)
             # Cells escaped against spreadsheet formulas (our own CSV output) read as written.
             columns = [unescape_text(column) for column in batch.columns]
@@ -356,7 +342,9 @@ def _csv_batches(
         if "Empty CSV file" in text:
             return
         raise TableError("the CSV could not be parsed") from None
-    if bad_rows:
+    finally:
+        blocks.close()
+    if bad_rows := blocks.bad_rows:
         verb = "does" if bad_rows == 1 else "do"
         raise TableError(
             f"{bad_rows} row{'s' if bad_rows != 1 else ''} {verb} not have {len(header)} fields"

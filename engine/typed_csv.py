@@ -2,7 +2,8 @@
 
 The loaders read a CSV with every column as text and encode the text
 (:mod:`engine.columns.arrow_text`, :mod:`engine.columns.arrow_temporal`). A *typed* read lets
-pyarrow's block reader do part of that work while it splits the cells, on its own threads:
+pyarrow's parser do part of that work while it splits the cells (on the block reader's threads,
+:mod:`engine.csv_blocks`):
 
 * numeric columns are converted to float64 by the reader: the parser of Arrow's cast, which
   the text path uses too, once, straight from the bytes (no string array, no second pass);

@@ -1,8 +1,9 @@
 """Turn an uploaded file (CSV or Parquet) into the stored, encoded table — or a precise refusal.
 
-The file is read in bounded chunks (pyarrow's block reader for CSV, row batches for Parquet),
-every row is checked against the declared schema, and the integer codes are written to a
-Parquet file as they are produced. Error messages name columns and count rows; they never echo a
+The file is read in bounded chunks (CSV: blocks of whole rows parsed by pyarrow on two threads,
+engine/csv_blocks.py; Parquet: row batches sized from checked page headers), every row is
+checked against the declared schema, and the integer codes are written to an Arrow IPC file as
+they are produced. Error messages name columns and count rows; they never echo a
 value from the file (the uploader's own data could still end up in logs and proxies).
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import csv
 import io
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from app.datasets.parquet_pages import ParquetRefused, ReadPlan, plan_parquet_read
+from engine.csv_blocks import CsvBlocks
 from engine.domain import narrowest_unsigned
 from engine.encoding import (
     TableSchema,
@@ -337,38 +339,27 @@ def _csv_batches(
     _check_columns(header, schema, limits)
     if not more:
         return
-    bad_field_counts = 0
-
-    def count_bad_row(_row: Any) -> str:
-        nonlocal bad_field_counts
-        bad_field_counts += 1
-        return "skip"
-
     repetitive = (
         repetitive_columns(source, header, dictionary_candidates(schema)) if typed else None
     )
     types = csv_types(schema, typed=typed, repetitive=repetitive)
     # Cells converted to numbers have no length left to check: their bytes are checked as read.
     runs = SeparatorRuns(source, limits.max_cell_bytes) if types.numbers else None
+    blocks = CsvBlocks(
+        open(source, "rb") if runs is None else runs,  # noqa: SIM115 (closed below)
+        header,
+        block_bytes=CSV_BLOCK_BYTES,
+        convert_options=pacsv.ConvertOptions(
+            column_types=types.column_types,
+            include_columns=list(schema.names),  # ignored columns are never converted
+            null_values=types.null_values,
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        ),
+    )
     try:
-        reader = pacsv.open_csv(
-            source if runs is None else runs,
-            read_options=pacsv.ReadOptions(
-                column_names=header, skip_rows=1, block_size=CSV_BLOCK_BYTES
-            ),
-            parse_options=pacsv.ParseOptions(
-                newlines_in_values=True, invalid_row_handler=count_bad_row
-            ),
-            convert_options=pacsv.ConvertOptions(
-                column_types=types.column_types,
-                include_columns=list(schema.names),  # ignored columns are never converted
-                null_values=types.null_values,
-                strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
-            ),
-        )
         oversized: Counter[str] = Counter()
-        for batch in _iterate(reader.read_next_batch):
+        for batch in blocks:
             if runs is not None and runs.too_long:
                 raise TypedReadRefused("a run of bytes longer than a cell may be")
             check_typed_batch(batch, types.numbers)
@@ -376,18 +367,19 @@ def _csv_batches(
             if oversized:
                 continue
             yield batch
+        if runs is not None and runs.too_long:  # read with the last block
+            raise TypedReadRefused("a run of bytes longer than a cell may be")
     except pa.ArrowInvalid as error:
         if typed:
             raise TypedReadRefused("the reader refused a cell") from None
         raise _csv_error(error, limits) from None
     finally:
-        if runs is not None:
-            runs.close()
+        blocks.close()
     _raise_cells(oversized, limits.max_cell_bytes)
-    if bad_field_counts:
+    if blocks.bad_rows:
         raise UploadRejected(
             422,
-            f"{bad_field_counts} row{' does' if bad_field_counts == 1 else 's do'} "
+            f"{blocks.bad_rows} row{' does' if blocks.bad_rows == 1 else 's do'} "
             f"not have {len(header)} fields",
         )
 
@@ -455,14 +447,6 @@ class SeparatorRuns:
             first, last = int(positions[0]), int(positions[-1])
         self._run, head = n - 1 - last, self._run + first
         self.too_long = max(head, inner, self._run) > self.limit
-
-
-def _iterate(read_next: Callable[[], pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    while True:
-        try:
-            yield read_next()
-        except StopIteration:
-            return
 
 
 def _csv_error(error: pa.ArrowInvalid, limits: IngestLimits) -> UploadRejected:

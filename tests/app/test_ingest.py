@@ -197,3 +197,60 @@ def test_a_table_stored_as_parquet_before_reads_as_it_did(tmp_path: Path) -> Non
     stored = tmp_path / "table.arrow"
     ingest_table(source, schema, stored, LIMITS)
     assert (read_encoded_table(stored, schema, narrow=True) == codes).all()
+
+
+def _typed_csv(rows: int, rng: np.random.Generator) -> tuple[list[str], TableSchema]:
+    """A CSV of a number, a category and a date; a quoted cell with a comma and a line break
+    two thirds of the way down (from there the streaming reader takes over)."""
+    lines = ["x,c,d"]
+    for i in range(rows):
+        lines.append(f"{rng.integers(0, 100)},{'abc'[i % 3]},2024-01-{1 + i % 28:02d}")
+    lines[2 * rows // 3] = '7,"b",2024-02-03'
+    schema = TableSchema.from_json(
+        {
+            "columns": [
+                {"name": "x", "type": "numeric", "bins": [0, 25, 50, 75, 100]},
+                {"name": "c", "type": "categorical", "categories": ["a", "b", "c", "d,\ne"]},
+                {"name": "d", "type": "date", "min": "2024-01-01", "max": "2024-03-01", "bins": 4},
+            ]
+        }
+    )
+    lines[rows // 2] = '8,"d,\ne",2024-01-05'
+    return lines, schema
+
+
+@pytest.mark.parametrize("block", [64, 1000])
+def test_csv_read_in_small_blocks_gives_the_codes_and_refusals_of_one_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """The CSV blocks parsed on threads (engine/csv_blocks.py) and then, after the first quote,
+    by the streaming reader: codes, and a refusal's message, as when one block holds it all."""
+    rng = np.random.default_rng(11)
+    lines, schema = _typed_csv(3000, rng)
+    source = tmp_path / "t.csv"
+    source.write_text("\n".join(lines) + "\n")
+    whole = tmp_path / "whole.arrow"
+    ingest_table(source, schema, whole, LIMITS)
+    monkeypatch.setattr(ingest, "CSV_BLOCK_BYTES", block)
+    blocks = tmp_path / "blocks.arrow"
+    assert ingest_table(source, schema, blocks, LIMITS) == 3000
+    expected = read_encoded_table(whole, schema)
+    assert (read_encoded_table(blocks, schema) == expected).all()
+    assert expected[1499, 1] == 3  # the quoted category with its comma and line break
+
+    short = list(lines)
+    for i in (10, 700, 2900):  # before and after the quote: one field too many
+        short[i] += ",9"
+    outside = list(lines)
+    for i in (20, 1200, 2500):
+        outside[i] = "150,a,2024-01-01"  # outside the bounds
+    for bad, message in [
+        (short, "3 rows do not have 3 fields"),
+        (outside, "values do not match the schema: column 'x': 3 values outside"),
+    ]:
+        source.write_text("\n".join(bad) + "\n")
+        for size in (block, 64 * 1024 * 1024):
+            monkeypatch.setattr(ingest, "CSV_BLOCK_BYTES", size)
+            with pytest.raises(UploadRejected) as refused:
+                ingest_table(source, schema, tmp_path / "refused.arrow", LIMITS)
+            assert refused.value.message.startswith(message)
