@@ -238,11 +238,11 @@ def section(
         "Ratio: the time over the faster baseline of the same run for "
         "the format and file (pd.read_csv or pyarrow.csv.read_csv for CSV, pd.read_parquet "
         "for Parquet), which only parse and check nothing; CPU: this process's CPU time, all "
-        "threads (pyarrow's readers use both cores). Before: main at a73d426 (the uploaded "
-        "table's codes stored as Parquet, byte-stream-split and zstd; Parquet uploads read "
-        "65,536 rows at a time); after: the codes stored as an Arrow IPC file (narrowest "
-        "unsigned type, zstd per buffer) and Parquet uploads read up to 131,072 rows at a "
-        "time within the same memory budget.",
+        "threads (pyarrow's readers use both cores). Before: main at dbc15d3 (CSV read by "
+        "pyarrow's streaming reader, ``open_csv``, which parses on one thread); after: CSV "
+        "read in blocks of whole rows that pyarrow parses on two threads, taken in the file's "
+        "order (engine/csv_blocks.py). The Parquet rows run the same code before and after: "
+        "their differences are this machine's noise.",
         "",
         f"    {command}",
         "",
@@ -290,19 +290,38 @@ def _table(results: dict[str, Any], before: dict[str, Any]) -> list[str]:
 
 
 NOTES = [
-    "The issue's target is within 2× of the faster baseline. Judged in CPU time, as this "
-    "section has since loader2 (the baselines parse on both cores, the CSV block reader "
-    "used for uploads on one), the after columns meet it on every reader in the interleaved "
-    "run, and in the warm run on every reader but one: ingest_table of the typed schema on "
-    "Parquet, 2.2× (from 3.1×; the codes schema 1.6×, from 3.0×). In wall time the Parquet "
-    "uploads meet it in the interleaved run (1.0–1.9×) and not in the warm one (2.0–3.3×), "
-    "and on this machine the CSV readers mostly do not (1.6–2.9× interleaved, 2.4–3.0× "
-    "warm; 0.8–1.6× in CPU). The Parquet baselines move with the memory the previous reader "
-    "left: pd.read_parquet of adult ×40 takes 0.10–0.11 s warm and 0.15–0.29 s interleaved "
-    "(fresh page faults). Single runs move by up to a third here: load_table on CSV, which "
-    "this change does not touch, took 0.71 s before and 0.99 s after in the warm runs.",
+    "The issue's target is within 2× of the faster baseline. In CPU time the after columns "
+    "meet it on every reader in both runs (0.8–1.9×). In wall time every CSV reader now "
+    "meets it in both runs (1.2–1.9×; before 1.7–2.9×) and the Parquet readers in the "
+    "interleaved run but one: ingest_table of the typed schema, 2.5× (0.18 s against "
+    "pd.read_parquet's 0.07 s); in the warm run the codes schema's ingest is at 2.0×, the "
+    "typed schema's load_table 2.3× and ingest_table 2.6×. The Parquet baselines are fast "
+    "here (adult ×40 in 0.07 s) and move with the memory the previous reader left; single "
+    "runs move by up to a third on this machine. Loading a stored table (the worker's "
+    "``read_encoded_table`` of adult ×40's Arrow file, best of seven, in the same minutes): "
+    "0.008 s in its narrow type and 0.034 s as int64, against 0.060 s for pd.read_parquet "
+    "of the uploaded file.",
     "",
-    "What changed for uploads: the stored table. Parquet has no one-byte integer type, so "
+    "What changed for CSV: pyarrow's streaming reader parses on one thread, its table "
+    "reader on all cores but over the whole file. engine/csv_blocks.py reads the file in "
+    "4 MiB reads cut after the last line feed and gives each block of whole rows to "
+    "``read_csv`` on a pool of two threads (pyarrow releases the GIL while it parses), at "
+    "most three blocks ahead of the encoder, and yields the batches in the file's order. A "
+    "line feed ends a row only outside quotes, so from the first quote character or lone "
+    "carriage return on, the rest of the file goes to the streaming reader as before (the "
+    "same parser and options either way: the same cells). Cutting the blocks first cost "
+    "0.36–0.44 s of CPU on flights through three copies of each block and two counts; a "
+    "view of the block and one scan for a carriage return brought that down to the read "
+    "itself. On adult ×205 (10 M rows, 310 MB, quote-free) ingest_table in a fresh process "
+    "(codes and typed schemas, three runs each way) took 2.0–2.9 s instead of 3.3–4.8 s and "
+    "raised its peak by 184–194 MB instead of 282–301 MB (Arrow's pool: 64 MiB at most "
+    "instead of 203 MiB, which the streaming reader's read-ahead held); the service upload "
+    "of the same file (``benchmarks.scale --only k=205 phase=upload``, three runs after and "
+    "two before, alternating) took 4.2–4.7 s instead of 5.4–7.6 s with an API peak of "
+    "463–486 MB instead of 586–597 MB (the target is 600 MB).",
+    "",
+    "What changed before this (a73d426 → dbc15d3), for uploads: the stored table. Parquet "
+    "has no one-byte integer type, so "
     "each code (one byte for adult) was written as a four-byte INT32, and split and "
     "compressed at that width; the codes are now an Arrow IPC file (the Feather V2 format) "
     "in their narrowest unsigned type with each buffer compressed by zstd (level 1), read by "
@@ -312,8 +331,9 @@ NOTES = [
     "0.07 s, read 0.08 → 0.02 s, 9.1 → 8.9 MB; on the stacked file of this benchmark the "
     "write takes 0.02 s (0.8 MB). Parquet uploads are also read up to 131,072 rows at a time "
     "(65,536 before) inside the same batch budget (128 MiB for a batch decoded and being "
-    "encoded): adult's batches are 92,000 rows. Where ingest_table's CPU goes now (typed "
-    "schema, warm): the page check 0.03 s, the bounded read 0.17 s (pd.read_parquet reads "
+    "encoded): adult's batches are 92,000 rows. Where ingest_table's CPU went then (typed "
+    "schema, warm, on a machine 2–3× slower than this run's): the page check 0.03 s, the "
+    "bounded read 0.17 s (pd.read_parquet reads "
     "and converts the same columns in 0.20 s), encoding 0.10 s (mostly ``np.take`` through "
     "the lookup tables), the write 0.03 s. Tried and not kept: reading the next batch in a "
     "thread while one is encoded (no gain: decoding already uses both cores), encoding "
