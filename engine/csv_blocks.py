@@ -13,13 +13,19 @@ return ends a row too. So a block is cut after its last line feed only while no 
 far is a quote character or a lone carriage return; from the first block that holds one, the
 rest of the file (from that block's first byte, which starts a row) goes to the streaming
 reader, as the whole file did before. The same happens when the header line holds one, or
-when ``block_bytes`` read after the last line feed bring no other (a row longer than a block,
-which the streaming reader then refuses with pyarrow's "straddling" error, from the row's first
-byte). Either way each cell is parsed by the same parser with the same options, so the batches
-hold the same values in the same order; only where the batches are cut differs. Rows longer
-than ``block_bytes`` were and are refused or read depending on where blocks fall (pyarrow's
-streaming reader reads some up to twice its block); the upload's cell and column limits keep
-rows far below its 4 MiB.
+when ``block_bytes`` bytes from a row's start hold no line feed (a row longer than a block,
+which the streaming reader then refuses with pyarrow's "straddling" error). Either way each
+cell is parsed by the same parser with the same options, so the batches hold the same values
+in the same order; only where the batches are cut differs. pyarrow drops a UTF-8 byte order
+mark at the start of the bytes it is given, which the whole file's reader does only at the
+file's first byte: bytes that start a row inside the file with one get an empty line first
+(skipped), so the mark stays in its cell.
+
+Two behaviours of pyarrow's own reader depend on where its blocks fall, and the hand-over
+moves them: rows longer than a block are refused or read (pyarrow reads some up to twice its
+block; by default the upload's cell and column limits keep a row within about 1 MiB, below
+its 4 MiB), and a CRLF inside a quoted cell that straddles two of its blocks loses its line
+feed (apache/arrow#51368, open).
 
 On adult stacked 40 times (quote-free, 2 M rows) the parse takes about half the wall time of
 the streaming reader, and an upload of adult ×205 holds 64 MiB in Arrow's pool instead of
@@ -41,6 +47,7 @@ import pyarrow.csv as pacsv
 _QUOTE = b'"'
 _CR = b"\r"
 _LF = b"\n"
+_BOM = b"\xef\xbb\xbf"
 
 
 class BinarySource(Protocol):
@@ -85,6 +92,15 @@ def _safe(data: bytes) -> bool:
     if _CR not in data:  # the usual case: one fast scan, not two counts
         return True
     return data.count(_CR) - data.endswith(_CR) == data.count(b"\r\n")
+
+
+def _keep_bom(data: bytes | memoryview) -> bytes | memoryview:
+    """``data``, which starts a row inside the file, with an empty line first if it starts with
+    the UTF-8 byte order mark: pyarrow drops a BOM at the start of the bytes it is given, which
+    the whole file's reader does only at the file's first byte. An empty line is skipped."""
+    if bytes(data[:3]) == _BOM:
+        return b"\n" + bytes(data)
+    return data
 
 
 class CsvBlocks:
@@ -140,7 +156,7 @@ class CsvBlocks:
         self, block: bytes | memoryview, options: pacsv.ParseOptions
     ) -> list[pa.RecordBatch]:
         table = pacsv.read_csv(
-            pa.py_buffer(block),
+            pa.py_buffer(_keep_bom(block)),
             # One block, one chunk: read_csv's own block must hold it whole.
             read_options=pacsv.ReadOptions(
                 column_names=self._names, use_threads=False, block_size=len(block) + 1
@@ -177,25 +193,32 @@ class CsvBlocks:
         pool = ThreadPoolExecutor(self._workers, thread_name_prefix="csv-block")
         pending: deque[Future[list[pa.RecordBatch]]] = deque()
         try:
-            while not at_end:
+            while True:
+                cut = len(data) - 1 if at_end else data.rfind(_LF)
+                if cut >= 0:
+                    if not _safe(data):
+                        break  # a quote or a lone CR: a line feed may be inside a cell
+                    # The block is a view (no copy), kept alive by the parse's buffer.
+                    block = memoryview(data)[: cut + 1]
+                    data = data[cut + 1 :]
+                    pending.append(pool.submit(self._parse, block, self._parse_options()))
+                    self.parallel_blocks += 1
+                    while len(pending) > self._workers:
+                        yield from pending.popleft().result()
+                elif len(data) >= self._block_bytes:
+                    break  # a row longer than a block
+                if at_end:
+                    break
                 chunk = self._source.read(self._block_bytes)
-                at_end = not chunk
                 if chunk:
                     data = data + chunk if data else chunk
-                cut = len(data) - 1 if at_end else data.rfind(_LF)
-                if cut < 0 or not _safe(data):
-                    break  # a row longer than a block, nothing left, or a quote or CR
-                # The block is a view (no copy); data keeps it alive until it is parsed.
-                block = memoryview(data)[: cut + 1]
-                data = data[cut + 1 :]
-                pending.append(pool.submit(self._parse, block, self._parse_options()))
-                self.parallel_blocks += 1
-                while len(pending) > self._workers:
-                    yield from pending.popleft().result()
+                else:
+                    at_end = True
             while pending:
                 yield from pending.popleft().result()
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         if data:
             # From a row's first byte, the rest of the file goes to the streaming reader.
-            yield from self._streaming(_Stitched(data, self._source), skip_rows=0)
+            start = bytes(_keep_bom(data))  # bytes(b) is b itself: no copy
+            yield from self._streaming(_Stitched(start, self._source), skip_rows=0)

@@ -34,6 +34,15 @@ def narrowest_unsigned(size: int) -> np.dtype[np.unsignedinteger[Any]]:
     return np.dtype(np.uint64)
 
 
+def narrowest_signed(size: int) -> np.dtype[np.signedinteger[Any]]:
+    """The narrowest signed integer type that holds codes ``0..size-1`` and the refusal codes
+    (small negative numbers)."""
+    for kind in (np.int8, np.int16, np.int32):
+        if size <= np.iinfo(kind).max + 1:
+            return np.dtype(kind)
+    return np.dtype(np.int64)
+
+
 @dataclass(frozen=True)
 class Domain:
     """Ordered attributes and their category counts (public metadata, never bought with budget)."""

@@ -427,8 +427,12 @@ class TableSchema:
 
 
 def compact_codes(codes: np.ndarray, size: int) -> np.ndarray:
-    """Valid codes ``0..size-1`` in the narrowest unsigned integer type that holds them."""
-    return codes.astype(narrowest_unsigned(size), copy=False)
+    """Valid codes ``0..size-1`` in the narrowest unsigned integer type that holds them (a
+    view of signed codes of that width: valid codes are never negative)."""
+    kind = narrowest_unsigned(size)
+    if codes.dtype.kind == "i" and codes.dtype.itemsize == kind.itemsize:
+        return codes.view(kind)
+    return codes.astype(kind, copy=False)
 
 
 def count_reasons(codes: np.ndarray) -> dict[int, int]:

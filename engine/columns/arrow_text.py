@@ -40,7 +40,7 @@ from engine.columns.numeric import (
     bin_codes_compact,
     bins_inside,
 )
-from engine.domain import narrowest_unsigned
+from engine.domain import narrowest_signed, narrowest_unsigned
 
 # The ASCII characters for which str.isspace() is true.
 ASCII_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
@@ -276,7 +276,13 @@ def _integer_category_table(
     high = max(n for n, _ in integers)
     if high - low > MAX_LOOKUP_SPAN:
         return None
-    kind = np.int64 if undeclared < 0 else narrowest_unsigned(len(categories) + 1)
+    # A refusal code is negative: the narrowest signed type then (one byte for up to 127
+    # categories, not eight: a batch's codes are written, counted and compacted at that width).
+    kind = (
+        narrowest_signed(len(categories))
+        if undeclared < 0
+        else narrowest_unsigned(len(categories) + 1)
+    )
     table = np.full(high - low + 1, undeclared, dtype=kind)
     for number, position in integers:
         table[number - low] = position

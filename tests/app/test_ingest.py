@@ -144,10 +144,11 @@ def test_dictionary_with_more_entries_than_rows_is_refused_before_decoding(
     assert not (tmp_path / "out.arrow").exists()
 
 
+@pytest.mark.parametrize("read_rows", [500, 300])  # 300: batches straddle the stored ones
 def test_the_stored_table_is_a_compressed_arrow_file_of_narrow_codes_in_row_order(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_rows: int
 ) -> None:
-    monkeypatch.setattr(ingest, "PARQUET_MAX_BATCH_ROWS", 500)  # read 500 rows at a time
+    monkeypatch.setattr(ingest, "PARQUET_MAX_BATCH_ROWS", read_rows)  # rows read at a time
     monkeypatch.setattr(ingest, "WRITE_MAX_ROWS", 1000)  # several stored record batches
     rng = np.random.default_rng(7)
     small = rng.integers(0, 3, 4321)
@@ -254,3 +255,27 @@ def test_csv_read_in_small_blocks_gives_the_codes_and_refusals_of_one_block(
             with pytest.raises(UploadRejected) as refused:
                 ingest_table(source, schema, tmp_path / "refused.arrow", LIMITS)
             assert refused.value.message.startswith(message)
+
+
+def test_a_byte_order_mark_before_a_data_row_is_part_of_its_cell(tmp_path: Path) -> None:
+    """Only the file's first bytes may be a BOM (pyarrow drops one at the start of any bytes it
+    is given, and each CSV block starts a row): a mark before a row's first cell is text."""
+    schema = TableSchema.from_json(
+        {
+            "columns": [
+                {"name": "c", "type": "categorical", "categories": ["a", "a,b", "z"]},
+                {"name": "x", "type": "numeric", "bins": [0, 5, 10]},
+            ]
+        }
+    )
+    source = tmp_path / "bom.csv"
+    source.write_bytes(b"\xef\xbb\xbfc,x\na,1\n\xef\xbb\xbfa,2\n")  # the first BOM is the file's
+    with pytest.raises(UploadRejected) as refused:
+        ingest_table(source, schema, tmp_path / "t.arrow", LIMITS)
+    assert refused.value.message.startswith(
+        "values do not match the schema: column 'c': 1 value not among the declared categories"
+    )
+    source.write_bytes(b'c,x\n\xef\xbb\xbf"a,b",1\nz,2\n')  # no quoted cell: three fields
+    with pytest.raises(UploadRejected) as refused:
+        ingest_table(source, schema, tmp_path / "t.arrow", LIMITS)
+    assert refused.value.message == "1 row does not have 2 fields"

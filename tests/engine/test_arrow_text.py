@@ -14,7 +14,8 @@ import pytest
 
 from engine.columns import MISSING, OUTSIDE, UNDECLARED, UNPARSEABLE
 from engine.columns.arrow_text import _PLAIN_NUMBER, parse_numbers, strip
-from engine.encoding import TableSchema, encode_array, encode_values
+from engine.domain import narrowest_unsigned
+from engine.encoding import TableSchema, compact_codes, encode_array, encode_values
 
 CELLS = [
     *(" 1e3", "+5", "3.0", "-0", "00012", "1.e5", ".5", "5.", "-.5", "1E2", "2.5e1", "1e-5"),
@@ -144,3 +145,24 @@ def test_a_large_unsigned_integer_is_not_read_as_a_negative_category() -> None:
     column = TableSchema.from_json(INTEGER_LABELS).columns[0]
     array = pa.array([2**64 - 1, 7], type=pa.uint64())
     assert encode_array(column, array).tolist() == [UNDECLARED, 4]
+
+
+@pytest.mark.parametrize(("count", "kind"), [(5, np.int8), (127, np.int8), (200, np.int16)])
+def test_integer_categories_come_in_the_narrowest_signed_type(count: int, kind: type) -> None:
+    """Codes of integers through the lookup table of the categories (the even numbers here):
+    one byte for up to 127 categories (a refusal code is negative), and the same codes and
+    refusals as the pandas encoder."""
+    categories = [str(2 * i) for i in range(count)]
+    schema = TableSchema.from_json(
+        {"columns": [{"name": "c", "type": "categorical", "categories": categories}]}
+    )
+    column = schema.columns[0]
+    values = pa.array([0, 2 * (count - 1), 1, 6, 3], type=pa.int64())
+    codes = encode_array(column, values)
+    assert codes.dtype == kind
+    assert codes.tolist() == [0, count - 1, UNDECLARED, 3, UNDECLARED]
+    assert codes.tolist() == encode_values(column, values.to_pandas()).tolist()
+    valid = encode_array(column, values.slice(0, 2))
+    compact = compact_codes(valid, column.size)
+    assert compact.dtype == narrowest_unsigned(column.size)
+    assert compact.tolist() == [0, count - 1]
