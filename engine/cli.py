@@ -46,6 +46,7 @@ import pyarrow.parquet as pq
 import pydantic
 
 from engine.accounting import RHO_QUANTUM, rho_from_epsilon_delta
+from engine.buffers import Slabs, pool_array
 from engine.columns.categorical import as_float
 from engine.columns.numeric import NumericColumn
 from engine.columns.spec import DELTA_QUANTUM
@@ -464,6 +465,7 @@ def _load_table(
     # Each column's codes are kept per batch in the narrowest unsigned type, and copied once
     # into the column-major result (so a column of the result is contiguous memory).
     parts: list[list[npt.NDArray[np.unsignedinteger[Any]]]] = [[] for _ in schema.columns]
+    slabs = Slabs()  # the kept codes in a few large pieces (engine/buffers.py)
     problems: Counter[tuple[str, int]] = Counter()
     rows = 0
     for batch in _table_batches(path, schema, allow_extra, typed=typed):
@@ -473,7 +475,7 @@ def _load_table(
         problems.update(found)
         if not problems:
             for part, codes in zip(parts, columns, strict=True):
-                part.append(codes)
+                part.append(slabs.keep(codes))
             rows += batch.num_rows
     if problems:
         raise TableError(schema.describe_problems(problems))
@@ -496,8 +498,7 @@ def _column_major(rows: int, columns: int, dtype: np.dtype[Any]) -> CodeArray:
     time (page faults on first write, on this kernel huge-page compaction too: 0.2 s of CPU
     for 307 MB), while Arrow's pool (mimalloc or jemalloc) keeps freed memory for the next
     allocation, as pyarrow's own readers do. The array keeps its buffer alive."""
-    buffer = pa.allocate_buffer(rows * columns * dtype.itemsize)
-    out: CodeArray = np.frombuffer(buffer, dtype=dtype).reshape(columns, rows).T
+    out: CodeArray = pool_array(rows * columns, dtype).reshape(columns, rows).T
     return out
 
 

@@ -24,6 +24,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from app.datasets.parquet_pages import ParquetRefused, ReadPlan, plan_parquet_read
+from engine.buffers import column_buffers
 from engine.csv_blocks import CsvBlocks
 from engine.domain import narrowest_unsigned
 from engine.encoding import (
@@ -169,10 +170,11 @@ class _PendingCodes:
     :data:`WRITE_MAX_ROWS`: an upload's batch is often a few ten thousand rows, and each stored
     batch is compressed buffer by buffer (small buffers compress worse and cost a frame each).
 
-    The buffers are allocated once and written again after each flush (the writer has
-    compressed and written a batch when ``write_batch`` returns): keeping each batch's codes
-    and concatenating them at a flush touched fresh memory twice per code, and the page faults
-    were most of the encoding's time (13,000 on adult x40, about 0.1 s).
+    The buffers are allocated once, from Arrow's pool (:mod:`engine.buffers`), and written
+    again after each flush (the writer has compressed and written a batch when ``write_batch``
+    returns): keeping each batch's codes and concatenating them at a flush touched fresh
+    memory twice per code, and the page faults were most of the encoding's time (13,000 on
+    adult x40, about 0.1 s).
     """
 
     def __init__(self, arrow_schema: pa.Schema, writer: pa.ipc.RecordBatchFileWriter) -> None:
@@ -186,7 +188,7 @@ class _PendingCodes:
     def add(self, codes: list[np.ndarray]) -> None:
         """Copy one batch's codes (valid: ``0..size-1`` in any integer type) in."""
         if not self._buffers:
-            self._buffers = _column_buffers(
+            self._buffers = column_buffers(
                 [np.dtype(field.type.to_pandas_dtype()) for field in self._schema], self._capacity
             )
         rows, start = len(codes[0]), 0
@@ -209,19 +211,6 @@ class _PendingCodes:
         ]
         self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self._schema))
         self._rows = 0
-
-
-def _column_buffers(kinds: list[np.dtype[Any]], rows: int) -> list[np.ndarray]:
-    """One array of ``rows`` per type, all carved from one allocation (64-byte aligned): NumPy
-    asks the kernel for huge pages for an allocation of 4 MiB or more, so filling the buffers
-    takes a few page faults instead of one per 4 KiB (a column of one-byte codes is 1 MiB)."""
-    sizes = [-(-rows * kind.itemsize // 64) * 64 for kind in kinds]
-    whole = np.empty(sum(sizes), dtype=np.uint8)
-    buffers, start = [], 0
-    for kind, size in zip(kinds, sizes, strict=True):
-        buffers.append(whole[start : start + rows * kind.itemsize].view(kind))
-        start += size
-    return buffers
 
 
 class _BatchEncoder:
