@@ -328,7 +328,7 @@ class TableSchema:
     ) -> tuple[list[np.ndarray], dict[tuple[str, int], int]]:
         """:meth:`encode_batch` column by column, without a 2-D copy: each column's codes (in
         the narrowest unsigned type that holds the column's codes when none was refused, else
-        int64 with the negative reasons), and the refused rows per (column, reason)."""
+        a signed type with the negative reasons), and the refused rows per (column, reason)."""
         out: list[np.ndarray] = []
         problems: dict[tuple[str, int], int] = {}
         for column in self.columns:
