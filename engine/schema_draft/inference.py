@@ -27,9 +27,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from engine.columns.arrow_text import lower, strip
 from engine.columns.base import DEFAULT_MISSING_VALUES
 
 TRUE_WORDS = ("true", "yes", "y", "t")
@@ -131,29 +133,40 @@ class _Stats:
     digits: bool = True  # every value so far contains a digit
     unsupported: str | None = None
 
-    def add_text(self, text: pd.Series, missing_values: frozenset[str]) -> None:
-        is_missing = text.str.strip().isin(missing_values)  # as uploads compare them
-        self.missing += int(is_missing.sum())
-        present = text[~is_missing]
-        if present.empty:
+    def add_text(self, text: pa.Array, missing_values: frozenset[str]) -> None:
+        """A batch of text cells (no nulls). The string work runs in Arrow, with Python's
+        ``str.strip`` and ``str.lower`` semantics (engine/columns/arrow_text.py); numbers and
+        dates are still read by pandas, as uploads and the earlier drafts read them."""
+        if pa.types.is_large_string(text.type):
+            text = text.cast(pa.string())
+        spellings = pa.array(sorted(missing_values), type=pa.string())
+        is_missing = pc.is_in(strip(text), value_set=spellings)
+        absent = int(pc.sum(is_missing).as_py() or 0)
+        self.missing += absent
+        present = pc.filter(text, pc.invert(is_missing)) if absent else text
+        if not len(present):
             return
         self.values += len(present)
         self._count(present)
         if self.digits:
-            self.digits = bool(present.str.contains("[0-9]", regex=True).all())
+            self.digits = bool(pc.all(pc.match_substring_regex(present, "[0-9]")).as_py())
+        stripped = strip(present)
         if self.boolean:
-            words = present.str.strip().str.lower()
-            self.boolean = bool(words.isin(TRUE_WORDS + FALSE_WORDS).all())
+            words = pa.array(TRUE_WORDS + FALSE_WORDS, type=pa.string())
+            self.boolean = bool(pc.all(pc.is_in(lower(stripped), value_set=words)).as_py())
         if self.numeric:
-            numbers = pd.to_numeric(present, errors="coerce")
+            numbers = pd.to_numeric(pd.Series(present.to_pandas(), dtype=object), errors="coerce")
             finite = np.isfinite(numbers.to_numpy(dtype=np.float64, na_value=np.nan))
             if finite.all():
                 self._numbers(numbers.to_numpy(dtype=np.float64))
-                self._decimals(present)
+                self._decimals(present, stripped)
             else:
                 self.numeric = False
         if not self.numeric and self.formats:
-            self._dates(present)
+            if self.digits:
+                self._dates(pd.Series(stripped.to_pandas(), dtype=object))
+            else:  # every format reads a year: a cell without a digit fails them all
+                self.formats = []
 
     def add_typed(self, array: pa.Array) -> None:
         """A Parquet column with its own type (text goes through :meth:`add_text`)."""
@@ -187,15 +200,20 @@ class _Stats:
         else:
             self.unsupported = str(kind)
 
-    def _count(self, present: pd.Series) -> None:
+    def _count(self, present: pa.Array | pd.Series) -> None:
         if self.overflow:
             return
-        if int(present.astype(str).str.len().max()) > MAX_CATEGORY_CHARS:
+        if isinstance(present, pd.Series):  # a Parquet boolean column's words
+            present = pa.array(present.astype(str), type=pa.string())
+        if int(pc.max(pc.utf8_length(present)).as_py() or 0) > MAX_CATEGORY_CHARS:
             self.overflow = True  # free text: never a category, so never kept
             self.counts = {}
             return
-        for value, count in present.value_counts(sort=False).items():
-            self.counts[str(value)] = self.counts.get(str(value), 0) + int(count)
+        found = pc.value_counts(present)  # in order of first appearance
+        for value, count in zip(
+            found.field("values").to_pylist(), found.field("counts").to_pylist(), strict=True
+        ):
+            self.counts[value] = self.counts.get(value, 0) + int(count)
         if len(self.counts) > DISTINCT_CAP:
             self.overflow = True
             self.counts = {}
@@ -208,17 +226,19 @@ class _Stats:
         if self.integral:
             self.integral = bool(np.all(numbers == np.floor(numbers)))
 
-    def _decimals(self, present: pd.Series) -> None:
+    def _decimals(self, present: pa.Array, stripped: pa.Array) -> None:
         if self.decimals is None:
             return
-        if present.str.contains("[eE]", regex=True).any():
+        if pc.any(pc.match_substring_regex(present, "[eE]")).as_py():
             self.decimals = None
             return
-        fraction = present.str.strip().str.partition(".")[2].str.rstrip("0")
-        self.decimals = max(self.decimals, int(fraction.str.len().max() or 0))
+        # str.partition(".")[2].rstrip("0"): what follows the first point, without trailing 0s.
+        after_point = pc.replace_substring_regex(stripped, pattern=r"^[^.]*\.?", replacement="")
+        fraction = pc.utf8_rtrim(after_point, characters="0")
+        self.decimals = max(self.decimals, int(pc.max(pc.utf8_length(fraction)).as_py() or 0))
 
-    def _dates(self, present: pd.Series) -> None:
-        text = present.str.strip()
+    def _dates(self, text: pd.Series) -> None:
+        """``text``: the present cells, stripped."""
         for fmt in list(self.formats):
             parsed = pd.to_datetime(text, format=fmt, errors="coerce")
             if parsed.isna().any():
@@ -292,7 +312,7 @@ def _csv_stats(path: Path, missing: frozenset[str]) -> tuple[list[_Stats], int]:
         for batch in reader:
             rows += batch.num_rows
             for column, values in zip(stats, batch.columns, strict=True):
-                column.add_text(pd.Series(values.to_pandas(), dtype=object), missing)
+                column.add_text(values, missing)
     except pa.ArrowInvalid:
         # pyarrow's messages can quote a row: never forwarded.
         raise DraftError("the CSV could not be parsed (rows of different lengths?)") from None
@@ -322,7 +342,7 @@ def _add_batch(stats: list[_Stats], batch: pa.RecordBatch, missing: frozenset[st
             values = values.dictionary_decode()
         if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
             column.missing += values.null_count
-            column.add_text(pd.Series(values.drop_null().to_pandas(), dtype=object), missing)
+            column.add_text(values.drop_null(), missing)
         else:
             column.add_typed(values)
 

@@ -185,3 +185,54 @@ def test_unreadable_csv_is_refused_without_echoing_it(tmp_path: Path) -> None:
     with pytest.raises(DraftError) as refused:
         draft_schema(path)
     assert "secret" not in str(refused.value)
+
+
+def _reference(cells: list[str], missing: frozenset[str]) -> dict[str, object]:
+    """What the draft's text statistics mean, in plain Python (str.strip, str.lower, re)."""
+    import re
+    from collections import Counter
+
+    present = [c for c in cells if c.strip() not in missing]
+    words = {"true", "yes", "y", "t", "false", "no", "n", "f"}
+    out: dict[str, object] = {
+        "missing": len(cells) - len(present),
+        "values": len(present),
+        "counts": dict(Counter(present)),
+        "digits": all(re.search("[0-9]", c) for c in present),
+        "boolean": all(c.strip().lower() in words for c in present),
+    }
+    if any(c in "eE" for cell in present for c in cell):
+        out["decimals"] = None
+    else:
+        out["decimals"] = max(len(c.strip().partition(".")[2].rstrip("0")) for c in present)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("cells", "numeric"),
+    [
+        (["  1.50 ", "2", " NA", "", "\t.5", "7.", "-0.000", "12.3400 ", "NA "], True),
+        (["1e3", "2", "3.25", "NA"], True),
+        (["1.5", " NA", "", "\u20031.0\u2003", "\x1c-0.000\x1c", "NA "], False),
+        (["Yes", " no ", "T", "f", "NA", "\u0130", "K\u212a", "x y"], False),
+    ],
+)
+def test_text_statistics_are_pythons_string_semantics(cells: list[str], numeric: bool) -> None:
+    """The Arrow text statistics (two batches) against str.strip, str.lower and re over the
+    same cells: missing spellings after stripping, counts, digits, booleans, decimals."""
+    import pyarrow as pa
+
+    from engine.schema_draft.inference import _Stats
+
+    missing = frozenset({"", "NA"})
+    stats = _Stats("c")
+    half = len(cells) // 2
+    for part in (cells[:half], cells[half:]):
+        stats.add_text(pa.array(part, type=pa.string()), missing)
+    expected = _reference(cells, missing)
+    assert stats.missing == expected["missing"] and stats.values == expected["values"]
+    assert stats.counts == expected["counts"]
+    assert stats.digits == expected["digits"] and stats.boolean == expected["boolean"]
+    assert stats.numeric == numeric  # pandas reads the numbers (not Unicode spaces)
+    if numeric:
+        assert stats.decimals == expected["decimals"]
