@@ -41,7 +41,6 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pydantic
 
@@ -317,13 +316,7 @@ def _csv_batches(
         open(path, "rb"),  # noqa: SIM115 (closed below)
         header,
         block_bytes=CSV_BLOCK_BYTES,
-        convert_options=pacsv.ConvertOptions(
-            column_types=types.column_types,
-            include_columns=list(schema.names),
-            null_values=types.null_values,
-            strings_can_be_null=False,
-            quoted_strings_can_be_null=False,
-        ),
+        convert_options=types.convert_options(list(schema.names)),
     )
     try:
         for batch in blocks:

@@ -129,7 +129,7 @@ class CsvBlocks:
         self._convert = convert_options
         self._block_bytes = block_bytes
         self._workers = workers
-        self._bad_rows: list[int] = []  # one count per parse (list.append is atomic)
+        self._bad_rows: list[int] = []  # one slot per parse, appended before it starts
         self.parallel_blocks = 0  # blocks handed to the pool (for tests and benchmarks)
 
     def close(self) -> None:
@@ -140,14 +140,12 @@ class CsvBlocks:
         return sum(self._bad_rows)
 
     def _parse_options(self) -> pacsv.ParseOptions:
-        count = [0]
         self._bad_rows.append(0)
         slot = len(self._bad_rows) - 1
 
         def skip(_row: Any) -> str:
-            # One parse runs on one thread: its own counter needs no lock.
-            count[0] += 1
-            self._bad_rows[slot] = count[0]
+            # One parse runs on one thread: its own slot needs no lock.
+            self._bad_rows[slot] += 1
             return "skip"
 
         return pacsv.ParseOptions(newlines_in_values=True, invalid_row_handler=skip)
@@ -176,11 +174,7 @@ class CsvBlocks:
             parse_options=self._parse_options(),
             convert_options=self._convert,
         )
-        while True:
-            try:
-                yield reader.read_next_batch()
-            except StopIteration:
-                return
+        yield from reader
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         first = self._source.read(self._block_bytes)

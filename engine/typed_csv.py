@@ -63,6 +63,17 @@ class CsvTypes:
     # The columns read as float64: each batch is checked with check_typed_batch.
     numbers: tuple[str, ...]
 
+    def convert_options(self, names: list[str]) -> pacsv.ConvertOptions:
+        """The reader's conversions of the stored columns ``names`` (the others, ignored
+        columns, are never converted); an empty or quoted cell is text, never a null."""
+        return pacsv.ConvertOptions(
+            column_types=self.column_types,
+            include_columns=names,
+            null_values=self.null_values,
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        )
+
 
 def csv_types(
     schema: TableSchema, *, typed: bool, repetitive: Collection[str] | None = None

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from app.datasets.parquet_pages import ParquetRefused, ReadPlan, plan_parquet_read
@@ -359,13 +358,7 @@ def _csv_batches(
         open(source, "rb") if runs is None else runs,  # noqa: SIM115 (closed below)
         header,
         block_bytes=CSV_BLOCK_BYTES,
-        convert_options=pacsv.ConvertOptions(
-            column_types=types.column_types,
-            include_columns=list(schema.names),  # ignored columns are never converted
-            null_values=types.null_values,
-            strings_can_be_null=False,
-            quoted_strings_can_be_null=False,
-        ),
+        convert_options=types.convert_options(list(schema.names)),
     )
     try:
         oversized: Counter[str] = Counter()

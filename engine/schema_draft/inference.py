@@ -36,6 +36,7 @@ from engine.columns.base import DEFAULT_MISSING_VALUES
 
 TRUE_WORDS = ("true", "yes", "y", "t")
 FALSE_WORDS = ("false", "no", "n", "f")
+_BOOLEAN_WORDS = pa.array(TRUE_WORDS + FALSE_WORDS, type=pa.string())
 # Tried in this order; the first that parses every non-missing value of a column wins.
 DATE_FORMATS = (
     "%Y-%m-%d",
@@ -136,24 +137,27 @@ class _Stats:
     def add_text(self, text: pa.Array, missing_values: frozenset[str]) -> None:
         """A batch of text cells (no nulls). The string work runs in Arrow, with Python's
         ``str.strip`` and ``str.lower`` semantics (engine/columns/arrow_text.py); numbers and
-        dates are still read by pandas, as uploads and the earlier drafts read them."""
+        dates are still read by pandas, as the drafts before read them."""
         if pa.types.is_large_string(text.type):
             text = text.cast(pa.string())
         spellings = pa.array(sorted(missing_values), type=pa.string())
-        is_missing = pc.is_in(strip(text), value_set=spellings)
+        stripped = strip(text)
+        is_missing = pc.is_in(stripped, value_set=spellings)
         absent = int(pc.sum(is_missing).as_py() or 0)
         self.missing += absent
-        present = pc.filter(text, pc.invert(is_missing)) if absent else text
+        present = text
+        if absent:
+            kept = pc.invert(is_missing)
+            present, stripped = pc.filter(text, kept), pc.filter(stripped, kept)
         if not len(present):
             return
         self.values += len(present)
         self._count(present)
         if self.digits:
             self.digits = bool(pc.all(pc.match_substring_regex(present, "[0-9]")).as_py())
-        stripped = strip(present)
         if self.boolean:
-            words = pa.array(TRUE_WORDS + FALSE_WORDS, type=pa.string())
-            self.boolean = bool(pc.all(pc.is_in(lower(stripped), value_set=words)).as_py())
+            words = pc.is_in(lower(stripped), value_set=_BOOLEAN_WORDS)
+            self.boolean = bool(pc.all(words).as_py())
         if self.numeric:
             numbers = pd.to_numeric(pd.Series(present.to_pandas(), dtype=object), errors="coerce")
             finite = np.isfinite(numbers.to_numpy(dtype=np.float64, na_value=np.nan))
@@ -180,7 +184,8 @@ class _Stats:
         if pa.types.is_boolean(kind):
             self.numeric = False
             self.formats = []
-            self._count(pd.Series(present.to_pylist()).astype(str))
+            # The words str() writes ("True"), as the text of a CSV cell would be counted.
+            self._count(pa.array([str(value) for value in present.to_pylist()], pa.string()))
         elif pa.types.is_integer(kind) or pa.types.is_floating(kind):
             self.boolean = False
             self.formats = []
@@ -200,11 +205,9 @@ class _Stats:
         else:
             self.unsupported = str(kind)
 
-    def _count(self, present: pa.Array | pd.Series) -> None:
+    def _count(self, present: pa.Array) -> None:
         if self.overflow:
             return
-        if isinstance(present, pd.Series):  # a Parquet boolean column's words
-            present = pa.array(present.astype(str), type=pa.string())
         if int(pc.max(pc.utf8_length(present)).as_py() or 0) > MAX_CATEGORY_CHARS:
             self.overflow = True  # free text: never a category, so never kept
             self.counts = {}
