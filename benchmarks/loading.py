@@ -4,7 +4,9 @@ adult is stacked ``--times`` times into a temporary CSV (and the same table as P
 reader runs on the same file:
 
 * baselines: ``pd.read_csv`` and ``pyarrow.csv.read_csv`` (types inferred, nothing checked);
-* ``engine.cli.load_table`` (the ``rhosynth`` CLI's path: read, validate, encode to codes);
+* ``engine.cli.load_table`` (the ``rhosynth`` CLI's path: read, validate, encode to codes), with
+  ``narrow=True`` as ``rhosynth synthesize`` calls it (codes in the narrowest unsigned type) and
+  as int64 (``load_table int64``, as ``evaluate`` and ``report`` call it);
 * ``app.datasets.ingest.ingest_table`` (the service's upload path: read within the upload's
   limits, validate, encode, write the codes as Parquet).
 
@@ -177,7 +179,8 @@ def measure(
         suffix = "" if table == "adult" else f", {table}"
         for kind, path in zip(("CSV", "Parquet"), files[table], strict=True):
             where = f"{label} schema ({kind}{suffix})"
-            runs[f"load_table, {where}"] = lambda p=path, s=schema: load_table(p, s)
+            runs[f"load_table, {where}"] = lambda p=path, s=schema: load_table(p, s, narrow=True)
+            runs[f"load_table int64, {where}"] = lambda p=path, s=schema: load_table(p, s)
             runs[f"ingest_table, {where}"] = lambda p=path, s=schema: ingest_table(
                 p, s, target, LIMITS
             )

@@ -61,3 +61,18 @@ class Slabs:
         kept[...] = values
         self._used += -(-size // ALIGNMENT) * ALIGNMENT
         return kept
+
+
+def null_mask(values: pa.Array) -> np.ndarray:
+    """Where ``values`` is null, as a NumPy bool array, unpacked from the validity bitmap
+    (``values.is_null().to_numpy()`` goes through a bit-packed boolean array: 30 µs against 5
+    for 36,000 rows)."""
+    validity = values.buffers()[0] if values.null_count else None
+    if validity is None:
+        return np.zeros(len(values), dtype=bool)
+    start = values.offset
+    bits = np.frombuffer(validity, dtype=np.uint8)
+    unpacked = np.unpackbits(bits, count=start + len(values), bitorder="little")[start:]
+    nulls = unpacked.view(bool)
+    np.logical_not(nulls, out=nulls)
+    return nulls

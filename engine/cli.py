@@ -29,7 +29,8 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -60,6 +61,7 @@ from engine.evaluation import mean_tvd
 from engine.files import atomic_path
 from engine.mechanisms import MECHANISMS, Mechanism, get_mechanism
 from engine.mechanisms.base import resolve_rows
+from engine.prefetch import Prefetched
 from engine.release.from_result import record_from_result
 from engine.release.model import ModelError
 from engine.release.model_file import load_model_file, write_model_file
@@ -305,7 +307,7 @@ def _read_csv_header(path: Path) -> list[str]:
 
 def _csv_batches(
     path: Path, schema: TableSchema, allow_extra: bool, *, typed: bool = False
-) -> Iterator[pa.RecordBatch]:
+) -> Generator[pa.RecordBatch]:
     """The stored columns of a CSV as text, in blocks; with ``typed``, converted where that is
     exact (:mod:`engine.typed_csv`), raising :class:`TypedReadRefused` when it is not."""
     header = _read_csv_header(path)
@@ -347,7 +349,7 @@ def _csv_batches(
 
 def _parquet_batches(
     path: Path, schema: TableSchema, allow_extra: bool, *, typed: bool = False
-) -> Iterator[pa.RecordBatch]:
+) -> Generator[pa.RecordBatch]:
     """The stored columns of a Parquet file in batches, with their own types; with ``typed``,
     the text columns that are dictionary-encoded in every row group arrive as dictionaries
     (each distinct text encoded once per batch)."""
@@ -394,10 +396,17 @@ def _table_frames(path: Path, schema: TableSchema, allow_extra: bool) -> Iterato
 
 
 def _table_batches(
-    path: Path, schema: TableSchema, allow_extra: bool, *, typed: bool = False
-) -> Iterator[pa.RecordBatch]:
+    path: Path,
+    schema: TableSchema,
+    allow_extra: bool,
+    *,
+    typed: bool = False,
+    prefetch: bool = False,
+) -> Generator[pa.RecordBatch] | Prefetched[pa.RecordBatch]:
     """The file's rows in batches: Parquet when it starts with Parquet's magic bytes, else CSV
-    (``typed``: see :func:`_csv_batches`)."""
+    (``typed``: see :func:`_csv_batches`). ``prefetch``: a Parquet file's next batch is decoded
+    on a thread while the caller encodes one (:class:`~engine.prefetch.Prefetched`; CSV blocks
+    are parsed on threads already); close what this returns to stop early."""
     try:
         with open(path, "rb") as handle:
             magic = handle.read(4)
@@ -408,7 +417,8 @@ def _table_batches(
     except OSError:
         raise TableError("the file cannot be read") from None
     if magic == PARQUET_MAGIC:
-        return _parquet_batches(path, schema, allow_extra, typed=typed)
+        batches = _parquet_batches(path, schema, allow_extra, typed=typed)
+        return Prefetched(batches, name="parquet-batches") if prefetch else batches
     return _csv_batches(path, schema, allow_extra, typed=typed)
 
 
@@ -461,15 +471,19 @@ def _load_table(
     slabs = Slabs()  # the kept codes in a few large pieces (engine/buffers.py)
     problems: Counter[tuple[str, int]] = Counter()
     rows = 0
-    for batch in _table_batches(path, schema, allow_extra, typed=typed):
-        if not batch.num_rows:
-            continue
-        columns, found = schema.encode_columns(batch)
-        problems.update(found)
-        if not problems:
-            for part, codes in zip(parts, columns, strict=True):
-                part.append(slabs.keep(codes))
-            rows += batch.num_rows
+    batches = _table_batches(path, schema, allow_extra, typed=typed, prefetch=True)
+    with closing(batches):
+        for batch in batches:
+            count = batch.num_rows
+            if not count:
+                continue
+            columns, found = schema.encode_columns(batch)
+            del batch  # before the next: two batches at once with prefetching (Prefetched)
+            problems.update(found)
+            if not problems:
+                for part, codes in zip(parts, columns, strict=True):
+                    part.append(slabs.keep(codes))
+                rows += count
     if problems:
         raise TableError(schema.describe_problems(problems))
     if not rows:

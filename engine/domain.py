@@ -26,20 +26,34 @@ CodeArray = npt.NDArray[np.integer[Any]]
 """A table of codes in any integer type (narrow unsigned or int64)."""
 
 
+# (how many codes a type holds, the type): NumPy's iinfo costs a microsecond or two per call,
+# and a loader asks once per column and batch.
+_UNSIGNED = (
+    (1 << 8, np.dtype(np.uint8)),
+    (1 << 16, np.dtype(np.uint16)),
+    (1 << 32, np.dtype(np.uint32)),
+)
+_SIGNED = (
+    (1 << 7, np.dtype(np.int8)),
+    (1 << 15, np.dtype(np.int16)),
+    (1 << 31, np.dtype(np.int32)),
+)
+
+
 def narrowest_unsigned(size: int) -> np.dtype[np.unsignedinteger[Any]]:
     """The narrowest unsigned integer type that holds codes ``0..size-1``."""
-    for kind in (np.uint8, np.uint16, np.uint32):
-        if size <= np.iinfo(kind).max + 1:
-            return np.dtype(kind)
+    for count, kind in _UNSIGNED:
+        if size <= count:
+            return kind
     return np.dtype(np.uint64)
 
 
 def narrowest_signed(size: int) -> np.dtype[np.signedinteger[Any]]:
     """The narrowest signed integer type that holds codes ``0..size-1`` and the refusal codes
     (small negative numbers)."""
-    for kind in (np.int8, np.int16, np.int32):
-        if size <= np.iinfo(kind).max + 1:
-            return np.dtype(kind)
+    for count, kind in _SIGNED:
+        if size <= count:
+            return kind
     return np.dtype(np.int64)
 
 

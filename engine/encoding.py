@@ -29,6 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.buffers import null_mask
 from engine.columns import (
     DEFAULT_MISSING_VALUES,
     REASONS,
@@ -556,7 +557,7 @@ def gather_codes(distinct: np.ndarray, indices: pa.Array, absent_code: int) -> n
     codes = distinct.take(positions) if distinct.size else np.zeros(len(indices), np.int64)
     if not np.can_cast(np.min_scalar_type(absent_code), codes.dtype):
         codes = codes.astype(np.int64)
-    codes[np.asarray(indices.is_null().to_numpy(zero_copy_only=False), dtype=bool)] = absent_code
+    codes[null_mask(indices)] = absent_code
     return codes
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import csv
 import io
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Generator, Iterable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from engine.encoding import (
     encode_array,
     gather_codes,
 )
+from engine.prefetch import Prefetched
 from engine.typed_csv import (
     TypedReadRefused,
     check_typed_batch,
@@ -48,7 +50,9 @@ CSV_BLOCK_BYTES = 4 * 1024 * 1024
 PARQUET_MAX_FOOTER_BYTES = 16 * 1024 * 1024  # the footer is parsed whole
 PARQUET_STREAM_BUFFER_BYTES = 64 * 1024  # per column: pages are streamed, never pre-buffered
 PARQUET_PAGES_BUDGET = 192 * 1024 * 1024  # pages held at once for one row group
-PARQUET_BATCH_BUDGET = 128 * 1024 * 1024  # one batch of rows, decoded and being encoded
+# Two batches of rows: the one being encoded and the next, decoded meanwhile on another thread
+# (engine/prefetch.py); each batch is sized for half of this.
+PARQUET_BATCH_BUDGET = 128 * 1024 * 1024
 PARQUET_CELL_WORK_BYTES = 64  # per cell: pandas conversion and encoding temporaries
 PARQUET_MAX_BATCH_ROWS = 131_072
 # A column's dictionaries together may hold at most max(rows in the file, this) entries: a writer
@@ -92,33 +96,46 @@ def ingest_table(source: Path, schema: TableSchema, target: Path, limits: Ingest
     """
     try:
         try:
-            batches = read_batches(source, schema, limits, typed=True)
-            return _write_encoded(batches, schema, target, limits)
+            with closing(
+                read_batches(source, schema, limits, typed=True, prefetch=True)
+            ) as batches:
+                return _write_encoded(batches, schema, target, limits)
         except TypedReadRefused:
             # A cell only the text path reads exactly (engine/typed_csv.py): read it as text.
-            return _write_encoded(read_batches(source, schema, limits), schema, target, limits)
+            with closing(read_batches(source, schema, limits, prefetch=True)) as batches:
+                return _write_encoded(batches, schema, target, limits)
     except BaseException:
         target.unlink(missing_ok=True)
         raise
 
 
 def read_batches(
-    source: Path, schema: TableSchema, limits: IngestLimits, *, typed: bool = False
-) -> Iterator[pa.RecordBatch]:
+    source: Path,
+    schema: TableSchema,
+    limits: IngestLimits,
+    *,
+    typed: bool = False,
+    prefetch: bool = False,
+) -> Generator[pa.RecordBatch] | Prefetched[pa.RecordBatch]:
     """The file's stored columns (``schema.names``) as record batches, read within the bounds
     of the upload (CSV: text in 4 MiB blocks; Parquet: its types, page-checked). Parquet text
     columns with short dictionaries arrive as dictionary arrays. With ``typed``, CSV cells are
     converted by the reader where that is exact (:mod:`engine.typed_csv`); the batches raise
-    :class:`~engine.typed_csv.TypedReadRefused` where it is not."""
+    :class:`~engine.typed_csv.TypedReadRefused` where it is not. With ``prefetch``, a Parquet
+    file's next batch is decoded on a thread while the caller encodes one
+    (:class:`~engine.prefetch.Prefetched`; the batches are sized for two at once); CSV blocks
+    are parsed on threads already (:class:`~engine.csv_blocks.CsvBlocks`). Close what this
+    returns (``contextlib.closing``) to stop the reading early."""
     with open(source, "rb") as handle:
         magic = handle.read(4)
     if magic == PARQUET_MAGIC:
-        return _parquet_batches(source, schema, limits)
+        batches = _parquet_batches(source, schema, limits)
+        return Prefetched(batches, name="parquet-batches") if prefetch else batches
     return _csv_batches(source, schema, limits, typed=typed)
 
 
 def _write_encoded(
-    batches: Iterator[pa.RecordBatch], schema: TableSchema, target: Path, limits: IngestLimits
+    batches: Iterable[pa.RecordBatch], schema: TableSchema, target: Path, limits: IngestLimits
 ) -> int:
     arrow_schema = encoded_arrow_schema(schema)
     encoder = _BatchEncoder(schema)
@@ -132,14 +149,18 @@ def _write_encoded(
     ):
         pending = _PendingCodes(arrow_schema, writer)
         for batch in batches:
-            rows += batch.num_rows
+            batch_rows = batch.num_rows
+            rows += batch_rows
             if rows > limits.max_rows:
                 raise UploadRejected(422, f"the table has more than {limits.max_rows} rows")
             codes = encoder.encode(batch)
+            # Let go of the batch before asking for the next: with a prefetching reader the
+            # next is decoded meanwhile, and two batches at once is what the reader budgets.
+            del batch
             for name, column_codes in zip(schema.names, codes, strict=True):
                 for reason, count in count_reasons(column_codes).items():
                     problems[(name, reason)] += count
-            if problems or not batch.num_rows:
+            if problems or not batch_rows:
                 continue  # keep counting so the report is complete; stop writing
             pending.add(codes)
         if not problems:
@@ -343,7 +364,7 @@ def _raise_cells(oversized: Counter[str], limit: int) -> None:
 
 def _csv_batches(
     source: Path, schema: TableSchema, limits: IngestLimits, *, typed: bool = False
-) -> Iterator[pa.RecordBatch]:
+) -> Generator[pa.RecordBatch]:
     header, more = read_csv_header(source, limits)
     _check_columns(header, schema, limits)
     if not more:
@@ -464,7 +485,7 @@ def _csv_error(error: pa.ArrowInvalid, limits: IngestLimits) -> UploadRejected:
 
 def _parquet_batches(
     source: Path, schema: TableSchema, limits: IngestLimits
-) -> Iterator[pa.RecordBatch]:
+) -> Generator[pa.RecordBatch]:
     check_parquet_footer(source)
     options: dict[str, Any] = {
         "pre_buffer": False,
@@ -575,7 +596,7 @@ def upload_read_plan(
         max_cell_bytes=max_cell_bytes,
         stream_buffer_bytes=PARQUET_STREAM_BUFFER_BYTES,
         pages_budget=PARQUET_PAGES_BUDGET,
-        batch_budget=PARQUET_BATCH_BUDGET,
+        batch_budget=PARQUET_BATCH_BUDGET // 2,  # two batches at once (read_batches)
         cell_work_bytes=PARQUET_CELL_WORK_BYTES,
         max_batch_rows=PARQUET_MAX_BATCH_ROWS,
         max_dictionary_entries=max(metadata.num_rows, PARQUET_DICTIONARY_FLOOR),

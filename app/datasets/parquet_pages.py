@@ -162,6 +162,8 @@ class _Malformed(Exception):
 
 def _varint(raw: bytes, at: int) -> tuple[int, int]:
     """An unsigned varint at ``at``: its value and the position after it."""
+    if at < len(raw) and raw[at] < 0x80:  # one byte: most sizes and field ids
+        return raw[at], at + 1
     result = shift = 0
     for position in range(at, at + _MAX_VARINT_BYTES):
         if position >= len(raw):
@@ -186,8 +188,11 @@ def _read_struct(
     with those fields), everything else skipped; and the position after the struct."""
     found: dict[int, Any] = {}
     field_id = 0
+    end = len(raw)
     while True:
-        head = _byte(raw, at)
+        if at >= end:
+            raise EOFError
+        head = raw[at]
         at += 1
         kind = head & 0x0F
         if kind == _STOP:
@@ -197,8 +202,10 @@ def _read_struct(
         else:
             field_id, at = _zigzag(raw, at)
         nested = wanted.get(field_id, ...)
-        if kind == _I32 and nested is None:
-            found[field_id], at = _zigzag(raw, at)
+        if kind == _I32:
+            value, at = _varint(raw, at)
+            if nested is None:
+                found[field_id] = (value >> 1) ^ -(value & 1)
         elif kind == _STRUCT and isinstance(nested, Mapping):
             found[field_id], at = _read_struct(raw, at, nested)
         else:
@@ -230,14 +237,7 @@ def _skip(raw: bytes, at: int, kind: int, depth: int, *, element: bool = False) 
             raise _Malformed
         return _need(raw, at + size)
     if kind == _STRUCT:
-        while True:
-            head = _byte(raw, at)
-            at += 1
-            if head & 0x0F == _STOP:
-                return at
-            if not head >> 4:
-                at = _varint(raw, at)[1]  # the field id, a zigzag i16
-            at = _skip(raw, at, head & 0x0F, depth - 1)
+        return _skip_fields(raw, at, depth)
     if kind in (_LIST, _SET):
         head = _byte(raw, at)
         at += 1
@@ -266,6 +266,36 @@ def _skip(raw: bytes, at: int, kind: int, depth: int, *, element: bool = False) 
             at = _skip(raw, at, head & 0x0F, depth - 1, element=True)
         return at
     raise _Malformed  # a stop where a value belongs, or no such type
+
+
+def _skip_fields(raw: bytes, at: int, depth: int) -> int:
+    """The position after the fields and stop of a struct at ``depth``: :func:`_skip` field by
+    field, with the fields of page statistics (byte strings, integers, booleans) skipped here
+    rather than by a call each (the page check walks every header of an upload)."""
+    end = len(raw)
+    while True:
+        if at >= end:
+            raise EOFError
+        head = raw[at]
+        at += 1
+        kind = head & 0x0F
+        if kind == _STOP:
+            return at
+        if not head >> 4:
+            at = _varint(raw, at)[1]  # the field id, a zigzag i16
+        if depth <= 1:
+            raise _Malformed  # nested too deeply (what _skip at depth - 1 refuses)
+        if kind == _BINARY:
+            size, at = _varint(raw, at)
+            if size > MAX_HEADER_BYTES:
+                raise _Malformed
+            at += size
+            if at > end:
+                raise EOFError
+        elif kind in (_I16, _I32, _I64):
+            at = _varint(raw, at)[1]
+        elif kind not in (_TRUE, _FALSE):  # a boolean field is all in its header
+            at = _skip(raw, at, kind, depth - 1)
 
 
 def _byte(raw: bytes, at: int) -> int:

@@ -33,6 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.buffers import null_mask
+
 _DIGITS = {"Y": 4, "m": 2, "d": 2, "H": 2, "M": 2, "S": 2}
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _ISO_TEMPLATES = (
@@ -229,7 +231,7 @@ def timestamp_micros(values: pa.Array) -> np.ndarray | None:
         scale = {"s": 1_000_000, "ms": 1_000, "us": 1}[kind.unit]
     else:
         return None
-    nulls = np.asarray(storage.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    nulls = null_mask(storage)
     whole = np.asarray(pc.fill_null(storage, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
     out = (whole * scale).astype("datetime64[us]")
     out[nulls] = np.datetime64("NaT")

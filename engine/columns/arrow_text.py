@@ -31,6 +31,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.buffers import null_mask
 from engine.columns.base import UNDECLARED, UNPARSEABLE, settle_missing
 from engine.columns.categorical import BooleanColumn, CategoricalColumn, CodesColumn, as_float
 from engine.columns.numeric import (
@@ -209,6 +210,14 @@ def numeric_codes(column: NumericColumn, values: pa.Array) -> np.ndarray:
     if not values.null_count and pa.types.is_integer(values.type):
         inside = bins_inside(values.to_numpy(), edges, clip=clip)  # a view: no nulls
         if inside is not None:
+            return inside
+    if values.null_count and column.nullable and pa.types.is_floating(values.type):
+        # Nulls filled with the lowest edge in Arrow (one pass, and the numbers a view of its
+        # result), binned, then given the null code, which the type holds. A NaN fails
+        # bins_inside: the path below gives it the null code too.
+        inside = bins_inside(pc.fill_null(values, edges[0]).to_numpy(), edges, clip=clip)
+        if inside is not None:
+            inside[null_mask(values)] = column.absent_code
             return inside
     numbers = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float64)
     inside = bins_inside(numbers, edges, clip=clip)  # fails on a NaN (a null)

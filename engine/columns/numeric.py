@@ -181,10 +181,12 @@ def bins_inside(
     if not numbers.size:
         return None
     low, high = numbers.min(), numbers.max()  # NaN if any number is NaN: both tests fail
+    clipped = False
     if not (low >= edges[0] and high <= edges[-1]):
         if not (clip and np.isfinite(low) and np.isfinite(high)):
             return None
         numbers = np.clip(numbers, edges[0], edges[-1])  # every number finite: all binned
+        clipped = True
     kind = narrowest_unsigned(len(edges))
     table = _integer_table(edges)
     if table is None:
@@ -192,13 +194,19 @@ def bins_inside(
         return np.minimum(inner, len(edges) - 2, out=inner).astype(kind)
     if numbers.dtype.kind == "f":
         # floor is exact, and so is the difference of two integers below 2**53; a number at
-        # or above a non-negative lowest edge truncates to its floor.
-        whole = np.floor(numbers) if edges[0] < 0 else numbers
-        positions = whole.astype(np.intp)
+        # or above a non-negative lowest edge truncates to its floor. The clipped copy and
+        # the positions are this function's own: changed in place.
+        if edges[0] < 0:
+            whole = np.floor(numbers, out=numbers) if clipped else np.floor(numbers)
+        else:
+            whole = numbers
+        positions: np.ndarray = whole.astype(np.intp)
+        if edges[0]:
+            positions -= int(edges[0])
     else:
-        positions = numbers.astype(np.intp, copy=False)
-    if edges[0]:
-        positions = positions - int(edges[0])
+        positions = numbers.astype(np.intp, copy=False)  # may be the caller's: not in place
+        if edges[0]:
+            positions = positions - int(edges[0])
     return table.take(positions)
 
 

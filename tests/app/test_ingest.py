@@ -7,6 +7,8 @@ batch; these tests count the conversions rather than time them.
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -279,3 +281,48 @@ def test_a_byte_order_mark_before_a_data_row_is_part_of_its_cell(tmp_path: Path)
     with pytest.raises(UploadRejected) as refused:
         ingest_table(source, schema, tmp_path / "t.arrow", LIMITS)
     assert refused.value.message == "1 row does not have 2 fields"
+
+
+def _reader_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == "parquet-batches"]
+
+
+@pytest.mark.parametrize("late", [None, "undeclared", "too long"])
+def test_parquet_batches_decoded_ahead_on_a_thread_that_ends_with_the_upload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, late: str | None
+) -> None:
+    # Batches of 500 rows: the reader thread decodes the next while one is encoded. A refusal
+    # found by the encoder (an undeclared value) or by the reader (a cell over the limit) in
+    # the last batches still counts every row, removes the file and leaves no thread behind.
+    monkeypatch.setattr(ingest, "PARQUET_MAX_BATCH_ROWS", 500)
+    readers: set[int] = set()
+    check = ingest._oversized_cells
+
+    def spied(batch: pa.RecordBatch, limit: int) -> Counter[str]:
+        readers.add(threading.get_ident())
+        return check(batch, limit)
+
+    monkeypatch.setattr(ingest, "_oversized_cells", spied)
+    values = [f"c{i % 7}" for i in range(5000)]
+    if late == "undeclared":
+        values[4200] = values[4900] = "c9"
+    elif late == "too long":
+        values[4700] = "x" * 2000
+    source = _write(tmp_path / "t.parquet", pa.table({"a": values}), row_group_size=2000)
+    schema = _schema([f"c{i}" for i in range(7)])
+    target = tmp_path / "table.arrow"
+    if late is None:
+        assert ingest_table(source, schema, target, LIMITS) == 5000
+        codes = read_encoded_table(target, schema)
+        assert codes[:, 0].tolist() == [i % 7 for i in range(5000)]
+    else:
+        with pytest.raises(UploadRejected) as refused:
+            ingest_table(source, schema, target, LIMITS)
+        expected = {
+            "undeclared": "column 'a': 2 values not among the declared categories",
+            "too long": "cells longer than 1024 bytes: column 'a': 1 rows",
+        }[late]
+        assert expected in refused.value.message
+        assert not target.exists()
+    assert readers and threading.get_ident() not in readers
+    assert _reader_threads() == []

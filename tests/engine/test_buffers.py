@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
-from engine.buffers import ALIGNMENT, Slabs, column_buffers, pool_array
+from engine.buffers import ALIGNMENT, Slabs, column_buffers, null_mask, pool_array
 
 
 def test_kept_copies_are_independent_and_intact_across_slabs() -> None:
@@ -40,3 +41,18 @@ def test_pool_array_is_writable() -> None:
     assert array.sum() == 45
     with pytest.raises(ValueError, match="alignment"):
         Slabs(slab_bytes=8)
+
+
+@pytest.mark.parametrize("nulls", [0.0, 0.3, 1.0])
+def test_null_mask_is_arrows_is_null_at_every_offset(nulls: float) -> None:
+    rng = np.random.default_rng(5)
+    mask = rng.random(203) < nulls
+    array = pa.array(rng.normal(size=203), mask=mask)
+    for start in range(0, 40):
+        for length in (0, 1, 7, 8, 9, 100, 203 - start):
+            part = array.slice(start, length)
+            expected = part.is_null().to_numpy(zero_copy_only=False)
+            found = null_mask(part)
+            assert found.dtype == np.bool_ and found.shape == (len(part),)
+            assert np.array_equal(found, expected)
+    assert not null_mask(pa.array([1.0, 2.0])).any()
