@@ -67,9 +67,11 @@ def null_mask(values: pa.Array) -> np.ndarray:
     """Where ``values`` is null, as a NumPy bool array, unpacked from the validity bitmap
     (``values.is_null().to_numpy()`` goes through a bit-packed boolean array: 30 µs against 5
     for 36,000 rows)."""
-    validity = values.buffers()[0] if values.null_count else None
-    if validity is None:
+    if not values.null_count:
         return np.zeros(len(values), dtype=bool)
+    validity = values.buffers()[0]
+    if validity is None:  # an array of Arrow's null type: every slot is null
+        return np.ones(len(values), dtype=bool)
     start = values.offset
     bits = np.frombuffer(validity, dtype=np.uint8)
     unpacked = np.unpackbits(bits, count=start + len(values), bitorder="little")[start:]

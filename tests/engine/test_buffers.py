@@ -56,3 +56,4 @@ def test_null_mask_is_arrows_is_null_at_every_offset(nulls: float) -> None:
             assert found.dtype == np.bool_ and found.shape == (len(part),)
             assert np.array_equal(found, expected)
     assert not null_mask(pa.array([1.0, 2.0])).any()
+    assert null_mask(pa.nulls(5)).tolist() == [True] * 5  # the null type has no bitmap
