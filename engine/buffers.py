@@ -8,6 +8,9 @@ or jemalloc, which keep freed memory for the next allocation, as pyarrow's reade
 codes of the next table reuse the same memory, and the temporaries of encoding one batch are
 freed and reused batch after batch.
 
+Also here: :func:`null_mask`, a column's nulls as a NumPy mask read straight from its Arrow
+validity buffer (every encoder that sets a null code or skips nulls uses it).
+
 No values are kept here beyond the codes the caller copies in.
 """
 

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from engine.buffers import null_mask
 from engine.columns import CategoricalColumn, DateColumn, DatetimeColumn, NumericColumn
 from engine.columns.arrow_text import non_numbers
 from engine.encoding import TableSchema
@@ -158,7 +159,7 @@ def check_typed_batch(batch: pa.RecordBatch, numbers: tuple[str, ...]) -> None:
         values = _float_values(column)
         if np.isfinite(values).all():
             continue
-        valid = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        valid = ~null_mask(column)
         if not np.isfinite(values[valid]).all():
             raise TypedReadRefused(name)
 

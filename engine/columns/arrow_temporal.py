@@ -183,7 +183,7 @@ def parse_text(
     """
     n = len(stripped)
     out = np.full(n, np.datetime64("NaT"), dtype="datetime64[us]")
-    todo = np.asarray(stripped.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    todo = ~null_mask(stripped)
     chosen = templates_for(fmt)
     if chosen and todo.any():
         lengths = np.asarray(

@@ -323,7 +323,7 @@ def lower(values: pa.Array) -> pa.Array:
 
 def missing_mask(values: pa.Array, stripped: pa.Array, missing: Sequence[str]) -> np.ndarray:
     """Nulls, and cells equal after stripping to a missing-value spelling."""
-    absent = _numpy_bool(values.is_null())
+    absent = null_mask(values)
     if missing:
         absent |= _in(stripped, list(missing))
     return absent
