@@ -54,8 +54,8 @@ from engine.columns.spec import DELTA_QUANTUM
 from engine.columns.spec import RHO_QUANTUM as RHO_GRID
 from engine.columns.spreadsheet import csv_header, csv_rows, unescape_cell, unescape_text
 from engine.csv_blocks import CsvBlocks
-from engine.discovery.plan import Counts, Discovered, DiscoveryRefused, allocate, release
-from engine.discovery.schema import count_batch, provisional, requests_for, resolve
+from engine.discovery.plan import Discovered, DiscoveryRefused, allocate
+from engine.discovery.schema import discover, provisional, requests_for, resolve
 from engine.domain import CodeArray, Dataset, narrowest_unsigned
 from engine.encoding import SchemaError, SchemaSpec, TableSchema
 from engine.evaluation import mean_tvd
@@ -241,7 +241,7 @@ def discover_schema(
         requests = requests_for(spec)
         if not requests:
             return resolve(spec, None), None
-        allocations = allocate(
+        budget = allocate(
             requests,
             budget_rho=budget_rho,
             budget_delta=discovery_delta,
@@ -249,18 +249,18 @@ def discover_schema(
             rho_quantum=RHO_GRID,
             delta_quantum=DELTA_QUANTUM,
         )
-        counts = Counts(requests)
         reading = provisional(spec)
         with open(path, "rb") as handle:
             magic = handle.read(4)
-        batches = (
-            _parquet_batches(path, reading, False)
-            if magic == PARQUET_MAGIC
-            else _csv_batches(path, reading, False)
-        )
-        for frame in (batch.to_pandas() for batch in batches):
-            count_batch(counts, spec, requests, {r.column: frame[r.column] for r in requests})
-        found = release(allocations, counts)
+
+        def batches() -> Iterator[dict[str, pd.Series]]:
+            # One pass over the file (discovery makes two when it learns a range).
+            read = _parquet_batches if magic == PARQUET_MAGIC else _csv_batches
+            for batch in read(path, reading, False):
+                frame = batch.to_pandas()
+                yield {r.column: frame[r.column] for r in requests}
+
+        found = discover(spec, budget, batches)
         return resolve(spec, found), found
     except OSError:
         raise TableError("the file cannot be read") from None

@@ -54,6 +54,7 @@ from engine.columns.arrow_text import (
 )
 from engine.columns.base import MAX_COLUMN_NAME_LENGTH, MAX_SPELLINGS, check_spellings
 from engine.columns.spec import Entry, declared_lists, declared_size, parse_column
+from engine.discovery.learned import LearnedBins
 from engine.domain import Domain, narrowest_unsigned
 
 __all__ = [
@@ -226,21 +227,31 @@ class SchemaSpec:
         return self.resolve({})
 
     def resolve(
-        self, discovered: Mapping[str, Sequence[Any]], *, learned: Sequence[str] | None = None
+        self,
+        discovered: Mapping[str, Sequence[Any]],
+        *,
+        learned: Sequence[str] | None = None,
+        learned_bins: Mapping[str, LearnedBins] | None = None,
     ) -> TableSchema:
         """Complete the pending columns with what a DP mechanism discovered.
 
         ``discovered[name]`` is, for :class:`QuantileBins`, the inner cut points (in the units of
-        :meth:`QuantileBins.values`) and, for :class:`DiscoveredCategories`, the categories.
-        ``learned`` names the pending columns a mechanism actually released (and charged for);
-        only those are marked discovered (default: every pending column).
+        :meth:`QuantileBins.values`) and, for :class:`DiscoveredCategories`, the categories;
+        ``learned_bins[name]`` is a learned range's release (its edges and value profile), used
+        instead. ``learned`` names the pending columns a mechanism actually released (and charged
+        for); only those are marked discovered (default: every pending column).
         """
-        missing = [p.name for p in self.pending if p.name not in discovered]
+        ranges = learned_bins or {}
+        missing = [
+            p.name for p in self.pending if p.name not in discovered and p.name not in ranges
+        ]
         if missing:
             raise DiscoveryRequired([p for p in self.pending if p.name in missing])
         columns: list[Column] = []
         for entry in self.entries:
-            if isinstance(entry, QuantileBins | DiscoveredCategories):
+            if isinstance(entry, QuantileBins) and entry.name in ranges:
+                columns.append(entry.resolve_learned(ranges[entry.name]))
+            elif isinstance(entry, QuantileBins | DiscoveredCategories):
                 columns.append(entry.resolve(discovered[entry.name]))
             elif not isinstance(entry, IgnoredColumn):
                 columns.append(entry)
@@ -471,7 +482,8 @@ def check_schema_sizes(raw: Mapping[str, Any], limits: SchemaLimits) -> None:
     for name, length in lists:
         if length > limits.max_domain_size:
             raise SchemaError(
-                f"column {name!r} lists {length} candidates; the limit is {limits.max_domain_size}"
+                f"column {name!r} lists {length} candidates or profile points; the limit is "
+                f"{limits.max_domain_size}"
             )
     total = 0
     for name, size in sized:

@@ -1,20 +1,22 @@
 """DP discovery at upload: count the pending columns, release their domain, complete the schema.
 
-The upload's schema may leave a column's bins (``{"quantiles": k}``) or categories
-(``{"discover": true, ...}``) to be learned from the data. This module reads the file once,
-within the upload's memory bounds (:func:`app.datasets.ingest.read_batches`), to count exactly what
-the mechanisms need (engine/discovery/schema.py), splits the budget
-(:func:`engine.discovery.plan.allocate`: the clause's own ρ/δ, else shares of ``discovery_rho``,
-by default a tenth of ``budget_rho``, and of ``budget_delta``), releases with
-:func:`engine.discovery.plan.release` (noise from the OS CSPRNG) and resolves the schema. The
-caller charges ``rho`` and ``delta`` to the new dataset's ledger in the transaction that creates
-it, before any job can exist; if anything fails before that commit, the release is discarded and
-nobody but the uploader (the owner, who holds the data) saw an error.
+The upload's schema may leave a column's bins (``{"quantiles": k}``, with ``"range": true``
+the range too) or categories (``{"discover": true, ...}``) to be learned from the data. This
+module reads the file within the upload's memory bounds (:func:`app.datasets.ingest.read_batches`)
+once, or twice when a range is learned, to count exactly what the mechanisms need
+(engine/discovery/schema.py :func:`discover`); the budget is split by
+:func:`engine.discovery.plan.allocate` (the clause's own ρ/δ, else shares of ``discovery_rho``, by
+default a tenth of ``budget_rho``, split by need after a noisy row count, and of
+``budget_delta``); the releases draw their noise from the OS CSPRNG, and the schema is resolved.
+The caller charges ``rho`` and ``delta`` to the new dataset's ledger in the transaction that
+creates it, before any job can exist; if anything fails before that commit, the release is
+discarded and nobody but the uploader (the owner, who holds the data) saw an error.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -27,15 +29,13 @@ from app.budget.service import MAX_DETAIL_BYTES
 from app.datasets.ingest import IngestLimits, UploadRejected, read_batches
 from engine.columns.spec import DELTA_QUANTUM, RHO_QUANTUM
 from engine.discovery.plan import (
-    Counts,
     Discovered,
     DiscoveryRefused,
     Request,
     allocate,
     detail_bound,
-    release,
 )
-from engine.discovery.schema import count_batch, provisional, requests_for, resolve
+from engine.discovery.schema import discover, provisional, requests_for, resolve
 from engine.encoding import SchemaError, SchemaSpec, TableSchema
 
 
@@ -82,7 +82,7 @@ def discover_and_resolve(
     found = None
     try:
         if requests:
-            allocations = allocate(
+            budget = allocate(
                 requests,
                 budget_rho=Fraction(budget_rho),
                 budget_delta=Fraction(budget_delta),
@@ -91,12 +91,16 @@ def discover_and_resolve(
                 delta_quantum=DELTA_QUANTUM,
             )
             # The ledger entry's size depends on public inputs only: checked before reading.
-            if detail_bound(allocations) > MAX_DETAIL_BYTES:
+            if detail_bound(budget) > MAX_DETAIL_BYTES:
                 raise UploadRejected(422, _too_many(len(requests)))
-            counts = Counts(requests)
-            for batch in read_batches(source, provisional(spec), limits):
-                count_batch(counts, spec, requests, _series(batch, requests))
-            found = release(allocations, counts)
+            reading = provisional(spec)
+
+            def batches() -> Iterator[dict[str, pd.Series]]:
+                # One pass over the file (discovery makes two when it learns a range).
+                for batch in read_batches(source, reading, limits):
+                    yield _series(batch, requests)
+
+            found = discover(spec, budget, batches)
             if len(json.dumps(found.describe(), allow_nan=False).encode()) > MAX_DETAIL_BYTES:
                 raise UploadRejected(422, _too_many(len(requests)))  # the bound should prevent it
         return DiscoveryOutcome(resolve(spec, found), found)

@@ -35,6 +35,7 @@ from engine.columns.base import (
     values_word,
 )
 from engine.columns.categorical import as_float
+from engine.columns.profile import check_profile, profile_draws
 from engine.domain import narrowest_unsigned
 
 MAX_DECIMALS = 12
@@ -51,6 +52,9 @@ class NumericColumn(BinnedCodes):
     integer: bool = False
     decimals: int | None = None
     clip: bool = False
+    # Points of the values' quantile function from edges[0] to edges[-1] (decoding draws inside
+    # a bin from it); public: declared, or a learned range's DP percentiles.
+    profile: tuple[float, ...] | None = None
     type: Literal["numeric"] = field(default="numeric", init=False)
 
     def __post_init__(self) -> None:
@@ -72,6 +76,12 @@ class NumericColumn(BinnedCodes):
                 raise SchemaError(
                     f"column {self.name!r}: decimals must be an integer from 0 to {MAX_DECIMALS}"
                 )
+        if self.profile is not None:
+            profile = tuple(float(p) for p in self.profile)
+            problem = check_profile(profile, self.edges[0], self.edges[-1], "the profile")
+            if problem is not None:
+                raise SchemaError(f"column {self.name!r}: {problem}")
+            object.__setattr__(self, "profile", profile)
         step = self.step
         if step is not None:
             _, count = _grid(np.asarray(self.edges, dtype=np.float64), step)
@@ -100,6 +110,8 @@ class NumericColumn(BinnedCodes):
             out["clip"] = True
         if self.nullable:
             out["nullable"] = True
+        if self.profile is not None:
+            out["profile"] = list(self.profile)
         return out
 
     def encode(self, values: pd.Series, missing: Sequence[str]) -> np.ndarray:
@@ -116,14 +128,22 @@ class NumericColumn(BinnedCodes):
         edges = np.asarray(self.edges, dtype=np.float64)
         draws = rng.random(col.size)
         step = self.step
+        profiled = None
+        if self.profile is not None:
+            profiled = profile_draws(edges, np.asarray(self.profile), bins, draws)
         if step is None:
             low, high = edges[bins], edges[bins + 1]
-            values = np.minimum(low + (high - low) * draws, high)
+            values = np.minimum(low + (high - low) * draws, high) if profiled is None else profiled
             return pd.Series(pd.array(np.where(nulls, np.nan, values), dtype="Float64")).where(
                 ~nulls, pd.NA
             )
         first, count = _grid(edges, step)
-        k = first[bins] + np.minimum(np.floor(draws * count[bins]), count[bins] - 1)
+        if profiled is None:
+            k = first[bins] + np.minimum(np.floor(draws * count[bins]), count[bins] - 1)
+        else:
+            # The nearest integer or multiple of the step, kept inside the bin.
+            nearest = np.floor(profiled / step + 0.5)
+            k = np.clip(nearest, first[bins], first[bins] + count[bins] - 1)
         if self.integer:
             out = pd.Series(pd.array(k.astype(np.int64), dtype="Int64"))
         else:

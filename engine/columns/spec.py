@@ -38,8 +38,17 @@ from engine.columns.categorical import (
     as_float,
 )
 from engine.columns.numeric import NumericColumn
-from engine.columns.temporal import DateColumn, DatetimeColumn, declared_bins, parse_temporal
+from engine.columns.temporal import (
+    DateColumn,
+    DatetimeColumn,
+    declared_bins,
+    parse_temporal,
+    period_instants,
+    period_starts,
+    to_periods,
+)
 from engine.discovery.categories import MAX_CANDIDATES, MAX_CATEGORIES
+from engine.discovery.learned import LearnedBins, Window
 from engine.discovery.quantiles import MAX_BINS
 
 Column = (
@@ -115,6 +124,78 @@ class QuantileBins:
             low, high = self.bounds()
             numbers = np.clip(numbers, low, high)
         return numbers
+
+    @property
+    def integer(self) -> bool:
+        """Whether the column's values are whole units (integers, or calendar periods)."""
+        return self.kind != "numeric" or bool(self.to_json().get("integer"))
+
+    @property
+    def period(self) -> str | None:
+        """For dates and datetimes, the calendar period a learned range is counted in: the
+        column's output resolution (from its format, else a day or a second)."""
+        if self.kind == "numeric":
+            return None
+        column = self.provisional()
+        assert isinstance(column, DateColumn | DatetimeColumn)
+        return column.output_resolution
+
+    def window(self) -> Window:
+        """The public window of a learned range in learned units (numbers, or calendar periods
+        since 1970), whole units widened by half a unit on each side."""
+        low, high = self.bounds()
+        if self.period is not None:
+            ends = to_periods(np.array([low, high]), self.kind, self.period)
+            return Window(float(ends[0]) - 0.5, float(ends[1]) + 0.5, step=1.0, linear=True)
+        column = self.provisional()
+        assert isinstance(column, NumericColumn)
+        step = column.step
+        if step is not None:
+            return Window(low - step / 2, high + step / 2, step=step)
+        return Window(low, high)
+
+    def learned_units(self, values: pd.Series, missing: Sequence[str]) -> np.ndarray:
+        """:meth:`values` in the units of :meth:`window` (NaN: missing or unparseable)."""
+        numbers = self.values(values, missing)
+        if self.period is not None:
+            return to_periods(numbers, self.kind, self.period)
+        return numbers
+
+    def resolve_learned(self, learned: LearnedBins) -> Column:
+        """The complete column from a learned range's release: its edges (the outer ones replace
+        the window; values are clamped into them) and its value profile."""
+        entry = self.to_json()
+        for key in ("min", "max", "bins"):
+            entry.pop(key, None)
+        entry["clip"] = True
+        column = self.provisional()
+        edges = np.asarray(learned.edges, dtype=np.float64)
+        profile = None if learned.profile is None else np.asarray(learned.profile)
+        if self.period is not None:
+            assert isinstance(column, DateColumn | DatetimeColumn)
+            # Period p spans [p − 0.5, p + 0.5): edge p − 0.5 is the start of period p.
+            starts = period_starts(np.ceil(edges), self.kind, self.period)
+            entry["bins"] = [column.iso(int(p)) for p in starts[:-1]] + [
+                column.iso(int(starts[-1]) - 1)
+            ]
+            if profile is not None:
+                instants = period_instants(profile, self.kind, self.period)
+                instants[0], instants[-1] = starts[0], starts[-1]
+                end = int(starts[-1]) - 1
+                entry["profile"] = [column.iso(min(int(p), end)) for p in instants]
+        else:
+            assert isinstance(column, NumericColumn)
+            if column.decimals is not None:
+                # Halfway between two values of the step: tidied (0.575, not 0.57499999999).
+                edges = np.round(edges, column.decimals + 1) + 0.0
+            entry["bins"] = [float(e) for e in edges]
+            if profile is not None:
+                points = np.clip(profile, edges[0], edges[-1])
+                points[0], points[-1] = edges[0], edges[-1]
+                entry["profile"] = [float(p) for p in points]
+        result = parse_column(entry, 0, allow_pending=False)
+        assert not isinstance(result, IgnoredColumn | QuantileBins | DiscoveredCategories)
+        return result
 
     def resolve(self, cuts: Sequence[float]) -> Column:
         """The complete column with the discovered inner ``cuts`` (in :meth:`values` units).
@@ -245,7 +326,17 @@ def parse_column(entry: Any, position: int, *, allow_pending: bool = True) -> En
     if kind == "numeric":
         return _numeric(entry, name, keys, allow_pending)
     if kind in ("date", "datetime"):
-        optional = {"bins", "unit", "min", "max", "format", "resolution", "clip", "nullable"}
+        optional = {
+            "bins",
+            "unit",
+            "min",
+            "max",
+            "format",
+            "resolution",
+            "clip",
+            "nullable",
+            "profile",
+        }
         _require_keys(keys, {"name", "type"}, optional, name)
         _flags(entry, ("clip", "nullable"), name)
         if isinstance(entry.get("bins"), Mapping):
@@ -297,9 +388,23 @@ def _numeric(entry: Mapping[str, Any], name: str, keys: set[str], allow_pending:
     decimals = entry.get("decimals")
     bins = entry.get("bins")
     if isinstance(bins, list):
-        _require_keys(keys, {"name", "type", "bins"}, options, name)
+        _require_keys(keys, {"name", "type", "bins"}, options | {"profile"}, name)
         edges = tuple(_number(edge, "bin edges", name) for edge in bins)
-        return NumericColumn(name, edges, decimals=decimals, **flags)
+        points = entry.get("profile")
+        profile = None
+        if points is not None:
+            if not isinstance(points, list):
+                raise SchemaError(f"column {name!r}: profile must be a list of numbers")
+            profile = tuple(_number(point, "profile points", name) for point in points)
+        return NumericColumn(
+            name,
+            edges,
+            decimals=decimals,
+            integer=flags.get("integer", False),
+            clip=flags.get("clip", False),
+            nullable=flags.get("nullable", False),
+            profile=profile,
+        )
     _require_keys(keys, {"name", "type", "bins", "min", "max"}, options, name)
     low = _number(entry["min"], "min", name)
     high = _number(entry["max"], "max", name)
@@ -312,7 +417,14 @@ def _numeric(entry: Mapping[str, Any], name: str, keys: set[str], allow_pending:
             f"column {name!r}: 'bins' must be a list of edges, a count ≥ 1 or {{\"quantiles\": k}}"
         )
     spaced = np.linspace(low, high, bins + 1)
-    return NumericColumn(name, tuple(float(e) for e in spaced), decimals=decimals, **flags)
+    return NumericColumn(
+        name,
+        tuple(float(e) for e in spaced),
+        decimals=decimals,
+        integer=flags.get("integer", False),
+        clip=flags.get("clip", False),
+        nullable=flags.get("nullable", False),
+    )
 
 
 RHO_QUANTUM = Fraction(ACCOUNTING_RHO_QUANTUM)  # the ledger records ρ in these units, δ in 1e-18
@@ -482,11 +594,15 @@ def declared_size(entry: Any) -> Any:
 
 
 def declared_lists(entry: Any) -> int:
-    """The longest auxiliary list of a raw entry (discovery candidates)."""
+    """The longest auxiliary list of a raw entry (discovery candidates, a value profile)."""
     if not isinstance(entry, Mapping):
         return 0
+    longest = 0
     categories = entry.get("categories")
     if isinstance(categories, Mapping):
         candidates = categories.get("candidates")
-        return len(candidates) if isinstance(candidates, list) else 0
-    return 0
+        longest = len(candidates) if isinstance(candidates, list) else 0
+    profile = entry.get("profile")
+    if isinstance(profile, list):
+        longest = max(longest, len(profile))
+    return longest

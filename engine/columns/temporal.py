@@ -41,6 +41,7 @@ from engine.columns.base import (
     values_word,
 )
 from engine.columns.numeric import bin_codes
+from engine.columns.profile import check_profile, profile_draws
 
 CALENDAR_UNITS = ("hour", "day", "week", "month", "year")
 RESOLUTIONS = ("year", "month", "day", "hour", "minute", "second")
@@ -73,6 +74,9 @@ class _TemporalColumn(BinnedCodes):
     resolution: str | None = None  # declared; None: from the format, else the finest allowed
     nullable: bool = False
     clip: bool = False
+    # Points of the values' quantile function in internal units, from edges[0] to edges[-1]
+    # (decoding draws inside a bin from it); public: declared, or a learned range's DP profile.
+    profile: tuple[int, ...] | None = None
 
     unit: ClassVar[str] = "s"
     finest: ClassVar[str] = "second"
@@ -94,6 +98,12 @@ class _TemporalColumn(BinnedCodes):
         ):
             allowed = ", ".join(RESOLUTIONS[: RESOLUTIONS.index(self.finest) + 1])
             raise SchemaError(f"column {self.name!r}: resolution must be one of {allowed}")
+        if self.profile is not None:
+            profile = tuple(int(p) for p in self.profile)
+            problem = check_profile(profile, self.edges[0], self.edges[-1], "the profile")
+            if problem is not None:
+                raise SchemaError(f"column {self.name!r}: {problem}")
+            object.__setattr__(self, "profile", profile)
 
     @property
     def output_resolution(self) -> str:
@@ -122,6 +132,10 @@ class _TemporalColumn(BinnedCodes):
             out["clip"] = True
         if self.nullable:
             out["nullable"] = True
+        if self.profile is not None:
+            # The last point, like the last edge, is written as the last value it admits.
+            end = self.edges[-1] - 1
+            out["profile"] = [self.iso(min(p, end)) for p in self.profile]
         return out
 
     def to_units(self, values: pd.Series) -> np.ndarray:
@@ -169,7 +183,14 @@ class _TemporalColumn(BinnedCodes):
         bins = np.where(nulls, 0, col)
         edges = np.asarray(self.edges, dtype=np.int64)
         low, width = edges[bins], np.diff(edges)[bins]
-        drawn = low + np.minimum(np.floor(rng.random(col.size) * width), width - 1).astype(np.int64)
+        draws = rng.random(col.size)
+        if self.profile is None:
+            drawn = low + np.minimum(np.floor(draws * width), width - 1).astype(np.int64)
+        else:
+            profiled = profile_draws(
+                edges.astype(np.float64), np.asarray(self.profile, dtype=np.float64), bins, draws
+            )
+            drawn = np.clip(np.floor(profiled).astype(np.int64), low, low + width - 1)
         stamps = drawn.astype(f"datetime64[{self.unit}]")
         coarse = stamps.astype(f"datetime64[{_NUMPY_UNIT[self.output_resolution]}]")
         truncated = np.maximum(coarse.astype(f"datetime64[{self.unit}]"), low.astype(stamps.dtype))
@@ -275,6 +296,40 @@ def parse_bound(value: Any, kind: str, what: str, column: str) -> int:
     return int(as_unit.view(np.int64)[0])
 
 
+def to_periods(units: np.ndarray, kind: str, resolution: str) -> np.ndarray:
+    """Internal units of a ``kind`` column (days or seconds since 1970-01-01, as floats; NaN for
+    missing) as the index of their calendar period at ``resolution`` (years, months, days, hours,
+    minutes or seconds since 1970), as floats with NaN kept."""
+    values = np.asarray(units, dtype=np.float64)
+    out = np.full(values.shape, np.nan)
+    finite = np.isfinite(values)
+    stamps = np.floor(values[finite]).astype(np.int64).astype(f"datetime64[{_KINDS[kind].unit}]")
+    periods = stamps.astype(f"datetime64[{_NUMPY_UNIT[resolution]}]")
+    out[finite] = periods.view(np.int64).astype(np.float64)
+    return out
+
+
+def period_starts(periods: np.ndarray, kind: str, resolution: str) -> np.ndarray:
+    """The first instant of each calendar period (integers from :func:`to_periods`), in the
+    internal units of a ``kind`` column."""
+    index = np.asarray(periods, dtype=np.int64).astype(f"datetime64[{_NUMPY_UNIT[resolution]}]")
+    out: np.ndarray = index.astype(f"datetime64[{_KINDS[kind].unit}]").view(np.int64)
+    return out
+
+
+def period_instants(points: np.ndarray, kind: str, resolution: str) -> np.ndarray:
+    """Points on the period axis (a period p spans [p − 0.5, p + 0.5)) as internal units: the
+    same share of the way through the period's own instants (months and years differ in length),
+    rounded down."""
+    values = np.asarray(points, dtype=np.float64)
+    period = np.floor(values + 0.5)
+    fraction = values + 0.5 - period
+    start = period_starts(period, kind, resolution)
+    end = period_starts(period + 1, kind, resolution)
+    out: np.ndarray = start + np.floor(fraction * (end - start)).astype(np.int64)
+    return out
+
+
 def _stamps(values: Sequence[int], unit: str) -> np.ndarray:
     return np.asarray(values, dtype=np.int64).astype(f"datetime64[{unit}]")
 
@@ -331,7 +386,18 @@ def parse_temporal(entry: Mapping[str, Any], kind: str, name: str) -> TemporalCo
             b <= a for a, b in itertools.pairwise(points[:-1])
         ):
             raise SchemaError(f"column {name!r}: bin edges must be increasing")
-        return cls(name, (*points[:-1], points[-1] + 1), **options)
+        listed = (*points[:-1], points[-1] + 1)
+        profile = entry.get("profile")
+        if profile is not None:
+            if not isinstance(profile, list) or len(profile) < 2:
+                raise SchemaError(f"column {name!r}: profile must be a list of ISO 8601 dates")
+            knots = [parse_bound(p, kind, "every profile point", name) for p in profile]
+            # Like the bins: the last point is the last value admitted (an exclusive end + 1).
+            knots[-1] += 1
+            options["profile"] = tuple(min(max(k, listed[0]), listed[-1]) for k in knots)
+        return cls(name, listed, **options)
+    if "profile" in entry:
+        raise SchemaError(f"column {name!r}: a profile needs bins given as a list of edges")
     if "min" not in entry or "max" not in entry:
         raise SchemaError(f"column {name!r}: missing min, max (or give bins as a list of edges)")
     low = parse_bound(entry["min"], kind, "min", name)

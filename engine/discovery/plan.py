@@ -1,21 +1,41 @@
 """One upload's discovery: which columns are learned, with what budget, and the release.
 
 An upload whose schema asks for discovery (``"bins": {"quantiles": k}`` on a numeric, date or
-datetime column; ``"categories": {"discover": true, ...}`` on a categorical one) reads the file
-once to count, then releases every requested part of the domain with the mechanisms of this
-package, then encodes the file with the completed schema. The counts are exact and never leave
-this module; only the DP releases do.
+datetime column, with ``"range": true`` when the range is learned too; ``"categories":
+{"discover": true, ...}`` on a categorical one) reads the file to count, then releases every
+requested part of the domain with the mechanisms of this package, then encodes the file with the
+completed schema. The counts are exact and never leave this module; only the DP releases do.
+
+Two counting passes (engine/discovery/schema.py drives them): the first counts the rows, the
+coarse window cells of learned ranges, the grid cells of declared-window quantiles and the
+category values; then :func:`release_first` releases a noisy row count, splits the budget by
+need, and releases the coarse ranges, the declared-window edges and the categories. The second
+pass counts the fine cells inside each released range, and :func:`release_second` releases the
+learned bins and value profiles (engine/discovery/learned.py).
 
 Budget (docs/discovery.md, "Budget at upload"): a request with its own ``rho`` spends that; the
-requests without one share ``discovery_rho`` equally (by default :data:`DEFAULT_DISCOVERY_SHARE`
-of the upload's ``budget_rho``); open-set category requests share the upload's ``budget_delta``
-equally unless they give their own ``delta``. Every share is an exact Fraction, so the ledger's
-entry is exactly the sum of what the mechanisms were given.
+others share ``discovery_rho`` (by default :data:`DEFAULT_DISCOVERY_SHARE` of the upload's
+``budget_rho``): :data:`COUNT_SHARE` of it buys the noisy row count, the rest is split by weight
+(:data:`WEIGHTS`: a learned range needs two stages) and capped by need (what reaches a stated
+precision at the noisy row count: large tables spend less than the pool). Open-set category
+requests share ``budget_delta`` equally unless they give their own ``delta``. Every amount is an
+exact Fraction on the ledger's grid, so the ledger's entry is exactly the sum of what the
+mechanisms were given.
+
+Privacy of the split. The per-column budgets depend on the noisy row count, a DP output; choosing
+later mechanisms' ρ from earlier outputs, with a total that can never exceed ``discovery_rho``
+(and, with the dataset's jobs, its ``budget_rho``), is fully adaptive composition with a privacy
+filter, which zCDP allows (Feldman & Zrnic, "Individual Privacy Accounting via a Rényi Filter",
+NeurIPS 2021, Theorem 3.1; Whitehouse, Ramdas, Rogers, Wu, "Fully-Adaptive Composition in
+Differential Privacy", ICML 2023): the dataset stays ``budget_rho``-zCDP (with its δ) whatever
+the split, and the ledger records the ρ actually spent. The service's jobs, whose ρ analysts choose
+after seeing earlier releases, rest on the same argument.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -27,28 +47,56 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from engine.accounting import sigma2_for_rho
 from engine.discovery.categories import (
     CANDIDATES_MECHANISM,
+    DEFAULT_FALSE_KEEP,
     OPEN_SET_MECHANISM,
     DiscoveredCategories,
     discover_from_candidates,
     discover_open_set,
 )
-from engine.discovery.cost import DiscoveryCost
+from engine.discovery.cost import DiscoveryCost, JsonScalar
+from engine.discovery.learned import (
+    MAX_FINE_CELLS,
+    MIN_FINE_CELLS,
+    ROWS_PER_FINE_CELL,
+    STAGE_ONE_SHARE,
+    CoarseRange,
+    FineGrid,
+    LearnedBins,
+    Window,
+    learn_bins,
+    learn_coarse_range,
+    noisy_cdf_sd,
+)
+from engine.discovery.notes import DomainWarning
 from engine.discovery.quantiles import MECHANISM as QUANTILES_MECHANISM
 from engine.discovery.quantiles import (
     QuantileBins,
     QuantileGrid,
     dp_quantile_edges_from_counts,
 )
+from engine.noise import discrete_gaussian_noise
 
 DEFAULT_DISCOVERY_SHARE = Fraction(1, 10)
 """Of the upload's budget_rho, what discovery requests without their own ρ share by default."""
+COUNT_SHARE = Fraction(1, 40)
+"""Of the shared discovery budget, what the noisy row count gets (the split depends on it)."""
+WEIGHTS = {"range": 3, "quantiles": 2, "categories": 1}
+"""Relative shares of the rest, by kind: a learned range pays for a coarse histogram and a tree."""
+RANGE_PRECISION = 0.001
+"""A learned range (or declared-window quantiles) needs no more ρ than puts the standard deviation
+of its noisy CDF at 0.1 % of the rows."""
+CATEGORY_PRECISION = 0.0002
+"""A category discovery needs no more ρ than puts its threshold at 0.02 % of the rows."""
 MAX_DISTINCT_COUNTED = 1_000_000
 """Distinct values counted over all category columns together (~110 bytes each in a Counter);
 an upload with more is refused, by count. Candidate-list columns count only their candidates."""
 MAX_CHARACTERS_COUNTED = 64 * 1024 * 1024
 """Characters of the distinct values counted over all category columns together."""
+ROW_COUNT_MECHANISM = "dp_row_count"
+RANGE_MECHANISM = "dp_learned_range"
 
 
 class DiscoveryRefused(ValueError):
@@ -57,17 +105,33 @@ class DiscoveryRefused(ValueError):
 
 @dataclass(frozen=True)
 class QuantileRequest:
-    """DP quantile bins for a numeric (or date, as numbers) column inside public bounds."""
+    """DP quantile bins for a numeric (or date, as numbers) column inside declared bounds."""
 
     column: str
     grid: QuantileGrid
     bins: int
     rho: Fraction | None = None
-    learn_range: bool = False  # the outer edges are learned too (the grid is a public window)
 
     def __post_init__(self) -> None:
         if isinstance(self.bins, bool) or not isinstance(self.bins, int) or self.bins < 2:
             raise ValueError(f"column {self.column!r}: quantile bins must be an integer ≥ 2")
+        if self.rho is not None and self.rho <= 0:
+            raise ValueError(f"column {self.column!r}: a discovery's rho must be positive")
+
+
+@dataclass(frozen=True)
+class RangeRequest:
+    """A learned range with bins and a value profile inside a public window (two stages:
+    engine/discovery/learned.py), in the column's units (numbers, or calendar periods)."""
+
+    column: str
+    window: Window
+    bins: int
+    rho: Fraction | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.bins, bool) or not isinstance(self.bins, int) or self.bins < 1:
+            raise ValueError(f"column {self.column!r}: quantile bins must be an integer ≥ 1")
         if self.rho is not None and self.rho <= 0:
             raise ValueError(f"column {self.column!r}: a discovery's rho must be positive")
 
@@ -95,7 +159,13 @@ class CategoryRequest:
         return self.candidates is None
 
 
-Request = QuantileRequest | CategoryRequest
+Request = QuantileRequest | RangeRequest | CategoryRequest
+
+
+def _kind(request: Request) -> str:
+    if isinstance(request, RangeRequest):
+        return "range"
+    return "quantiles" if isinstance(request, QuantileRequest) else "categories"
 
 
 @dataclass(frozen=True)
@@ -103,6 +173,97 @@ class Allocation:
     request: Request
     rho: Fraction
     delta: Fraction
+
+
+@dataclass(frozen=True)
+class DiscoveryBudget:
+    """The public part of the split, fixed before the file is read: each request's δ, the ρ of
+    requests that give their own, the shared pool and the noisy row count's share of it.
+    :meth:`finalize` splits the pool once the noisy row count is out."""
+
+    requests: tuple[Request, ...]
+    pool: Fraction
+    count_rho: Fraction
+    deltas: Mapping[str, Fraction]
+    rho_quantum: Fraction | None = None
+
+    @property
+    def pooled(self) -> tuple[Request, ...]:
+        return tuple(r for r in self.requests if r.rho is None)
+
+    @property
+    def cap(self) -> tuple[Fraction, Fraction]:
+        """The most this discovery can spend: (ρ, δ)."""
+        own = sum((r.rho for r in self.requests if r.rho is not None), Fraction(0))
+        return own + (self.pool if self.pooled else Fraction(0)), sum(
+            self.deltas.values(), Fraction(0)
+        )
+
+    def finalize(self, noisy_rows: int | None) -> tuple[Allocation, ...]:
+        """Each request's (ρ, δ): its own ρ, or its share of the pool after the row count, split
+        by :data:`WEIGHTS` and capped by need at ``noisy_rows`` (water-filling: what a capped
+        request does not need goes to the others). A function of public inputs and the noisy
+        count only; every share is rounded down to the ledger's grid."""
+        pooled = self.pooled
+        shares: dict[str, Fraction] = {}
+        remaining = self.pool - self.count_rho
+        active = list(pooled)
+        while active:
+            weight = sum(WEIGHTS[_kind(r)] for r in active)
+            fair = {r.column: remaining * WEIGHTS[_kind(r)] / weight for r in active}
+            needs = {r.column: _need(r, noisy_rows, self.deltas.get(r.column)) for r in active}
+            capped = {
+                column: need
+                for column, need in needs.items()
+                if need is not None and need < fair[column]
+            }
+            if not capped:
+                shares.update(fair)
+                break
+            for column, need in capped.items():
+                shares[column] = need
+                remaining -= need
+            active = [r for r in active if r.column not in capped]
+        out = []
+        for request in self.requests:
+            own = request.rho
+            rho = own if own is not None else _floor(shares[request.column], self.rho_quantum)
+            if rho <= 0:
+                raise DiscoveryRefused(
+                    "the discovery budget is too small to share between its columns"
+                )
+            out.append(Allocation(request, rho, self.deltas.get(request.column, Fraction(0))))
+        return tuple(out)
+
+
+def _fine_levels(rows: float) -> int:
+    """Levels of the fine tree a learned range uses at ``rows`` (learned.FineGrid.over)."""
+    cells = MIN_FINE_CELLS
+    while cells < MAX_FINE_CELLS and cells * 2 <= max(rows, 0.0) / ROWS_PER_FINE_CELL:
+        cells *= 2
+    return (cells - 1).bit_length() + 1
+
+
+def _need(request: Request, rows: int | None, delta: Fraction | None) -> Fraction | None:
+    """The ρ that reaches the stated precision at ``rows`` noisy rows (None: no cap)."""
+    if rows is None or rows < 1:
+        return None
+    if isinstance(request, RangeRequest | QuantileRequest):
+        if isinstance(request, RangeRequest):
+            levels = _fine_levels(rows)
+        else:
+            levels = (request.grid.boundaries.size - 2).bit_length() + 1
+        tree = (noisy_cdf_sd(levels, Fraction(1)) / (RANGE_PRECISION * rows)) ** 2
+        need = tree / float(1 - STAGE_ONE_SHARE) if isinstance(request, RangeRequest) else tree
+    else:
+        if request.candidates is not None:
+            z2 = 2 * math.log(len(request.candidates) / float(DEFAULT_FALSE_KEEP))
+        else:
+            z2 = 2 * math.log(1 / float(delta or Fraction(1, 10**6)))
+        need = z2 / (2 * (CATEGORY_PRECISION * rows) ** 2)
+    if not math.isfinite(need) or need <= 0:
+        return None
+    return Fraction(need).limit_denominator(10**15)
 
 
 def allocate(
@@ -113,8 +274,8 @@ def allocate(
     discovery_rho: Fraction | None = None,
     rho_quantum: Fraction | None = None,
     delta_quantum: Fraction | None = None,
-) -> tuple[Allocation, ...]:
-    """Each request's (ρ, δ), from public inputs only; refuses what the budget cannot pay.
+) -> DiscoveryBudget:
+    """The public split, from public inputs only; refuses what the budget cannot pay.
 
     With quanta (the ledger's exact grids: 1e-12 for ρ, 1e-18 for δ), shared amounts are rounded
     down to them, so each mechanism is given exactly what the ledger can record.
@@ -123,8 +284,9 @@ def allocate(
     pool = budget_rho * DEFAULT_DISCOVERY_SHARE if discovery_rho is None else discovery_rho
     if pooled and pool <= 0:
         raise DiscoveryRefused("discovery_rho must be positive when a discovery has no rho")
-    share = _floor(pool / len(pooled), rho_quantum) if pooled else Fraction(0)
-    if pooled and share <= 0:
+    count_rho = _floor(pool * COUNT_SHARE, rho_quantum) if pooled else Fraction(0)
+    smallest = Fraction(1, 10**12) if rho_quantum is None else rho_quantum
+    if pooled and (count_rho <= 0 or (pool - count_rho) / len(pooled) < smallest * 4):
         raise DiscoveryRefused("the discovery budget is too small to share between its columns")
     open_sets = [r for r in requests if isinstance(r, CategoryRequest) and r.open_set]
     unset_delta = [r for r in open_sets if r.delta is None]
@@ -141,21 +303,18 @@ def allocate(
         delta_share = _floor((budget_delta - fixed_delta) / len(unset_delta), delta_quantum)
     if unset_delta and delta_share <= 0:
         raise DiscoveryRefused("the discoveries' own deltas use up budget_delta")
-    allocations = []
-    for request in requests:
-        rho = request.rho if request.rho is not None else share
-        delta = Fraction(0)
-        if isinstance(request, CategoryRequest) and request.open_set:
-            delta = request.delta if request.delta is not None else delta_share
-        allocations.append(Allocation(request, rho, delta))
-    total_rho = sum((a.rho for a in allocations), Fraction(0))
-    total_delta = sum((a.delta for a in allocations), Fraction(0))
+    deltas: dict[str, Fraction] = {}
+    for request in open_sets:
+        assert isinstance(request, CategoryRequest)
+        deltas[request.column] = request.delta if request.delta is not None else delta_share
+    budget = DiscoveryBudget(tuple(requests), pool, count_rho, deltas, rho_quantum)
+    total_rho, total_delta = budget.cap
     if total_rho > budget_rho or total_delta > budget_delta:
         raise DiscoveryRefused(
             "the discoveries need more than the upload's budget: raise budget_rho (or "
             "budget_delta), or lower the discoveries' rho"
         )
-    return tuple(allocations)
+    return budget
 
 
 def _floor(amount: Fraction, quantum: Fraction | None) -> Fraction:
@@ -166,12 +325,16 @@ def _floor(amount: Fraction, quantum: Fraction | None) -> Fraction:
 
 @dataclass
 class Counts:
-    """Exact statistics of the requested columns, accumulated batch by batch (never released)."""
+    """Exact statistics of the first pass, accumulated batch by batch (never released): the rows,
+    each learned range's window cells, each declared-window quantile grid's cells, and each
+    category column's values."""
 
     requests: Sequence[Request]
+    rows: int = 0
     cells: dict[str, npt.NDArray[np.int64]] = field(default_factory=dict)
     values: dict[str, Counter[str]] = field(default_factory=dict)
     grids: dict[str, QuantileGrid] = field(default_factory=dict)
+    windows: dict[str, Window] = field(default_factory=dict)
     candidates: dict[str, frozenset[str]] = field(default_factory=dict)
     distinct: int = 0
     characters: int = 0
@@ -182,14 +345,25 @@ class Counts:
                 self.grids[request.column] = request.grid
                 cells = request.grid.boundaries.size - 1  # integer grids can have fewer
                 self.cells[request.column] = np.zeros(cells, dtype=np.int64)
+            elif isinstance(request, RangeRequest):
+                self.windows[request.column] = request.window
+                self.cells[request.column] = np.zeros(request.window.cells + 2, dtype=np.int64)
             else:
                 self.values[request.column] = Counter()
                 if request.candidates is not None:
                     self.candidates[request.column] = frozenset(request.candidates)
 
+    def add_rows(self, rows: int) -> None:
+        """Every row of a batch, missing values included (the noisy row count's statistic)."""
+        self.rows += int(rows)
+
     def add_numbers(self, column: str, numbers: npt.ArrayLike) -> None:
-        """Non-missing values of a quantile column, inside its bounds (clipped by the caller)."""
-        self.cells[column] += self.grids[column].count(numbers)
+        """Finite values of a quantile column: for a learned range all of them (values outside
+        its window have their own cells), for a declared window those inside it."""
+        if column in self.windows:
+            self.cells[column] += self.windows[column].count(numbers)
+        else:
+            self.cells[column] += self.grids[column].count(numbers)
 
     def add_text(self, column: str, text: pd.Series) -> None:
         """Non-missing values of a category column, as text (only the candidates, if listed).
@@ -217,39 +391,111 @@ class Counts:
             )
 
 
+@dataclass
+class FineCounts:
+    """Exact statistics of the second pass: each learned range's fine cells (never released)."""
+
+    grids: Mapping[str, FineGrid]
+    cells: dict[str, npt.NDArray[np.int64]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for column, grid in self.grids.items():
+            self.cells[column] = np.zeros(grid.boundaries.size - 1, dtype=np.int64)
+
+    def add_numbers(self, column: str, numbers: npt.ArrayLike) -> None:
+        """Finite values of a learned range's column, clamped into its released range."""
+        self.cells[column] += self.grids[column].count(numbers)
+
+
+@dataclass(frozen=True)
+class NoisyRows:
+    """The noisy row count (a DP output, public) and what it cost."""
+
+    rows: int
+    cost: DiscoveryCost
+
+
+@dataclass(frozen=True)
+class FirstRelease:
+    """What the first pass released: the row count, the final split, the coarse ranges, the
+    declared-window edges and the categories; ``fine_grids`` are the second pass's cells."""
+
+    budget: DiscoveryBudget
+    rows: NoisyRows | None
+    allocations: tuple[Allocation, ...]
+    ranges: Mapping[str, CoarseRange]
+    edges: Mapping[str, QuantileBins]
+    categories: Mapping[str, DiscoveredCategories]
+    fine_grids: Mapping[str, FineGrid]
+
+
 @dataclass(frozen=True)
 class Discovered:
-    """The release: per column, DP bin edges or DP categories, and what they cost in all."""
+    """The release: per column, DP bin edges (declared windows), learned bins with their profile
+    (learned ranges) or DP categories; the noisy row count; what it all cost; and warnings
+    computed from these DP outputs."""
 
     edges: Mapping[str, QuantileBins]
     categories: Mapping[str, DiscoveredCategories]
     allocations: tuple[Allocation, ...]
+    learned: Mapping[str, LearnedBins] = field(default_factory=dict)
+    ranges: Mapping[str, CoarseRange] = field(default_factory=dict)
+    rows: NoisyRows | None = None
+    warnings: tuple[DomainWarning, ...] = ()
 
     @property
     def rho(self) -> Fraction:
-        return sum((a.rho for a in self.allocations), Fraction(0))
+        counted = self.rows.cost.rho if self.rows is not None else Fraction(0)
+        return counted + sum((a.rho for a in self.allocations), Fraction(0))
 
     @property
     def delta(self) -> Fraction:
         return sum((a.delta for a in self.allocations), Fraction(0))
 
     def costs(self) -> dict[str, DiscoveryCost]:
+        """Each column's cost (a learned range's two stages as one entry)."""
         out = {name: result.cost for name, result in self.edges.items()}
         out.update({name: result.cost for name, result in self.categories.items()})
+        for name, learned in self.learned.items():
+            coarse = self.ranges[name]
+            window = next(
+                a.request.window
+                for a in self.allocations
+                if a.request.column == name and isinstance(a.request, RangeRequest)
+            )
+            # The coarse stage's ρ is the column's ρ times STAGE_ONE_SHARE (not repeated).
+            parameters: dict[str, JsonScalar] = {
+                "lower": window.lower,
+                "upper": window.upper,
+                "bins": learned.requested_bins,
+                "scale": window.scale,
+                "fine_cells": learned.cost.parameters["fine_cells"],
+            }
+            out[name] = DiscoveryCost(
+                RANGE_MECHANISM, coarse.cost.rho + learned.cost.rho, parameters=parameters
+            )
         return out
 
     def describe(self) -> dict[str, Any]:
-        """The ledger entry's detail: every column's mechanism and cost (public parameters).
+        """The ledger entry's detail: the noisy row count and every column's mechanism and cost
+        (public parameters).
 
         Compact, so that many columns fit the ledger's detail cap (:func:`detail_bound`): ρ and δ
         as exact fraction strings only, and no ``sigma2``, which they determine (σ² = 1/(2ρ),
         ``levels``/(2ρ) for quantiles).
         """
-        return {
+        out: dict[str, Any] = {
             "rho": str(self.rho),
             "delta": str(self.delta),
             "columns": {name: _entry(cost) for name, cost in self.costs().items()},
         }
+        if self.rows is not None:
+            out["rows"] = {
+                "mechanism": ROW_COUNT_MECHANISM,
+                "rho": str(self.rows.cost.rho),
+                "noisy_count": self.rows.rows,
+            }
+        return out
 
 
 def _entry(cost: DiscoveryCost) -> dict[str, Any]:
@@ -265,73 +511,233 @@ def _entry(cost: DiscoveryCost) -> dict[str, Any]:
 DERIVED_PARAMETERS = frozenset({"sigma2"})
 DETAIL_PARAMETERS_BOUND = 160
 """JSON bytes of one column's public parameters in :meth:`Discovered.describe`, at most (the
-longest, a quantile column's with two 24-character floats, take about 130)."""
+longest, a quantile column's or a learned range's with two 24-character floats, take about
+130)."""
+ROWS_DETAIL_BOUND = 100
+"""JSON bytes of the noisy row count's entry in the detail, beyond its ρ string, at most."""
 
 
-def detail_bound(allocations: Sequence[Allocation]) -> int:
-    """An upper bound on ``len(json.dumps(release(allocations, ...).describe()))``, computed from
-    public inputs only, before anything is counted (so an oversized ledger entry is refused
-    before the file is read)."""
-    rho = sum((a.rho for a in allocations), Fraction(0))
-    delta = sum((a.delta for a in allocations), Fraction(0))
-    total = len(json.dumps({"rho": str(rho), "delta": str(delta), "columns": {}}))
-    for allocation in allocations:
-        request = allocation.request
+def _rho_text_bound(cap: Fraction, quantum: Fraction | None) -> int:
+    """The longest exact fraction string of a ρ between 0 and ``cap`` on the ledger's grid
+    (``quantum``), or of any ρ's own string when there is no grid."""
+    if quantum is None:
+        return len(str(cap)) + 48
+    steps = math.ceil(cap / quantum)
+    return len(str(steps * quantum.numerator)) + 1 + len(str(quantum.denominator))
+
+
+def detail_bound(budget: DiscoveryBudget) -> int:
+    """An upper bound on ``len(json.dumps(<the release>.describe()))``, computed from public
+    inputs only, before anything is counted (so an oversized ledger entry is refused before the
+    file is read)."""
+    cap_rho, cap_delta = budget.cap
+    shared = "9" * _rho_text_bound(budget.pool, budget.rho_quantum)
+    total = len(
+        json.dumps({"rho": "9" * _rho_text_bound(cap_rho, budget.rho_quantum),
+                    "delta": str(cap_delta), "columns": {}})
+    )  # fmt: skip
+    total += ROWS_DETAIL_BOUND + len(shared)
+    for request in budget.requests:
         if isinstance(request, QuantileRequest):
             mechanism = QUANTILES_MECHANISM
+        elif isinstance(request, RangeRequest):
+            mechanism = RANGE_MECHANISM
         else:
             mechanism = CANDIDATES_MECHANISM if request.candidates else OPEN_SET_MECHANISM
-        cost = DiscoveryCost(mechanism, allocation.rho, allocation.delta)
+        rho = str(request.rho) if request.rho is not None else shared
+        delta = str(budget.deltas.get(request.column, Fraction(0)))
+        entry = {"mechanism": mechanism, "rho": rho, "delta": delta, "parameters": {}}
         # '"name": {...}, ' around the entry, whose parameters are bounded separately.
-        total += len(json.dumps(request.column)) + 4 + len(json.dumps(_entry(cost)))
+        total += len(json.dumps(request.column)) + 4 + len(json.dumps(entry))
         total += DETAIL_PARAMETERS_BOUND
     return total
 
 
-def release(
-    allocations: Sequence[Allocation], counts: Counts, source: random.Random | None = None
-) -> Discovered:
-    """Run every allocated mechanism on the exact counts; the only step that releases anything.
+def noisy_row_count(rows: int, rho: Fraction, source: random.Random | None) -> NoisyRows:
+    """The number of rows plus N_Z(0, 1/(2ρ)): one added or removed row changes it by 1 (L2
+    sensitivity 1), so ρ-zCDP (CKS 2020, Theorem 14)."""
+    sigma2 = sigma2_for_rho(1, rho)
+    noisy = int(rows) + int(discrete_gaussian_noise(sigma2, 1, source)[0])
+    return NoisyRows(noisy, DiscoveryCost(ROW_COUNT_MECHANISM, rho))
 
-    Each mechanism is charged exactly its allocation, so the sum of the costs equals the sum of
-    the allocations (checked): what the ledger records is what was measured.
-    """
+
+def release_first(
+    budget: DiscoveryBudget, counts: Counts, source: random.Random | None = None
+) -> FirstRelease:
+    """Release the first pass: the noisy row count (when a request shares the pool), then, with
+    the split it decides, every coarse range, declared-window edge set and category list."""
+    rows = None
+    if budget.pooled:
+        rows = noisy_row_count(counts.rows, budget.count_rho, source)
+    allocations = budget.finalize(rows.rows if rows is not None else None)
+    ranges: dict[str, CoarseRange] = {}
     edges: dict[str, QuantileBins] = {}
     categories: dict[str, DiscoveredCategories] = {}
-    charged = []
+    grids: dict[str, FineGrid] = {}
     for allocation in allocations:
         request = allocation.request
-        if isinstance(request, QuantileRequest):
-            bins = dp_quantile_edges_from_counts(
+        if isinstance(request, RangeRequest):
+            coarse = learn_coarse_range(
+                counts.cells[request.column],
+                window=request.window,
+                rho=allocation.rho * STAGE_ONE_SHARE,
+                source=source,
+            )
+            ranges[request.column] = coarse
+            estimate = rows.rows if rows is not None else coarse.noisy_inside
+            grids[request.column] = FineGrid.over(coarse, request.window, float(estimate))
+        elif isinstance(request, QuantileRequest):
+            edges[request.column] = dp_quantile_edges_from_counts(
                 counts.cells[request.column],
                 grid=request.grid,
                 bins=request.bins,
                 rho=allocation.rho,
                 source=source,
-                learn_range=request.learn_range,
             )
-            edges[request.column] = bins
-            charged.append((bins.cost.rho, Fraction(0)))
+        elif request.candidates is not None:
+            categories[request.column] = discover_from_candidates(
+                counts.values[request.column],
+                candidates=request.candidates,
+                max_categories=request.max_categories,
+                rho=allocation.rho,
+                source=source,
+            )
         else:
-            if request.candidates is not None:
-                found = discover_from_candidates(
-                    counts.values[request.column],
-                    candidates=request.candidates,
-                    max_categories=request.max_categories,
-                    rho=allocation.rho,
-                    source=source,
-                )
-            else:
-                found = discover_open_set(
-                    counts.values[request.column],
-                    max_categories=request.max_categories,
-                    rho=allocation.rho,
-                    delta=allocation.delta,
-                    source=source,
-                )
-            categories[request.column] = found
-            charged.append((found.cost.rho, found.cost.delta))
-    result = Discovered(edges, categories, tuple(allocations))
+            categories[request.column] = discover_open_set(
+                counts.values[request.column],
+                max_categories=request.max_categories,
+                rho=allocation.rho,
+                delta=allocation.delta,
+                source=source,
+            )
+    return FirstRelease(budget, rows, allocations, ranges, edges, categories, grids)
+
+
+def release_second(
+    first: FirstRelease, fine: FineCounts, source: random.Random | None = None
+) -> Discovered:
+    """Release the learned bins and profiles from the second pass, and assemble the release.
+
+    Each mechanism is charged exactly its allocation, so the sum of the costs (and the row
+    count's) equals the sum of the allocations (checked): what the ledger records is what was
+    measured.
+    """
+    learned: dict[str, LearnedBins] = {}
+    for allocation in first.allocations:
+        request = allocation.request
+        if not isinstance(request, RangeRequest):
+            continue
+        coarse = first.ranges[request.column]
+        learned[request.column] = learn_bins(
+            fine.cells[request.column],
+            grid=first.fine_grids[request.column],
+            bins=request.bins,
+            rho=allocation.rho - coarse.cost.rho,
+            source=source,
+        )
+    warnings = _warnings(first, learned)
+    result = Discovered(
+        first.edges,
+        first.categories,
+        first.allocations,
+        learned,
+        first.ranges,
+        first.rows,
+        warnings,
+    )
+    charged = [(c.rho, c.delta) for c in result.costs().values()]
+    if first.rows is not None:
+        charged.append((first.rows.cost.rho, first.rows.cost.delta))
     if (sum(c[0] for c in charged), sum(c[1] for c in charged)) != (result.rho, result.delta):
         raise AssertionError("the mechanisms' costs differ from the allocations")
+    cap_rho, cap_delta = first.budget.cap
+    if result.rho > cap_rho or result.delta > cap_delta:
+        raise AssertionError("the discovery spent more than its budget")
     return result
+
+
+def release(
+    budget: DiscoveryBudget,
+    counts: Counts,
+    source: random.Random | None = None,
+    fine: FineCounts | None = None,
+) -> Discovered:
+    """Both releases when there is no learned range (one pass), for callers and tests that count
+    once; with learned ranges use :func:`release_first`, a second pass, then
+    :func:`release_second` (engine/discovery/schema.py does)."""
+    first = release_first(budget, counts, source)
+    if first.fine_grids and fine is None:
+        raise ValueError("learned ranges need a second counting pass (release_second)")
+    return release_second(first, fine if fine is not None else FineCounts({}), source)
+
+
+WINDOW_SHARE = 0.01
+"""A learned range warns when more than this share of the rows (by a noisy count) lie outside
+its public window (they are clamped into the range)."""
+
+
+def _warnings(first: FirstRelease, learned: Mapping[str, LearnedBins]) -> tuple[DomainWarning, ...]:
+    """Warnings from the DP outputs only (noisy counts, learned bins): post-processing."""
+    out = []
+    for name, coarse in first.ranges.items():
+        rows = max(first.rows.rows if first.rows is not None else coarse.noisy_inside, 1)
+        sigma = math.sqrt(float(sigma2_for_rho(1, coarse.cost.rho)))
+        outside = coarse.noisy_below + coarse.noisy_above
+        if outside > max(WINDOW_SHARE * rows, 3 * sigma * math.sqrt(2)):
+            share = min(outside / rows, 1.0)
+            out.append(
+                DomainWarning(
+                    "outside_window",
+                    name,
+                    f"column {name!r}: about {share:.0%} of its values (a noisy count) lie "
+                    "outside its public window and were clamped into the learned range; "
+                    "declare a wider min and max",
+                )
+            )
+        if not coarse.reliable:
+            out.append(
+                DomainWarning(
+                    "unreliable_range",
+                    name,
+                    f"column {name!r}: no part of its window held enough rows to locate the "
+                    "range at this budget; declare min and max, or give discovery more ρ",
+                )
+            )
+        found = learned.get(name)
+        if found is not None and coarse.reliable and not found.reliable:
+            out.append(
+                DomainWarning(
+                    "coarse_bins",
+                    name,
+                    f"column {name!r}: too few rows for this budget to place its bins at "
+                    "quantiles; they are equal-width over the learned range and values are "
+                    "uniform inside them: declare its bins, or give discovery more ρ",
+                )
+            )
+    return tuple(out)
+
+
+__all__ = [
+    "COUNT_SHARE",
+    "DEFAULT_DISCOVERY_SHARE",
+    "DETAIL_PARAMETERS_BOUND",
+    "WEIGHTS",
+    "Allocation",
+    "CategoryRequest",
+    "Counts",
+    "Discovered",
+    "DiscoveryBudget",
+    "DiscoveryRefused",
+    "FineCounts",
+    "FirstRelease",
+    "NoisyRows",
+    "QuantileRequest",
+    "RangeRequest",
+    "Request",
+    "allocate",
+    "detail_bound",
+    "noisy_row_count",
+    "release",
+    "release_first",
+    "release_second",
+]

@@ -40,7 +40,6 @@ import numpy.typing as npt
 
 from engine.accounting import sigma2_for_rho
 from engine.discovery.cost import DiscoveryCost, JsonScalar, exact_budget
-from engine.discovery.tails import smallest_tail_threshold
 from engine.noise import discrete_gaussian_noise
 
 FloatArray = npt.NDArray[np.float64]
@@ -198,14 +197,9 @@ def dp_quantile_edges_from_counts(
     bins: int,
     rho: Fraction | int | Decimal,
     source: random.Random | None = None,
-    learn_range: bool = False,
 ) -> QuantileBins:
     """:func:`dp_quantile_edges` from the column's exact rows per cell of ``grid``
     (:meth:`QuantileGrid.count`, summed over batches); exactly ρ-zCDP.
-
-    ``learn_range``: the outer edges are learned too (:func:`_learn_range_then_quantiles`):
-    the grid's bounds are then only the public window searched, and the caller clamps values into
-    the learned range (a public transformation once it is released).
 
     Privacy: L = ⌈log₂ cells⌉ + 1 histograms (the dyadic tree over the cells) of L2 sensitivity 1
     under add/remove-one-row (one row is in exactly one node per level), each with discrete
@@ -232,23 +226,14 @@ def dp_quantile_edges_from_counts(
     if counts.size and int(counts.min()) < 0:
         raise ValueError("leaf_counts must be non-negative")
     counts = counts.astype(np.int64)
-    if learn_range:
-        first, last, tree_budget, extra = _learn_range(counts, grid, budget, source)
-        parameters.update(extra)
-        inside = counts[first:last].copy()
-        # Rows outside the learned range are clamped into its end cells, as the upload will do.
-        inside[0] += counts[:first].sum()
-        inside[-1] += counts[last:].sum()
-    else:
-        first, inside, tree_budget = 0, counts, budget
-    levels = (inside.size - 1).bit_length() + 1  # ⌈log₂ cells⌉ + 1, in integers
-    sigma2 = sigma2_for_rho(1, tree_budget / levels)
-    tree = _tree_levels(inside)
+    levels = (counts.size - 1).bit_length() + 1  # ⌈log₂ cells⌉ + 1, in integers
+    sigma2 = sigma2_for_rho(1, budget / levels)
+    tree = _tree_levels(counts)
     if len(tree) != levels:
         raise AssertionError("the tree has an unexpected number of levels")
     noisy = [level + discrete_gaussian_noise(sigma2, level.size, source) for level in tree]
     leaves = _consistent_leaves(noisy, float(sigma2))
-    edge_cells = first + _quantile_cells(leaves, bins)
+    edge_cells = _quantile_cells(leaves, bins)
     cost = DiscoveryCost(
         MECHANISM,
         budget,
@@ -257,66 +242,9 @@ def dp_quantile_edges_from_counts(
             "levels": levels,
             "sigma2": str(sigma2),
             "scale": grid.scale,
-            "learn_range": learn_range,
         },
     )
     return QuantileBins(tuple(boundaries[edge_cells].tolist()), bins, cost)
-
-
-RANGE_CELLS = 128
-"""Coarse cells of the public window a learned range is chosen from (for the default ±1e15
-symmetric-log window, each spans a factor of about 1.7 in magnitude)."""
-RANGE_SHARE = Fraction(1, 2)
-"""Of a learned-range discovery's ρ, what the coarse histogram gets (the tree gets the rest)."""
-RANGE_FALSE_HIT = Fraction(1, 20)
-"""The coarse threshold keeps any empty coarse cell with probability at most 5 % in all."""
-
-
-def _learn_range(
-    counts: IntArray, grid: QuantileGrid, budget: Fraction, source: random.Random | None
-) -> tuple[int, int, Fraction, dict[str, JsonScalar]]:
-    """Stage 1 of a learned range: which fine cells ``[first, last)`` the range covers.
-
-    The window is cut into :data:`RANGE_CELLS` coarse cells on the grid's own scale (equal in
-    asinh(x) for a log grid, so near 0 as well as far from it), and each fine cell belongs to the
-    coarse cell its lower boundary falls in (a public partition of the fine cells); the coarse
-    histogram gets N_Z(0, σ²) noise with σ² = 1/(2ρ₁), ρ₁ = :data:`RANGE_SHARE`·ρ (L2
-    sensitivity 1: one row is in one coarse cell). The range runs from the first to the last
-    coarse cell whose noisy count clears τ, the smallest integer with P(Z ≥ τ) ≤ 0.05/cells
-    (exact tail bound), so an empty cell is kept with probability at most
-    5 % in all; if none clears it, the cell with the largest noisy count. Everything after the
-    noise is post-processing, and no noise accumulates over the window (each cell is judged on
-    its own count), which is what keeps small tables and small budgets usable: 200 ages at
-    ρ = 0.011 had their tail-quantile range at −1e15 … 74 before this stage existed.
-
-    Stage 2 (the caller): the dyadic tree over the fine cells inside the range, with rows
-    outside clamped into its end cells, at ρ₂ = ρ − ρ₁. Given the released range that is again
-    one row in one node per level: ρ₂-zCDP. Stage 2's partition depends on stage 1's output
-    only, so adaptive composition gives ρ₁ + ρ₂ = ρ (Bun & Steinke 2016, Lemma 2.3).
-    """
-    cells = counts.size
-    coarse_bounds = grid_edges(grid.lower, grid.upper, RANGE_CELLS, scale=grid.scale)
-    owner = np.searchsorted(coarse_bounds, grid.boundaries[:-1], side="right") - 1
-    owner = np.clip(owner, 0, RANGE_CELLS - 1)  # non-decreasing in the fine cell's index
-    coarse = np.bincount(owner, weights=counts, minlength=RANGE_CELLS).astype(np.int64)
-    range_budget = budget * RANGE_SHARE
-    sigma2 = sigma2_for_rho(1, range_budget)
-    noisy = coarse + discrete_gaussian_noise(sigma2, coarse.size, source)
-    tau = smallest_tail_threshold(sigma2, RANGE_FALSE_HIT / coarse.size)
-    hits = np.flatnonzero(noisy >= tau)
-    if hits.size == 0:
-        hits = np.array([int(np.argmax(noisy))])  # first of the largest: post-processing
-    first = int(np.searchsorted(owner, hits[0], side="left"))
-    last = int(np.searchsorted(owner, hits[-1], side="right"))
-    if last <= first:  # a coarse cell without a fine cell (possible near 0 on integer grids)
-        last = min(cells, first + 1)
-        first = last - 1
-    extra: dict[str, JsonScalar] = {
-        "range_cells": int(coarse.size),
-        "range_rho": str(range_budget),
-        "range_threshold": tau,
-    }
-    return first, last, budget - range_budget, extra
 
 
 def _check_bounds(lower: float, upper: float, *, integer: bool) -> tuple[float, float]:

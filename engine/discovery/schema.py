@@ -1,14 +1,16 @@
 """Discovery for a schema: the requests its pending columns make, counting, and resolution.
 
 Shared by the service's upload (app/datasets/discovery.py) and ``rhosynth synthesize``: both read
-the table once through their own bounded readers and hand each batch's pending columns, as pandas
-Series, to :func:`count_batch`; then :func:`allocate` and :func:`release`
-(engine/discovery/plan.py) run, and :func:`resolve` completes the schema.
+the table through their own bounded readers and hand each batch's pending columns, as pandas
+Series, to :func:`discover`, which counts in one pass (two when a range is learned: the second
+counts inside the released ranges), releases with engine/discovery/plan.py, and returns the
+release; :func:`resolve` completes the schema.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -19,16 +21,24 @@ from engine.discovery.plan import (
     CategoryRequest,
     Counts,
     Discovered,
+    DiscoveryBudget,
     DiscoveryRefused,
+    FineCounts,
     QuantileRequest,
+    RangeRequest,
     Request,
+    release_first,
+    release_second,
 )
-from engine.discovery.quantiles import DEFAULT_GRID, MAX_GRID, QuantileGrid
+from engine.discovery.quantiles import DEFAULT_GRID, QuantileGrid
 from engine.encoding import SchemaError, SchemaSpec, TableSchema
+
+Batches = Callable[[], Iterable[Mapping[str, pd.Series]]]
+"""A fresh pass over the table: each batch maps the pending columns to their raw values."""
 
 
 def requests_for(spec: SchemaSpec) -> list[Request]:
-    """One request per pending column that needs data (one quantile bin needs none).
+    """One request per pending column that needs data (one declared quantile bin needs none).
 
     Raises ``ValueError`` when a declared bound cannot hold the grid (its message names no value).
     """
@@ -36,23 +46,19 @@ def requests_for(spec: SchemaSpec) -> list[Request]:
 
 
 def _needs_data(pending: QuantileBins | DiscoveredCategories) -> bool:
-    return not (isinstance(pending, QuantileBins) and pending.quantiles == 1)
+    return not (
+        isinstance(pending, QuantileBins) and pending.quantiles == 1 and not pending.learn_range
+    )
 
 
 def _request(pending: QuantileBins | DiscoveredCategories) -> Request:
     if isinstance(pending, QuantileBins):
-        low, high = pending.bounds()
-        integer = pending.kind != "numeric" or bool(pending.to_json().get("integer"))
         if pending.learn_range:
-            # A public window much wider than the data: the finest grid, and for numbers a
-            # symmetric-log one (cells of ~0.1 % of the value over ±1e15).
-            scale = "log" if pending.kind == "numeric" else "linear"
-            grid = QuantileGrid(low, high, MAX_GRID, integer=integer, scale=scale)
-        else:
-            grid = QuantileGrid(low, high, DEFAULT_GRID, integer=integer)
-        return QuantileRequest(
-            pending.name, grid, pending.quantiles, rho=pending.rho, learn_range=pending.learn_range
-        )
+            # Range, bins and profile inside a public window (engine/discovery/learned.py).
+            return RangeRequest(pending.name, pending.window(), pending.quantiles, rho=pending.rho)
+        low, high = pending.bounds()
+        grid = QuantileGrid(low, high, DEFAULT_GRID, integer=pending.integer)
+        return QuantileRequest(pending.name, grid, pending.quantiles, rho=pending.rho)
     return CategoryRequest(
         pending.name,
         pending.max_categories,
@@ -78,18 +84,27 @@ def provisional(spec: SchemaSpec) -> TableSchema:
 def count_batch(
     counts: Counts, spec: SchemaSpec, requests: Sequence[Request], batch: Mapping[str, pd.Series]
 ) -> None:
-    """Add one batch of the pending columns' raw values to ``counts`` (exact, never released).
+    """Add one batch of the pending columns' raw values to the first pass's ``counts`` (exact,
+    never released).
 
-    Missing values are left out (they have their own public code when nullable); so are values
-    outside the declared bounds or unparseable, which the encoding pass then refuses or clips.
-    A value equal to a listed candidate is counted even if it equals a missing-value spelling:
-    once released, a declared category wins over that spelling when the column is encoded.
+    Missing values are left out (they have their own public code when nullable); so are
+    unparseable values, and for declared-window quantiles values outside the window, which the
+    encoding pass then refuses or clips (a learned range counts them in its outside cells and
+    clamps them). A value equal to a listed candidate is counted even if it equals a
+    missing-value spelling: once released, a declared category wins over that spelling when the
+    column is encoded.
     """
     pending = {p.name: p for p in spec.pending}
+    if batch:
+        counts.add_rows(len(next(iter(batch.values()))))
     for request in requests:
         series = batch[request.column]
         column = pending[request.column]
         if isinstance(column, QuantileBins):
+            if isinstance(request, RangeRequest):
+                numbers = column.learned_units(series, spec.missing_values)
+                counts.add_numbers(request.column, numbers[np.isfinite(numbers)])
+                continue
             numbers = column.values(series, spec.missing_values)
             low, high = column.bounds()
             inside = np.isfinite(numbers) & (numbers >= low) & (numbers <= high)
@@ -102,6 +117,41 @@ def count_batch(
             counts.add_text(request.column, text[~absent].astype(str))
 
 
+def count_fine_batch(fine: FineCounts, spec: SchemaSpec, batch: Mapping[str, pd.Series]) -> None:
+    """Add one batch to the second pass: each learned range's finite values in learned units,
+    clamped into its released range (exact, never released)."""
+    pending = {p.name: p for p in spec.pending}
+    for name in fine.grids:
+        column = pending[name]
+        assert isinstance(column, QuantileBins)
+        numbers = column.learned_units(batch[name], spec.missing_values)
+        fine.add_numbers(name, numbers[np.isfinite(numbers)])
+
+
+def discover(
+    spec: SchemaSpec,
+    budget: DiscoveryBudget,
+    batches: Batches,
+    source: random.Random | None = None,
+) -> Discovered:
+    """Count, release, and (for learned ranges) count again inside the released ranges and
+    release the bins: the whole discovery of ``spec``'s pending columns.
+
+    ``batches()`` starts a fresh pass over the table each time it is called (once, or twice with
+    a learned range). ``source=None`` draws the noise from the OS CSPRNG.
+    """
+    requests = list(budget.requests)
+    counts = Counts(requests)
+    for batch in batches():
+        count_batch(counts, spec, requests, batch)
+    first = release_first(budget, counts, source)
+    fine = FineCounts(first.fine_grids)
+    if first.fine_grids:
+        for batch in batches():
+            count_fine_batch(fine, spec, batch)
+    return release_second(first, fine, source)
+
+
 def resolve(spec: SchemaSpec, found: Discovered | None) -> TableSchema:
     """The complete schema: discovered edges and categories in place of the pending clauses.
 
@@ -110,9 +160,8 @@ def resolve(spec: SchemaSpec, found: Discovered | None) -> TableSchema:
     """
     resolved: dict[str, list[object]] = {p.name: [] for p in spec.pending if not _needs_data(p)}
     if found is not None:
-        ranged = {p.name for p in spec.pending if isinstance(p, QuantileBins) and p.learn_range}
         for name, bins in found.edges.items():
-            resolved[name] = list(bins.edges if name in ranged else bins.edges[1:-1])
+            resolved[name] = list(bins.edges[1:-1])
         for name, categories in found.categories.items():
             pending = next(p for p in spec.pending if p.name == name)
             other = pending.to_json().get("other")
@@ -124,9 +173,19 @@ def resolve(spec: SchemaSpec, found: Discovered | None) -> TableSchema:
                     '"other", or give the discovery more rho'
                 )
             resolved[name] = kept
+    learned = {} if found is None else dict(found.learned)
     # Only what a mechanism released (and was charged for) is marked discovered.
-    learned = [] if found is None else [*found.edges, *found.categories]
-    return spec.resolve(resolved, learned=learned)
+    names = [] if found is None else [*found.edges, *found.categories, *found.learned]
+    return spec.resolve(resolved, learned=names, learned_bins=learned)
 
 
-__all__ = ["SchemaError", "count_batch", "provisional", "requests_for", "resolve"]
+__all__ = [
+    "Batches",
+    "SchemaError",
+    "count_batch",
+    "count_fine_batch",
+    "discover",
+    "provisional",
+    "requests_for",
+    "resolve",
+]

@@ -77,16 +77,20 @@ def test_discovery_completes_the_schema_and_is_charged_exactly(
     entries = _ledger(tenant, dataset["id"])
     assert [e["kind"] for e in entries] == ["grant", "discover"]
     discover = entries[1]
-    # Four clauses share the default pool (a tenth of ρ = 10), tier brings its own 0.5; the one
-    # open set (city) takes all of budget_delta.
-    assert (discover["rho"], discover["delta"], discover["job_id"]) == ("1.5", "0.000001", None)
+    # The noisy row count and four clauses share the default pool (a tenth of ρ = 10; each share
+    # rounded down to the ledger's 1e-12, none capped by need at 2,000 rows), tier brings its own
+    # 0.5; the one open set (city) takes all of budget_delta.
+    spent = Fraction(discover["rho"])
+    assert Fraction(3, 2) - Fraction(5, 10**12) <= spent <= Fraction(3, 2)
+    assert (discover["delta"], discover["job_id"]) == ("0.000001", None)
     columns = discover["detail"]["columns"]
     assert set(columns) == {"age", "income", "city", "tier", "joined"}
-    assert sum(Fraction(c["rho"]) for c in columns.values()) == Fraction("1.5")
+    rows = discover["detail"]["rows"]
+    assert sum(Fraction(c["rho"]) for c in columns.values()) + Fraction(rows["rho"]) == spent
     assert sum(Fraction(c["delta"]) for c in columns.values()) == Fraction(1, 10**6)
     assert Fraction(columns["tier"]["rho"]) == Fraction(1, 2)
     account = tenant.owner.get(f"/v1/datasets/{dataset['id']}").json()["budget"]
-    assert (account["spent_rho"], account["spent_delta"]) == ("1.5", "0.000001")
+    assert (Fraction(account["spent_rho"]), account["spent_delta"]) == (spent, "0.000001")
     assert_reconciled(api_stack, dataset["id"])
 
     shown = tenant.analyst.get(f"/v1/datasets/{dataset['id']}")
@@ -141,7 +145,8 @@ def test_discovery_rho_sets_the_shared_pool(tenant: Tenant) -> None:
         discovery_rho="2",
     )
     discover = _ledger(tenant, dataset["id"])[1]
-    assert discover["rho"] == "2.5"  # 4 × 0.5 from the pool, 0.5 for tier
+    # The pool of 2 (each share rounded down to 1e-12), and 0.5 for tier.
+    assert Fraction(5, 2) - Fraction(5, 10**12) <= Fraction(discover["rho"]) <= Fraction(5, 2)
     too_much = upload(tenant.owner, _table(), json.dumps(SCHEMA), budget_rho="1", discovery_rho="2")
     assert too_much.status_code == 422
 

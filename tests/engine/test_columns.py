@@ -344,7 +344,9 @@ def test_limits_are_named_and_checked_before_building() -> None:
         TableSchema.from_json({"columns": [daily]}, LIMITS)
     many = {"name": "c", "type": "categorical",
             "categories": {"discover": True, "max": 10, "candidates": list(range(2000))}}  # fmt: skip
-    with pytest.raises(SchemaError, match="lists 2000 candidates; the limit is 1000"):
+    with pytest.raises(
+        SchemaError, match="lists 2000 candidates or profile points; the limit is 1000"
+    ):
         TableSchema.from_json({"columns": [many]}, LIMITS)
     nullable = {"name": "n", "type": "numeric", "min": 0, "max": 1, "bins": 1000, "nullable": True}
     with pytest.raises(SchemaError, match="column 'n' has 1001 values"):

@@ -10,16 +10,23 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from engine.discovery.learned import Window
 from engine.discovery.plan import (
+    COUNT_SHARE,
     DEFAULT_DISCOVERY_SHARE,
     DETAIL_PARAMETERS_BOUND,
+    WEIGHTS,
     CategoryRequest,
     Counts,
     DiscoveryRefused,
+    FineCounts,
     QuantileRequest,
+    RangeRequest,
     allocate,
     detail_bound,
     release,
+    release_first,
+    release_second,
 )
 from engine.discovery.quantiles import QuantileGrid
 
@@ -35,47 +42,72 @@ def _requests() -> list[QuantileRequest | CategoryRequest]:
     ]
 
 
-def test_default_split_is_exact_and_within_budget() -> None:
-    allocations = allocate(_requests(), budget_rho=Fraction(3), budget_delta=Fraction(1, 10**6))
-    by_column = {a.request.column: a for a in allocations}
-    pooled = Fraction(3) * DEFAULT_DISCOVERY_SHARE / 3
-    assert [by_column[c].rho for c in ("age", "city", "tier")] == [pooled] * 3
+def test_default_split_is_by_weight_after_the_row_count_and_within_budget() -> None:
+    budget = allocate(_requests(), budget_rho=Fraction(3), budget_delta=Fraction(1, 10**6))
+    pool = Fraction(3) * DEFAULT_DISCOVERY_SHARE
+    assert budget.count_rho == pool * COUNT_SHARE
+    # Without a row count (or a tiny one) nothing is capped: the rest is split by weight.
+    by_column = {a.request.column: a for a in budget.finalize(None)}
+    rest = pool - budget.count_rho
+    weight = WEIGHTS["quantiles"] + 2 * WEIGHTS["categories"]
+    assert by_column["age"].rho == rest * WEIGHTS["quantiles"] / weight
+    assert by_column["city"].rho == by_column["tier"].rho == rest * WEIGHTS["categories"] / weight
     assert by_column["score"].rho == Fraction(1, 5)
     assert by_column["city"].delta == Fraction(1, 10**6)  # the only open set takes all of δ
     assert by_column["tier"].delta == by_column["age"].delta == 0
+    assert budget.count_rho + sum(a.rho for a in budget.finalize(None)) == budget.cap[0]
 
 
-def test_open_sets_need_a_delta_and_budgets_are_enforced() -> None:
-    with pytest.raises(DiscoveryRefused, match="budget_delta > 0"):
-        allocate(_requests(), budget_rho=Fraction(3))
-    with pytest.raises(DiscoveryRefused, match="more than the upload's budget"):
-        allocate(
-            [QuantileRequest("age", GRID, 4, rho=Fraction(2))],
-            budget_rho=Fraction(1),
-        )
-    with pytest.raises(DiscoveryRefused, match="more than the upload's budget"):
-        allocate(
-            [CategoryRequest("city", 5, delta=Fraction(1, 2))],
-            budget_rho=Fraction(1),
-            budget_delta=Fraction(1, 4),
-        )
+def test_a_large_table_spends_only_what_each_column_needs() -> None:
+    """At 10^8 noisy rows every request reaches its stated precision with a sliver of the
+    pool: discovery spends less and the rest stays in the dataset's budget. At 10^4 rows the
+    needs exceed the pool and the split is by weight again."""
+    requests = [
+        RangeRequest("amount", Window(-1e15, 1e15), 16),
+        CategoryRequest("city", 10),
+        CategoryRequest("tier", 3, candidates=("a", "b", "c", "d")),
+    ]
+    budget = allocate(requests, budget_rho=Fraction(1), budget_delta=Fraction(1, 10**6))
+    rest = budget.pool - budget.count_rho
+    large = budget.finalize(10**8)
+    assert all(a.rho < rest / 1000 for a in large)
+    small = {a.request.column: a.rho for a in budget.finalize(10**4)}
+    assert small["amount"] == 3 * small["city"] == 3 * small["tier"]
+    assert sum(small.values()) == rest
+
+
+def test_capped_requests_leave_their_share_to_the_others() -> None:
+    """Water-filling: at 10^6 rows a learned range needs less than its fair share, the category
+    list more than its own; the list gets everything the range leaves."""
+    requests = [
+        RangeRequest("amount", Window(-1e15, 1e15), 16),
+        CategoryRequest("tier", 3, candidates=("a", "b", "c", "d")),
+    ]
+    budget = allocate(requests, budget_rho=Fraction(1, 1000))
+    by_column = {a.request.column: a.rho for a in budget.finalize(10**6)}
+    rest = budget.pool - budget.count_rho
+    assert by_column["amount"] < rest * 3 / 4
+    assert by_column["tier"] == rest - by_column["amount"]
 
 
 def test_release_charges_exactly_the_allocations_and_counts_stream() -> None:
     requests = _requests()
-    allocations = allocate(requests, budget_rho=Fraction(40), budget_delta=Fraction(1, 10**6))
+    budget = allocate(requests, budget_rho=Fraction(40), budget_delta=Fraction(1, 10**6))
     counts = Counts(requests)
     rng = np.random.default_rng(2)
     for _ in range(3):  # three batches
+        counts.add_rows(500)
         counts.add_numbers("age", rng.uniform(0, 100, 500))
         counts.add_numbers("score", rng.integers(0, 11, 500).astype(float))
         counts.add_text("city", pd.Series(rng.choice(["Oslo", "Lima", "Pune"], 500)))
         counts.add_text("tier", pd.Series(rng.choice(["a", "b", "zz"], 500)))
-    assert int(counts.cells["age"].sum()) == 1500
-    found = release(allocations, counts, source=random.Random(4))
-    assert found.rho == sum(a.rho for a in allocations)
+    assert int(counts.cells["age"].sum()) == 1500 and counts.rows == 1500
+    found = release(budget, counts, source=random.Random(4))
+    assert found.rows is not None and abs(found.rows.rows - 1500) < 100  # σ ≈ 2.2
+    assert found.rho == found.rows.cost.rho + sum(a.rho for a in found.allocations)
+    assert found.rho <= budget.cap[0]
     assert found.delta == Fraction(1, 10**6)
-    assert sum(c.rho for c in found.costs().values()) == found.rho
+    assert sum(c.rho for c in found.costs().values()) + found.rows.cost.rho == found.rho
     assert set(found.categories["city"].categories) == {"Lima", "Oslo", "Pune"}
     assert found.categories["tier"].categories == ("a", "b")  # "zz" is not a candidate
     assert found.edges["age"].edges[0] == 0.0 and found.edges["age"].edges[-1] == 100.0
@@ -86,6 +118,7 @@ def test_release_charges_exactly_the_allocations_and_counts_stream() -> None:
         "city",
         "tier",
     }
+    assert detail["rows"]["noisy_count"] == found.rows.rows
     assert "Oslo" not in str({k: v["parameters"] for k, v in detail["columns"].items()})
 
 
@@ -142,19 +175,45 @@ def test_quantile_requests_need_two_bins() -> None:
 
 
 def test_shares_are_rounded_down_to_the_ledger_grids() -> None:
-    allocations = allocate(
+    budget = allocate(
         [QuantileRequest(c, GRID, 4) for c in "abc"] + [CategoryRequest(c, 5) for c in "de"],
         budget_rho=Fraction(1),
         budget_delta=Fraction(1, 10**6),
         rho_quantum=Fraction(1, 10**12),
         delta_quantum=Fraction(1, 10**18),
     )
+    assert (budget.count_rho * 10**12).denominator == 1
+    allocations = budget.finalize(7)
     for allocation in allocations:
-        assert (allocation.rho * 10**12).denominator == 1  # 1/50 exactly, on the grid
+        assert (allocation.rho * 10**12).denominator == 1  # on the grid
         assert (allocation.delta * 10**18).denominator == 1
-    assert allocations[0].rho == Fraction(1, 50)
     assert allocations[3].delta == Fraction(5 * 10**11, 10**18)
-    assert sum(a.rho for a in allocations) <= Fraction(1, 10)
+    assert budget.count_rho + sum(a.rho for a in allocations) <= Fraction(1, 10)
+
+
+def test_learned_ranges_need_a_second_pass_and_charge_both_stages() -> None:
+    requests = [RangeRequest("amount", Window(-1e15, 1e15), 8), CategoryRequest("city", 4)]
+    budget = allocate(requests, budget_rho=Fraction(10), budget_delta=Fraction(1, 10**6))
+    counts = Counts(requests)
+    values = np.random.default_rng(3).lognormal(5, 1, 4000)
+    counts.add_rows(values.size)
+    counts.add_numbers("amount", values)
+    counts.add_text("city", pd.Series(["Oslo", "Lima"] * 2000))
+    with pytest.raises(ValueError, match="second counting pass"):
+        release(budget, counts, source=random.Random(5))
+    first = release_first(budget, counts, source=random.Random(5))
+    grid = first.fine_grids["amount"]
+    assert first.ranges["amount"].lower <= values.min() and grid.lower >= -1e15
+    fine = FineCounts(first.fine_grids)
+    fine.add_numbers("amount", values)
+    found = release_second(first, fine, source=random.Random(6))
+    learned = found.learned["amount"]
+    assert learned.edges[0] >= values.min() and learned.edges[-1] <= values.max()
+    cost = found.costs()["amount"]
+    allocation = next(a for a in found.allocations if a.request.column == "amount")
+    assert cost.rho == allocation.rho and cost.mechanism == "dp_learned_range"
+    assert found.rows is not None
+    assert sum(c.rho for c in found.costs().values()) + found.rows.cost.rho == found.rho
 
 
 def test_detail_bound_covers_the_compact_detail_at_extreme_parameters() -> None:
@@ -167,7 +226,7 @@ def test_detail_bound_covers_the_compact_detail_at_extreme_parameters() -> None:
         ),
         CategoryRequest("c", 100_000, candidates=tuple(map(str, range(100_000)))),
     ]
-    allocations = allocate(
+    budget = allocate(
         requests,
         budget_rho=Fraction(10**9),
         budget_delta=Fraction(1, 2),
@@ -175,12 +234,29 @@ def test_detail_bound_covers_the_compact_detail_at_extreme_parameters() -> None:
         delta_quantum=Fraction(1, 10**18),
     )
     counts = Counts(requests)
+    counts.add_rows(5)
     counts.add_text("open", pd.Series(["x"] * 5))
-    found = release(allocations, counts, source=random.Random(9))
+    found = release(budget, counts, source=random.Random(9))
     detail = found.describe()
     size = len(json.dumps(detail))
-    assert size <= detail_bound(allocations) <= size + 4 * DETAIL_PARAMETERS_BOUND
+    bound = detail_bound(budget)
+    assert size <= bound <= size + 4 * DETAIL_PARAMETERS_BOUND + 400
     for entry in detail["columns"].values():
         assert set(entry) == {"mechanism", "rho", "delta", "parameters"}
         assert "sigma2" not in entry["parameters"]
-    assert sum(Fraction(e["rho"]) for e in detail["columns"].values()) == found.rho
+    rows = Fraction(detail["rows"]["rho"])
+    assert sum(Fraction(e["rho"]) for e in detail["columns"].values()) + rows == found.rho
+
+
+def test_detail_bound_covers_a_learned_range_at_extreme_parameters() -> None:
+    requests = [
+        RangeRequest("é" * 200, Window(-4.4942328371557893e307, 4.4942328371557893e307), 4096),
+        RangeRequest("r", Window(-2.2250738585072014e-308, 1.0, step=1e-12), 3),
+    ]
+    budget = allocate(requests, budget_rho=Fraction(10**9), rho_quantum=Fraction(1, 10**12))
+    counts = Counts(requests)
+    counts.add_rows(3)
+    first = release_first(budget, counts, source=random.Random(1))
+    found = release_second(first, FineCounts(first.fine_grids), source=random.Random(2))
+    size = len(json.dumps(found.describe()))
+    assert size <= detail_bound(budget)

@@ -19,7 +19,7 @@ import pytest
 from scipy import stats
 
 import engine.discovery.categories as categories
-import engine.discovery.quantiles as quantiles
+import engine.discovery.learned as learned
 from engine.discovery import discover_from_candidates, discover_open_set
 from engine.noise import discrete_gaussian_noise, discrete_gaussian_pmf
 
@@ -132,50 +132,38 @@ def test_open_set_rate_check_catches_a_wrong_sigma(
     assert stats.binomtest(released, RATE_TRIALS, singleton_tail(tau)).pvalue < POWER_ALPHA
 
 
-# Learned ranges, stage 1: a coarse cell is in the range when its noisy count clears τ. With one
-# cell always in (10,000 rows at 100) and one cell of τ − 3 rows at 20, the range starts at or
-# before 20 exactly when cell 20, or an empty cell before it, clears τ:
-# P = 1 − (1 − P(Z ≥ τ))^20 · P(Z < 3), computed from the claimed discrete Gaussian.
-RANGE_RHO = Fraction(1, 8)  # ρ₁ = 1/16: σ² = 8
-RANGE_RUNS = 4000
+# Learned ranges, stage 1: the window's histogram includes a cell for the rows below the window
+# and one for those above; both are released (for the owner's warnings), so their noise can be
+# checked directly against the claimed N_Z(0, 1/(2ρ₁)) with no rows outside.
+RANGE_RHO = Fraction(3, 16)  # ρ₁ = ρ/3 = 1/16: σ² = 8
+RANGE_RUNS = 3000
 
 
-def _range_starts_early(seed: int) -> int:
-    grid = quantiles.QuantileGrid(0.0, 128.0, 128)
-    sigma2 = Fraction(1, 2) / (RANGE_RHO * quantiles.RANGE_SHARE)
-    tau = quantiles.smallest_tail_threshold(sigma2, quantiles.RANGE_FALSE_HIT / 128)
-    counts = np.zeros(128, dtype=np.int64)
-    counts[100], counts[20] = 10_000, tau - 3
+def _outside_noise(seed: int) -> IntArray:
+    window = learned.Window(0.0, 64.0, cells=64)
+    counts = np.zeros(66, dtype=np.int64)
+    counts[1 + 30] = 10_000
     source = random.Random(seed)
-    early = 0
+    draws = []
     for _ in range(RANGE_RUNS):
-        found = quantiles.dp_quantile_edges_from_counts(
-            counts, grid=grid, bins=2, rho=RANGE_RHO, source=source, learn_range=True
+        found = learned.learn_coarse_range(
+            counts, window=window, rho=RANGE_RHO * learned.STAGE_ONE_SHARE, source=source
         )
-        early += found.edges[0] <= 20
-    return early
+        draws.extend((found.noisy_below, found.noisy_above))
+    return np.array(draws, dtype=np.int64)
 
 
-def _claimed_early_probability() -> float:
-    sigma2 = Fraction(1, 2) / (RANGE_RHO * quantiles.RANGE_SHARE)
-    tau = quantiles.smallest_tail_threshold(sigma2, quantiles.RANGE_FALSE_HIT / 128)
-    support = np.arange(-200, 201)
-    pmf = discrete_gaussian_pmf(float(sigma2), support)
-    empty_hit = float(pmf[support >= tau].sum())
-    cell_hit = float(pmf[support >= 3].sum())
-    return 1 - (1 - empty_hit) ** 20 * (1 - cell_hit)
+def _range_pmf(support: IntArray) -> npt.NDArray[np.float64]:
+    return discrete_gaussian_pmf(8.0, support)
 
 
-def test_learned_range_stage_one_has_the_claimed_noise() -> None:
-    early = _range_starts_early(21)
-    p = stats.binomtest(early, RANGE_RUNS, _claimed_early_probability()).pvalue
-    assert p > ALPHA, (early, _claimed_early_probability())
+def test_learned_range_stage_one_has_the_claimed_noise(chi_square_pvalue: ChiSquare) -> None:
+    assert chi_square_pvalue(_outside_noise(21), _range_pmf, 30) > ALPHA
 
 
 @pytest.mark.parametrize("factor", [Fraction(7, 10), Fraction(13, 10)])
 def test_learned_range_check_catches_a_wrong_sigma(
-    monkeypatch: pytest.MonkeyPatch, factor: Fraction
+    monkeypatch: pytest.MonkeyPatch, chi_square_pvalue: ChiSquare, factor: Fraction
 ) -> None:
-    monkeypatch.setattr(quantiles, "discrete_gaussian_noise", scaled_noise(factor))
-    early = _range_starts_early(21)
-    assert stats.binomtest(early, RANGE_RUNS, _claimed_early_probability()).pvalue < POWER_ALPHA
+    monkeypatch.setattr(learned, "discrete_gaussian_noise", scaled_noise(factor))
+    assert chi_square_pvalue(_outside_noise(21), _range_pmf, 30) < POWER_ALPHA

@@ -1,0 +1,31 @@
+"""Warnings about a domain, for the owner (and anyone who may see the dataset).
+
+Every warning is a function of public information only: the declared schema, the budgets, and
+the DP outputs of discovery (learned edges and categories, noisy counts). Messages name columns
+and public numbers, never a raw value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DomainWarning:
+    """One warning: a machine-readable ``code``, the ``column`` it is about (None: the whole
+    dataset) and a short, actionable ``message``."""
+
+    code: str
+    column: str | None
+    message: str
+
+    def __post_init__(self) -> None:
+        if not self.code or not self.message:
+            raise ValueError("a warning has a code and a message")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, "column": self.column, "message": self.message}
+
+
+__all__ = ["DomainWarning"]

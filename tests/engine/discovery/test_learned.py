@@ -1,0 +1,233 @@
+"""Learned ranges: the coarse hull, the fine tree's edges and the value profile.
+
+Noise comes from seeded ``random.Random`` sources, so every test is deterministic; where a bound
+could fail for a fresh seed, the docstring gives the rate.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pytest
+
+import engine.discovery.learned as learned
+from engine.discovery.learned import (
+    PROFILE_POINTS,
+    FineGrid,
+    LearnedBins,
+    Window,
+    learn_bins,
+    learn_coarse_range,
+    noisy_cdf_sd,
+)
+from engine.discovery.quantiles import _consistent_leaves, _tree_levels
+
+WIDE = Window(-1e15, 1e15)
+
+
+def _learn(
+    values: np.ndarray, window: Window, rho: Fraction, seed: int, bins: int = 16
+) -> tuple[Any, LearnedBins]:
+    """Both stages as an upload runs them (the fine grid from the true row count)."""
+    source = random.Random(seed)
+    coarse = learn_coarse_range(
+        window.count(values), window=window, rho=rho * learned.STAGE_ONE_SHARE, source=source
+    )
+    grid = FineGrid.over(coarse, window, float(values.size))
+    found = learn_bins(
+        grid.count(values), grid=grid, bins=bins, rho=rho - coarse.cost.rho, source=source
+    )
+    return coarse, found
+
+
+def test_window_cells_count_the_values_outside_and_include_the_upper_bound() -> None:
+    window = Window(0.0, 10.0, cells=5)
+    counts = window.count(np.array([-1.0, 0.0, 1.9, 2.0, 9.99, 10.0, 10.5, 1e300]))
+    assert counts.tolist() == [1, 2, 1, 0, 0, 2, 2]
+    assert WIDE.scale == "log" and Window(-90, 90).scale == "linear"
+    assert Window(0, 1e9, step=1.0, linear=True).scale == "linear"
+    with pytest.raises(ValueError, match="missing"):
+        window.count(np.array([np.nan]))
+
+
+def test_a_lognormal_column_in_the_generic_window_gets_edges_near_its_tails() -> None:
+    """20,000 log-normal values at ρ = 0.05 in ±1e15: the outer edges at ranks within 1.5 % of
+    the 0.5 % / 99.5 % quantiles, inner edges near the 16-quantiles, a monotone profile from the
+    first edge to the last, and exactly ρ spent. (CDF noise: sd ≈ 40 rows, 0.2 % of the rows.)"""
+    values = np.random.default_rng(1).lognormal(8.0, 1.0, 20_000)
+    coarse, found = _learn(values, WIDE, Fraction(1, 20), seed=3)
+    assert coarse.reliable and coarse.lower <= np.quantile(values, 0.005)
+    assert coarse.upper >= np.quantile(values, 0.995)
+    low, high = found.edges[0], found.edges[-1]
+    assert 0.0 <= np.mean(values < low) <= 0.02 and 0.0 <= np.mean(values > high) <= 0.02
+    assert low >= values.min() and high <= values.max()  # clamped rows stay in the real range
+    assert found.bins == 16 and not found.unit and found.reliable
+    inner = np.array(found.edges[1:-1])
+    ranks = np.array([np.mean(values < edge) for edge in inner])
+    assert np.all(np.abs(ranks - np.arange(1, 16) / 16) < 0.02), ranks
+    assert found.profile is not None and len(found.profile) == PROFILE_POINTS
+    assert found.profile[0] == low and found.profile[-1] == high
+    percentiles = np.percentile(np.clip(values, low, high), np.arange(101))
+    assert np.all(np.abs(np.array(found.profile) - percentiles) <= 0.05 * percentiles + 1.0)
+    assert coarse.cost.rho + found.cost.rho == Fraction(1, 20)
+
+
+def test_a_narrow_range_far_from_zero_gets_fine_cells() -> None:
+    """Latitudes between 44.8 and 45.1 in their window by meaning ([-90, 90], linear): the
+    fine grid is laid over the coarse range, not the window, so the edges resolve 0.01°."""
+    values = np.random.default_rng(4).uniform(44.8, 45.1, 50_000)
+    _, found = _learn(values, Window(-90.0, 90.0), Fraction(1, 50), seed=5)
+    assert 44.8 <= found.edges[0] <= 44.82 and 45.08 <= found.edges[-1] <= 45.1, found.edges
+    assert found.bins == 16
+
+
+def test_one_noisy_false_hit_cannot_stretch_the_range() -> None:
+    """A far cell holding a few rows (a weak hit: above the extension threshold, far below the
+    strong one) is not joined to the range of the data 40 cells away."""
+    sigma2 = learned.sigma2_for_rho(1, Fraction(1, 200))  # σ = 10
+    strong = learned._threshold(sigma2, learned.STRONG_FALSE_HIT / (64 * len(learned.SCALES)))
+    extend = learned._extension_thresholds(sigma2)[0]
+    assert extend + 20 < strong
+    window = Window(0.0, 64.0, cells=64)
+    counts = np.zeros(66, dtype=np.int64)
+    counts[1 + 40 : 1 + 43] = 1_000  # the data: cells 40 … 42
+    counts[1 + 5] = extend  # a weak, isolated hit
+    found = learn_coarse_range(counts, window=window, rho=Fraction(1, 200), source=random.Random(1))
+    assert found.reliable and (found.lower, found.upper) == (40.0, 43.0)
+
+
+def test_data_spread_thinly_over_several_cells_is_found_as_a_run() -> None:
+    """No single cell clears the strong threshold, but runs of them do, and the extension steps
+    take the thin neighbours in runs."""
+    sigma2 = learned.sigma2_for_rho(1, Fraction(1, 200))  # σ = 10
+    strong = learned._threshold(sigma2, learned.STRONG_FALSE_HIT / (64 * len(learned.SCALES)))
+    window = Window(0.0, 64.0, cells=64)
+    counts = np.zeros(66, dtype=np.int64)
+    counts[1 + 20 : 1 + 28] = strong // 2
+    found = learn_coarse_range(counts, window=window, rho=Fraction(1, 200), source=random.Random(2))
+    # Each end cell (23 rows, σ = 10) joins with probability about 0.4: at least six of eight.
+    assert found.reliable and 19.0 <= found.lower <= 21.0 and 27.0 <= found.upper <= 29.0
+
+
+def test_without_any_strong_cell_the_range_is_marked_unreliable() -> None:
+    found = learn_coarse_range(
+        np.zeros(66, dtype=np.int64),
+        window=Window(0.0, 64.0, cells=64),
+        rho=Fraction(1, 2),
+        source=random.Random(3),
+    )
+    assert not found.reliable
+    assert found.upper > found.lower
+
+
+def test_integer_columns_with_few_values_get_one_bin_per_value() -> None:
+    """Child counts 0 … 8 in the generic integer window: nine bins halfway between the values,
+    no profile (each bin is one value)."""
+    values = np.random.default_rng(6).binomial(8, 0.4, 20_000).astype(float)
+    window = Window(-1e15 - 0.5, 1e15 + 0.5, step=1.0)
+    _, found = _learn(values, window, Fraction(1, 10), seed=7)
+    assert found.unit and found.profile is None
+    present = np.unique(values)
+    kept = present[(np.bincount(values.astype(int)) / values.size >= 0.01)[present.astype(int)]]
+    assert found.edges[0] <= kept.min() - 0.5 and found.edges[-1] >= kept.max() + 0.5
+    assert np.allclose(np.diff(found.edges), 1.0)
+
+
+def test_a_point_mass_at_a_cap_keeps_its_value() -> None:
+    """Percentages with one decimal, half of them exactly 100: the cell of 100 holds that value
+    alone, so the upper edge keeps it (it was moved to 99.9 when the crossing cell was cut)."""
+    rng = np.random.default_rng(8)
+    values = np.round(np.where(rng.random(20_000) < 0.5, 100.0, rng.uniform(60, 100, 20_000)), 1)
+    window = Window(-1e15 - 0.05, 1e15 + 0.05, step=0.1)
+    _, found = _learn(values, window, Fraction(1, 20), seed=9)
+    assert found.edges[-1] == pytest.approx(100.05)
+    assert found.profile is not None and min(found.profile[55:]) >= 99.95
+
+
+def test_the_fine_grid_is_aligned_on_the_step() -> None:
+    coarse = learned.CoarseRange(0.3, 9.7, True, 0, 0, 100, learned.DiscoveryCost("x", 1))
+    grid = FineGrid.over(coarse, Window(0.0, 10.0, step=1.0), 1e6)
+    assert (grid.lower, grid.upper) == (0.5, 9.5) and grid.cells == 9  # one cell per value
+    wide = FineGrid.over(replace(coarse, lower=1.0, upper=5000.0), Window(0.0, 1e4, step=1.0), 1e6)
+    bounds = wide.boundaries
+    assert np.allclose((bounds - 0.5) % 1.0, 0.0) and bounds.size == 1025
+    with pytest.raises(ValueError, match="halfway"):
+        FineGrid(0.0, 9.5, 8, step=1.0)
+
+
+def test_the_tree_noise_is_calibrated_to_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stage 1 draws σ² = 1/(2ρ₁) for every window cell and stage 2 σ² = L/(2ρ₂) for every node
+    of its L levels: exactly what the privacy claim states (the rest is post-processing)."""
+    calls: list[tuple[Fraction, int]] = []
+    real = learned.discrete_gaussian_noise
+
+    def recording(sigma2: Fraction, size: Any, source: Any = None) -> Any:
+        calls.append((sigma2, size))
+        return real(sigma2, size, source)
+
+    monkeypatch.setattr(learned, "discrete_gaussian_noise", recording)
+    values = np.random.default_rng(10).normal(50, 5, 5_000)
+    _, found = _learn(values, Window(0.0, 100.0), Fraction(3, 10), seed=11)
+    (first, *tree) = calls
+    assert first == (Fraction(1, 2) / Fraction(1, 10), 66)  # ρ₁ = ρ/3: σ² = 5
+    levels = found.cost.parameters["levels"]
+    assert isinstance(levels, int) and len(tree) == levels
+    assert {sigma2 for sigma2, _ in tree} == {Fraction(levels, 2) / Fraction(2, 10)}
+    assert sum(size for _, size in tree) == sum(
+        level.size for level in _tree_levels(np.zeros(found.cost.parameters["fine_cells"], int))
+    )
+
+
+def test_neighbouring_tables_change_each_histogram_by_one_row() -> None:
+    """Brute force: adding any one row changes the window histogram in exactly one cell by 1,
+    the fine histogram in exactly one cell by 1, hence every tree level in one node by 1 (L2
+    sensitivity 1 per histogram, as the privacy claim uses)."""
+    rng = np.random.default_rng(12)
+    values = rng.normal(0, 100, 500)
+    window = Window(-1e4, 1e4, step=1.0)
+    grid = FineGrid(-300.5, 300.5, 64, step=1.0)
+    base_window, base_fine = window.count(values), grid.count(values)
+    base_tree = _tree_levels(base_fine)
+    for extra in [*rng.normal(0, 1000, 200), -1e9, 1e9, 300.5, -300.5, 0.0]:
+        more = np.append(values, extra)
+        assert np.abs(window.count(more) - base_window).sum() == 1
+        diff = grid.count(more) - base_fine
+        assert np.abs(diff).sum() == 1
+        for level, before in zip(_tree_levels(base_fine + diff), base_tree, strict=True):
+            assert np.abs(level - before).sum() == 1
+
+
+def test_the_stated_cdf_noise_bounds_the_consistent_tree() -> None:
+    """noisy_cdf_sd (used to place the outer edges: post-processing) bounds the standard
+    deviation of the consistent tree's prefix counts, measured on 300 noisy trees."""
+    rng = np.random.default_rng(13)
+    for cells in (64, 1024):
+        levels = (cells - 1).bit_length() + 1
+        sigma2 = levels / 2.0  # ρ = 1
+        prefixes = []
+        for _ in range(300):
+            tree = _tree_levels(np.zeros(cells, dtype=np.int64))
+            noisy = [level + rng.normal(0, np.sqrt(sigma2), level.size) for level in tree]
+            prefixes.append(np.cumsum(_consistent_leaves(noisy, sigma2)))
+        measured = np.std(np.array(prefixes), axis=0).max()
+        assert measured <= noisy_cdf_sd(levels, Fraction(1)) * 1.1, (cells, measured)
+
+
+def test_a_tiny_table_falls_back_to_equal_widths_without_a_profile() -> None:
+    """344 rows at ρ = 1e-4: the noisy CDF's sd exceeds a fifth of the rows, so its quantiles
+    would be noise; the bins are equal-width over the coarse range."""
+    values = np.random.default_rng(14).normal(4200, 800, 344)
+    _, found = _learn(values, WIDE, Fraction(1, 10_000), seed=15)
+    assert not found.reliable and found.profile is None
+
+
+def test_learned_bins_validate_their_profile() -> None:
+    cost = learned.DiscoveryCost("x", 1)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        LearnedBins((1.0, 1.0), None, False, True, 2, cost)
+    with pytest.raises(ValueError, match="runs from"):
+        LearnedBins((0.0, 1.0), (0.5,) * PROFILE_POINTS, False, True, 2, cost)
