@@ -54,7 +54,13 @@ from engine.columns.spec import DELTA_QUANTUM
 from engine.columns.spec import RHO_QUANTUM as RHO_GRID
 from engine.columns.spreadsheet import csv_header, csv_rows, unescape_cell, unescape_text
 from engine.csv_blocks import CsvBlocks
-from engine.discovery.plan import Discovered, DiscoveryRefused, allocate
+from engine.discovery.plan import (
+    Discovered,
+    DiscoveryRefused,
+    QuantileRequest,
+    RangeRequest,
+    allocate,
+)
 from engine.discovery.schema import discover, provisional, requests_for, resolve
 from engine.domain import CodeArray, Dataset, narrowest_unsigned
 from engine.encoding import SchemaError, SchemaSpec, TableSchema
@@ -253,12 +259,19 @@ def discover_schema(
         with open(path, "rb") as handle:
             magic = handle.read(4)
 
-        def batches() -> Iterator[dict[str, pd.Series]]:
-            # One pass over the file (discovery makes two when it learns a range).
+        def batches() -> Iterator[dict[str, pd.Series | pa.Array]]:
+            # One pass over the file (discovery makes two when it learns a range); numbers are
+            # read in Arrow, categories in pandas.
             read = _parquet_batches if magic == PARQUET_MAGIC else _csv_batches
             for batch in read(path, reading, False):
-                frame = batch.to_pandas()
-                yield {r.column: frame[r.column] for r in requests}
+                out: dict[str, pd.Series | pa.Array] = {}
+                for request in requests:
+                    values = batch.column(request.column)
+                    if isinstance(values, pa.DictionaryArray):
+                        values = values.dictionary_decode()
+                    numbers = isinstance(request, QuantileRequest | RangeRequest)
+                    out[request.column] = values if numbers else values.to_pandas()
+                yield out
 
         found = discover(spec, budget, batches)
         return resolve(spec, found), found

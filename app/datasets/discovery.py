@@ -31,6 +31,8 @@ from engine.columns.spec import DELTA_QUANTUM, RHO_QUANTUM
 from engine.discovery.plan import (
     Discovered,
     DiscoveryRefused,
+    QuantileRequest,
+    RangeRequest,
     Request,
     allocate,
     detail_bound,
@@ -95,7 +97,7 @@ def discover_and_resolve(
                 raise UploadRejected(422, _too_many(len(requests)))
             reading = provisional(spec)
 
-            def batches() -> Iterator[dict[str, pd.Series]]:
+            def batches() -> Iterator[dict[str, pd.Series | pa.Array]]:
                 # One pass over the file (discovery makes two when it learns a range).
                 for batch in read_batches(source, reading, limits):
                     yield _series(batch, requests)
@@ -110,6 +112,9 @@ def discover_and_resolve(
         raise UploadRejected(422, f"after discovery: {error}") from None
 
 
+NUMBERS = (QuantileRequest, RangeRequest)
+
+
 def _too_many(columns: int) -> str:
     return (
         f"discovering {columns} columns would make a ledger entry over the limit of "
@@ -118,11 +123,13 @@ def _too_many(columns: int) -> str:
     )
 
 
-def _series(batch: pa.RecordBatch, requests: list[Request]) -> dict[str, pd.Series]:
-    out: dict[str, pd.Series] = {}
+def _series(batch: pa.RecordBatch, requests: list[Request]) -> dict[str, pd.Series | pa.Array]:
+    """The requested columns of a batch: numbers as Arrow arrays (read in Arrow), the rest as
+    pandas Series."""
+    out: dict[str, pd.Series | pa.Array] = {}
     for request in requests:
         values = batch.column(request.column)
         if isinstance(values, pa.DictionaryArray):
             values = values.dictionary_decode()
-        out[request.column] = values.to_pandas()
+        out[request.column] = values if isinstance(request, NUMBERS) else values.to_pandas()
     return out

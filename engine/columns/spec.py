@@ -19,8 +19,10 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from engine.accounting import RHO_QUANTUM as ACCOUNTING_RHO_QUANTUM
+from engine.columns.arrow_text import numbers_of
 from engine.columns.base import (
     SchemaError,
     check_flag,
@@ -111,16 +113,25 @@ class QuantileBins:
         last = column.edges[-1] if isinstance(column, NumericColumn) else column.edges[-1] - 1
         return float(column.edges[0]), float(last)
 
-    def values(self, values: pd.Series, missing: Sequence[str]) -> np.ndarray:
-        """Values as floats in cut-point units (NaN: missing or unparseable; clipped if asked)."""
+    def values(self, values: pd.Series | pa.Array, missing: Sequence[str]) -> np.ndarray:
+        """Values as floats in cut-point units (NaN: missing or unparseable; clipped if asked).
+        ``values`` may be a pandas Series or, faster for numbers, an Arrow array."""
         column = self.provisional()
+        if isinstance(values, pa.Array | pa.ChunkedArray):
+            if isinstance(column, NumericColumn):
+                numbers = numbers_of(values, missing)
+                return self._clipped(column, numbers)
+            values = values.to_pandas()
         if isinstance(column, NumericColumn):
             numbers = as_float(values)
         else:
             assert isinstance(column, DateColumn | DatetimeColumn)
             numbers = column.to_units(values)
         numbers[missing_mask(values, missing) | ~np.isfinite(numbers)] = np.nan
-        if column.clip:
+        return self._clipped(column, numbers)
+
+    def _clipped(self, column: Column, numbers: np.ndarray) -> np.ndarray:
+        if getattr(column, "clip", False):
             low, high = self.bounds()
             numbers = np.clip(numbers, low, high)
         return numbers
@@ -154,7 +165,7 @@ class QuantileBins:
             return Window(low - step / 2, high + step / 2, step=step)
         return Window(low, high)
 
-    def learned_units(self, values: pd.Series, missing: Sequence[str]) -> np.ndarray:
+    def learned_units(self, values: pd.Series | pa.Array, missing: Sequence[str]) -> np.ndarray:
         """:meth:`values` in the units of :meth:`window` (NaN: missing or unparseable)."""
         numbers = self.values(values, missing)
         if self.period is not None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypeAlias
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from engine.columns.base import missing_mask, text_values
 from engine.columns.spec import DiscoveredCategories, QuantileBins
@@ -33,8 +35,10 @@ from engine.discovery.plan import (
 from engine.discovery.quantiles import DEFAULT_GRID, QuantileGrid
 from engine.encoding import SchemaError, SchemaSpec, TableSchema
 
-Batches = Callable[[], Iterable[Mapping[str, pd.Series]]]
-"""A fresh pass over the table: each batch maps the pending columns to their raw values."""
+Column: TypeAlias = pd.Series | pa.Array
+Batches = Callable[[], Iterable[Mapping[str, Column]]]
+"""A fresh pass over the table: each batch maps the pending columns to their raw values (pandas
+Series, or Arrow arrays, which numeric columns read faster; categories take Series)."""
 
 
 def requests_for(spec: SchemaSpec) -> list[Request]:
@@ -82,7 +86,7 @@ def provisional(spec: SchemaSpec) -> TableSchema:
 
 
 def count_batch(
-    counts: Counts, spec: SchemaSpec, requests: Sequence[Request], batch: Mapping[str, pd.Series]
+    counts: Counts, spec: SchemaSpec, requests: Sequence[Request], batch: Mapping[str, Column]
 ) -> None:
     """Add one batch of the pending columns' raw values to the first pass's ``counts`` (exact,
     never released).
@@ -110,6 +114,8 @@ def count_batch(
             inside = np.isfinite(numbers) & (numbers >= low) & (numbers <= high)
             counts.add_numbers(request.column, numbers[inside])
         else:
+            if isinstance(series, pa.Array | pa.ChunkedArray):
+                series = series.to_pandas()
             absent = missing_mask(series, spec.missing_values)
             text = text_values(series)
             if column.candidates is not None:  # as CategoricalColumn.encode matches them
@@ -117,7 +123,7 @@ def count_batch(
             counts.add_text(request.column, text[~absent].astype(str))
 
 
-def count_fine_batch(fine: FineCounts, spec: SchemaSpec, batch: Mapping[str, pd.Series]) -> None:
+def count_fine_batch(fine: FineCounts, spec: SchemaSpec, batch: Mapping[str, Column]) -> None:
     """Add one batch to the second pass: each learned range's finite values in learned units,
     clamped into its released range (exact, never released)."""
     pending = {p.name: p for p in spec.pending}
