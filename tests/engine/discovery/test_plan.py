@@ -49,9 +49,10 @@ def test_default_split_is_by_weight_after_the_row_count_and_within_budget() -> N
     # Without a row count (or a tiny one) nothing is capped: the rest is split by weight.
     by_column = {a.request.column: a for a in budget.finalize(None)}
     rest = pool - budget.count_rho
-    weight = WEIGHTS["quantiles"] + 2 * WEIGHTS["categories"]
+    weight = WEIGHTS["quantiles"] + WEIGHTS["open_set"] + WEIGHTS["candidates"]
     assert by_column["age"].rho == rest * WEIGHTS["quantiles"] / weight
-    assert by_column["city"].rho == by_column["tier"].rho == rest * WEIGHTS["categories"] / weight
+    assert by_column["city"].rho == rest * WEIGHTS["open_set"] / weight
+    assert by_column["tier"].rho == rest * WEIGHTS["candidates"] / weight
     assert by_column["score"].rho == Fraction(1, 5)
     assert by_column["city"].delta == Fraction(1, 10**6)  # the only open set takes all of δ
     assert by_column["tier"].delta == by_column["age"].delta == 0
@@ -72,7 +73,7 @@ def test_a_large_table_spends_only_what_each_column_needs() -> None:
     large = budget.finalize(10**8)
     assert all(a.rho < rest / 1000 for a in large)
     small = {a.request.column: a.rho for a in budget.finalize(10**4)}
-    assert small["amount"] == 3 * small["city"] == 3 * small["tier"]
+    assert small["city"] == 2 * small["amount"] == 2 * small["tier"]
     assert sum(small.values()) == rest
 
 
@@ -86,7 +87,7 @@ def test_capped_requests_leave_their_share_to_the_others() -> None:
     budget = allocate(requests, budget_rho=Fraction(1, 1000))
     by_column = {a.request.column: a.rho for a in budget.finalize(10**6)}
     rest = budget.pool - budget.count_rho
-    assert by_column["amount"] < rest * 3 / 4
+    assert by_column["amount"] < rest / 2
     assert by_column["tier"] == rest - by_column["amount"]
 
 
