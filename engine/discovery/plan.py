@@ -41,6 +41,7 @@ from engine.discovery.quantiles import (
     QuantileGrid,
     dp_quantile_edges_from_counts,
 )
+from engine.discovery.warnings import DomainWarning
 
 DEFAULT_DISCOVERY_SHARE = Fraction(1, 10)
 """Of the upload's budget_rho, what discovery requests without their own ρ share by default."""
@@ -224,6 +225,10 @@ class Discovered:
     edges: Mapping[str, QuantileBins]
     categories: Mapping[str, DiscoveredCategories]
     allocations: tuple[Allocation, ...]
+    # What the mechanisms noticed about their own releases (public: computed from DP outputs and
+    # public parameters only); merged into the dataset's warnings by
+    # engine.discovery.warnings.domain_warnings.
+    warnings: tuple[DomainWarning, ...] = ()
 
     @property
     def rho(self) -> Fraction:
