@@ -32,6 +32,13 @@ def _echo_json(value: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> None:
     click.echo(text)
 
 
+def _value(value: float | str) -> str:
+    """A bin edge or category as text: whole numbers without ".0"."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return str(value)
+
+
 @contextmanager
 def _client(ctx: click.Context) -> Iterator[Client]:
     """The context's client; an API error becomes the server's detail and exit status 1."""
@@ -80,7 +87,8 @@ def upload(
     budget_delta: str | None,
     discovery_rho: str | None,
 ) -> None:
-    """Upload a CSV/Parquet TABLE with its schema (owner keys); prints the dataset."""
+    """Upload a CSV/Parquet TABLE with its schema (owner keys); prints the dataset, and on
+    standard error the domains learned with DP and the upload's warnings."""
     with _client(ctx) as client:
         dataset = client.upload(
             table,
@@ -90,6 +98,11 @@ def upload(
             budget_delta=budget_delta,
             discovery_rho=discovery_rho,
         )
+    for column, domain in dataset.learned_domains.items():
+        shown = ", ".join(_value(v) for v in domain[:8]) + (", …" if len(domain) > 8 else "")
+        click.echo(f"learned with DP: {column}: [{shown}] ({len(domain)} values)", err=True)
+    for warning in dataset.warnings:
+        click.echo(f"warning ({warning.code}): {warning.message}", err=True)
     _echo_json(dataset)
 
 

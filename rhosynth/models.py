@@ -48,6 +48,7 @@ class Column(_Wire):
     size: int
     categories: list[str] | None = None
     bins: list[float] | list[str] | None = None
+    profile: list[float] | list[str] | None = None
     nullable: bool = False
     other: str | None = None
     ordered: bool = False
@@ -60,18 +61,43 @@ class Column(_Wire):
     false_values: list[str] | None = None
     discovered: bool = False
 
+    @property
+    def domain(self) -> list[float] | list[str] | None:
+        """The bin edges (numbers, or ISO 8601 dates) or the categories; None for codes and
+        booleans."""
+        return self.bins if self.bins is not None else self.categories
+
+
+class DomainWarning(_Wire):
+    """Something the upload noticed about a dataset's domain (docs/api.md, "Domain warnings")."""
+
+    code: str
+    column: str | None
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
 
 class Dataset(_Wire):
-    """An uploaded dataset: its public schema and budget (``n_rows`` for owner keys only)."""
+    """An uploaded dataset: its public schema and budget (``n_rows`` for owner keys only), and
+    the warnings its upload gave about the domain."""
 
     id: uuid.UUID
     name: str
     columns: list[Column]
+    warnings: list[DomainWarning] = Field(default_factory=list)
     dropped_columns: list[str] = Field(default_factory=list)
     created_at: datetime
     deleted_at: datetime | None
     budget: Budget
     n_rows: int | None
+
+    @property
+    def learned_domains(self) -> dict[str, list[float] | list[str]]:
+        """Each column whose bins or categories were learned with DP at upload (DP outputs,
+        public), by name: its bin edges or its categories."""
+        return {c.name: c.domain for c in self.columns if c.discovered and c.domain is not None}
 
 
 class LedgerEntry(_Wire):
@@ -226,6 +252,7 @@ class SchemaDraft(_Wire):
 SERVER_NAMES: dict[type[BaseModel], str] = {
     Budget: "BudgetOut",
     Column: "ColumnOut",
+    DomainWarning: "DomainWarningOut",
     Dataset: "DatasetOut",
     LedgerEntry: "LedgerEntryOut",
     Ledger: "LedgerOut",

@@ -23,6 +23,7 @@ from starlette.datastructures import FormData
 from app.api.deps import DatabaseDep, SettingsDep, StorageDep, require_owner
 from app.api.types import format_decimal
 from app.console import service
+from app.console.domains import column_domain
 from app.console.forms import ParamError, param_fields, parse_params
 from app.console.plots import ledger_timeline_png
 from app.console.schema_form import (
@@ -448,6 +449,7 @@ def _dataset_page(
         "dataset.html",
         {
             "dataset": dataset,
+            "domains": {c.name: column_domain(c) for c in dataset.columns},
             "gauge": gauge(dataset.budget),
             "ledger": ledger,
             "jobs": jobs.items,

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, CheckConstraint, ForeignKey, String
+from sqlalchemy import JSON, BigInteger, CheckConstraint, ForeignKey, String, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, new_id, utcnow
@@ -24,6 +24,11 @@ class Dataset(Base):
     name: Mapped[str] = mapped_column(String(200))
     # The normalised declared schema (engine.encoding.TableSchema.to_json()).
     schema: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # What the upload noticed about the domain (engine.discovery.warnings.DomainWarning.to_json()
+    # of each): functions of public information only. [] for datasets created before them.
+    warnings: Mapped[list[dict[str, Any]]] = mapped_column(
+        JSON, default=list, server_default=text("'[]'")
+    )
     n_rows: Mapped[int] = mapped_column(BigInteger)
     n_columns: Mapped[int]
     # Path of the encoded Parquet table relative to the storage root; NULL once erased.

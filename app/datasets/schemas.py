@@ -44,6 +44,12 @@ class ColumnOut(BaseModel):
     bins: list[float] | list[str] | None = Field(
         default=None, description="bin edges (numbers, or ISO 8601 for dates; the last closed)"
     )
+    profile: list[float] | list[str] | None = Field(
+        default=None,
+        description="the values' percentiles 0 … 100 from the first edge to the last (numbers, "
+        "or ISO 8601 for dates): synthetic values are drawn inside a bin from them; a learned "
+        "range's DP output, or declared",
+    )
     nullable: bool = False
     other: str | None = Field(default=None, description="the bucket for undeclared categories")
     ordered: bool = False
@@ -61,10 +67,30 @@ class ColumnOut(BaseModel):
     )
 
 
+class DomainWarningOut(BaseModel):
+    """Something the upload noticed about the dataset's domain (docs/api.md, "Domain warnings").
+
+    Computed at upload from public information only (the declared or DP-learned edges and
+    categories, which columns were discovered, the budgets), so owners and analysts see the same.
+    """
+
+    code: str = Field(
+        description="machine-readable: small_budget, wide_end_bin, wide_range, one_bin, "
+        "all_other, small_discovery_budget (the discovery may add codes of its own)"
+    )
+    column: str | None = Field(description="the column concerned; null for the whole dataset")
+    message: str = Field(description="what to look at and what to do; names no raw value")
+
+
 class DatasetOut(BaseModel):
     id: uuid.UUID
     name: str
     columns: list[ColumnOut]
+    warnings: list[DomainWarningOut] = Field(
+        default_factory=list,
+        description="what the upload noticed about the domain (a suspicious learned range, a "
+        "column all 'other', a small budget...); [] for datasets uploaded before warnings",
+    )
     dropped_columns: list[str] = Field(
         default_factory=list, description="columns of the file declared 'ignore': never stored"
     )

@@ -9,6 +9,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -24,12 +25,14 @@ from app.datasets import repository
 from app.datasets.discovery import discover_and_resolve
 from app.datasets.ingest import IngestLimits, UploadRejected, ingest_table
 from app.datasets.models import Dataset
-from app.datasets.schemas import BudgetOut, ColumnOut, DatasetOut
+from app.datasets.schemas import BudgetOut, ColumnOut, DatasetOut, DomainWarningOut
 from app.db.base import utcnow
 from app.db.session import after_commit
 from app.jobs import service as job_service
 from app.samples import repository as sample_repository
 from app.storage import Storage, dataset_prefix, dataset_table_key, sample_prefix
+from engine.discovery.plan import DEFAULT_DISCOVERY_SHARE
+from engine.discovery.warnings import domain_warnings
 from engine.encoding import (
     SchemaError,
     SchemaLimits,
@@ -232,6 +235,15 @@ def create_dataset(
         discovery_rho=discovery_rho,
     )
     table_schema = outcome.schema
+    # Public information only: the resolved (declared or DP-learned) domain and the budgets.
+    warnings = domain_warnings(
+        table_schema,
+        discovered=outcome.discovered,
+        budget_rho=Fraction(total_rho),
+        discovery_rho=Fraction(total_rho) * DEFAULT_DISCOVERY_SHARE
+        if discovery_rho is None
+        else Fraction(discovery_rho),
+    )
     dataset_id = uuid.uuid4()
     key = dataset_table_key(dataset_id)
     temp = storage.temp_path(PurePosixPath(key).suffix)
@@ -253,6 +265,7 @@ def create_dataset(
                 tenant_id=principal.tenant_id,
                 name=name,
                 schema=table_schema.to_json(),
+                warnings=[warning.to_json() for warning in warnings],
                 n_rows=rows,
                 n_columns=len(table_schema.columns),
                 storage_key=key,
@@ -387,6 +400,7 @@ def dataset_out(dataset: Dataset, state: AccountState, principal: Principal) -> 
             for entry in schema_summary(schema.columns)
         ],
         dropped_columns=list(schema.ignored),
+        warnings=[DomainWarningOut.model_validate(w) for w in dataset.warnings or []],
         created_at=dataset.created_at,
         deleted_at=dataset.deleted_at,
         budget=budget_out(state),

@@ -21,11 +21,21 @@ class DomainWarning:
     message: str
 
     def __post_init__(self) -> None:
-        if not self.code or not self.message:
-            raise ValueError("a warning has a code and a message")
+        if not isinstance(self.code, str) or not self.code:
+            raise ValueError("a warning needs a code")
+        if self.column is not None and not isinstance(self.column, str):
+            raise TypeError("a warning's column is a name or None")
+        if not isinstance(self.message, str) or not self.message:
+            raise ValueError("a warning needs a message")
 
     def to_json(self) -> dict[str, Any]:
         return {"code": self.code, "column": self.column, "message": self.message}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> DomainWarning:
+        if not isinstance(raw, dict):
+            raise TypeError("a stored warning is a JSON object")
+        return cls(str(raw["code"]), raw.get("column"), str(raw["message"]))
 
 
 __all__ = ["DomainWarning"]

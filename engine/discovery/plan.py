@@ -450,6 +450,9 @@ class Discovered:
     learned: Mapping[str, LearnedBins] = field(default_factory=dict)
     ranges: Mapping[str, CoarseRange] = field(default_factory=dict)
     rows: NoisyRows | None = None
+    # What the mechanisms noticed about their own releases (public: computed from DP outputs and
+    # public parameters only); merged into the dataset's warnings by
+    # engine.discovery.warnings.domain_warnings.
     warnings: tuple[DomainWarning, ...] = ()
 
     @property

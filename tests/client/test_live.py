@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from decimal import Decimal
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from rhosynth import errors
+from rhosynth.models import DomainWarning
 from tests.client.conftest import PEOPLE_CSV, PEOPLE_SCHEMA, Clients
 
 
@@ -109,3 +112,46 @@ def test_draft_schema_and_methods(clients: Clients) -> None:
     assert [e.kind for e in clients.owner.ledger(dataset).items] == ["grant", "discover"]
     names = {method.name for method in clients.analyst.methods()}
     assert {"mst", "independent"} <= names
+
+
+def test_the_dataset_carries_its_warnings_and_learned_domains(
+    clients: Clients, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from app.cli import main
+    from tests.console.support import SUSPICIOUS_CODES, SUSPICIOUS_SCHEMA, suspicious_csv
+
+    table = tmp_path / "suspicious.csv"
+    table.write_bytes(suspicious_csv())
+    dataset = clients.owner.upload(
+        table, SUSPICIOUS_SCHEMA, "suspicious", budget_rho="1", budget_delta="0.000001"
+    )
+    assert [(w.code, w.column) for w in dataset.warnings] == SUSPICIOUS_CODES
+    assert all(isinstance(w, DomainWarning) and str(w) == w.message for w in dataset.warnings)
+    learned = dataset.learned_domains
+    assert set(learned) == {"code", "city", "age", "joined"}  # income is declared
+    assert learned["code"] == [] and {"Lyon", "Paris"} <= set(learned["city"])
+    assert learned["joined"][0] == "2010-01-01" and learned["age"][-1] == 100
+    seen = clients.analyst.dataset(dataset.id)
+    assert seen.warnings == dataset.warnings and seen.learned_domains == learned
+    assert [d.warnings for d in clients.analyst.datasets() if d.id == dataset.id] == [
+        dataset.warnings
+    ]
+
+    # `rhosynth remote upload` prints them on standard error; standard output stays the JSON.
+    schema = tmp_path / "schema.json"
+    schema.write_text(SUSPICIOUS_SCHEMA)
+    result = CliRunner().invoke(
+        main,
+        ["remote", "upload", str(table), "--schema", str(schema), "--name", "cli",
+         "--budget-rho", "1", "--budget-delta", "0.000001"],
+        env={"RHOSYNTH_URL": clients.url, "RHOSYNTH_API_KEY": clients.owner_key},
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    printed = json.loads(result.stdout)
+    for warning in printed["warnings"]:
+        assert f"warning ({warning['code']}): {warning['message']}" in result.stderr
+    assert "learned with DP: city: [" in result.stderr
+    assert "learned with DP: age: [0, " in result.stderr and ", …] (" in result.stderr

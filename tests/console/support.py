@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -100,3 +103,37 @@ def form_fields(page: str, action: str) -> dict[str, str]:
     reader.convert_charrefs = True
     reader.feed(page)
     return reader.values
+
+
+# A table whose domain the upload warns about, for the dataset page's tests: "code" is all
+# distinct, so its DP discovery releases no category (each value has probability at most its
+# δ = 1e-9 of being released: 2e-6 for the 2,000); "income" declares a last bin 1e8 times wider
+# than the others; "age" (16 DP quantile bins: folded on the page), "joined" (DP date quantiles)
+# and "city" (two values of 1,000 rows each, surely released) have learned domains to show.
+SUSPICIOUS_ROWS = 2_000
+SUSPICIOUS_SCHEMA = json.dumps(
+    {
+        "columns": [
+            {"name": "code", "type": "categorical", "other": "Other",
+             "categories": {"discover": True, "max": 50, "delta": 1e-9}},
+            {"name": "city", "type": "categorical", "other": "Other",
+             "categories": {"discover": True, "max": 5}},
+            {"name": "age", "type": "numeric", "min": 0, "max": 100, "integer": True,
+             "bins": {"quantiles": 16}},
+            {"name": "joined", "type": "date", "min": "2010-01-01", "max": "2019-12-31",
+             "bins": {"quantiles": 4}},
+            {"name": "income", "type": "numeric", "bins": [0, 10, 20, 30, 1000000000]},
+        ]
+    }
+)  # fmt: skip
+SUSPICIOUS_CODES = [("all_other", "code"), ("wide_end_bin", "income")]
+
+
+def suspicious_csv() -> bytes:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["code", "city", "age", "joined", "income"])
+    for i in range(SUSPICIOUS_ROWS):
+        joined = f"201{i % 10}-{1 + i % 12:02d}-{1 + i % 28:02d}"
+        writer.writerow([f"C-{i:05d}", ("Lyon", "Paris")[i % 2], i % 100, joined, i % 30])
+    return out.getvalue().encode()

@@ -201,3 +201,98 @@ def test_owner_to_analyst_release_in_chromium(
     assert [url for url in foreign if not url.startswith("http://evil.example/")] == []
     assert errors == []
     assert console_errors == []
+
+
+def test_an_upload_lands_on_its_warnings_and_learned_domains_in_chromium(
+    api_stack: Stack, tenant: Tenant, tmp_path: Path
+) -> None:
+    """An owner uploads a table whose domain is suspicious: the dataset page opens with the
+    warnings at its top, above the fold, and shows every learned edge and category."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.console.support import SUSPICIOUS_CODES, SUSPICIOUS_SCHEMA, suspicious_csv
+
+    chromium = chromium_path()
+    base = api_stack.base_url
+    own_host = urlsplit(base).netloc
+    owner_key = api_stack.create_key(tenant.name, "owner", "browser-warned-owner")
+    table = tmp_path / "suspicious.csv"
+    table.write_bytes(suspicious_csv())
+    foreign: list[str] = []
+    console_errors: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            context.on(
+                "request",
+                lambda r: foreign.append(r.url) if urlsplit(r.url).netloc != own_host else None,
+            )
+            page = context.new_page()
+            page.on("console", lambda message: console_errors.append(message.text))
+            _sign_in(page, base, owner_key)
+            page.set_input_files("#file", str(table))
+            page.fill("#name", "suspicious-in-browser")
+            page.fill("#budget_rho", "1")
+            page.fill("#budget_delta", "0.000001")
+            page.fill("#schema", SUSPICIOUS_SCHEMA)
+            page.click("button[value=upload]")
+            page.wait_for_url(f"{base}/console/datasets/*")
+            dataset_id = page.url.rsplit("/", 1)[1]
+            api = tenant.analyst.get(f"/v1/datasets/{dataset_id}").json()
+            assert [(w["code"], w["column"]) for w in api["warnings"]] == SUSPICIOUS_CODES
+
+            # At the top: the first thing after the title, visible without scrolling, styled.
+            first = page.evaluate(
+                "() => { const h = document.querySelector('main h1');"
+                " return h.nextElementSibling && h.nextElementSibling.id; }"
+            )
+            assert first == "warnings"
+            warnings = page.locator("#warnings")
+            assert warnings.is_visible()
+            box = warnings.bounding_box()
+            budget = page.get_by_role("heading", name="Budget", exact=True).bounding_box()
+            assert box is not None and budget is not None
+            assert box["y"] + box["height"] <= 900 and box["y"] < budget["y"]
+            border = page.evaluate(
+                "() => getComputedStyle(document.querySelector('#warnings')).borderTopColor"
+            )
+            assert border == "rgb(179, 38, 30)"  # the console's error colour
+            shown = warnings.inner_text()
+            for warning in api["warnings"]:
+                assert warning["message"] in shown
+            assert page.locator("#warnings li").count() == len(api["warnings"])
+
+            # The learned domains, marked as learned with DP.
+            columns = {c["name"]: c for c in api["columns"]}
+            for name in ("code", "city", "age", "joined"):
+                row = page.locator(f"tr[data-column='{name}']")
+                assert "learned with DP" in row.inner_text(), name
+            city = page.locator("tr[data-column='city'] td.domain").inner_text()
+            assert all(category in city for category in columns["city"]["categories"])
+            assert "no category" in page.locator("tr[data-column='code'] td.domain").inner_text()
+            joined = page.locator("tr[data-column='joined'] td.domain").inner_text()
+            assert all(day in joined for day in columns["joined"]["bins"])
+            ages = page.locator("tr[data-column='age'] td.domain")
+            edges = [str(int(edge)) for edge in columns["age"]["bins"]]
+            if ages.locator("details").count():  # folded: the summary, then every edge
+                assert not ages.locator("ol").is_visible()
+                ages.locator("summary").click()
+            assert ages.locator("ol").is_visible()
+            assert ages.locator("li").all_inner_texts() == edges
+            _shot(page, "dataset-warnings")
+
+            # Phone width: still no horizontal overflow with the edges listed.
+            phone = browser.new_context(viewport={"width": 390, "height": 844})
+            small = phone.new_page()
+            _sign_in(small, base, owner_key)
+            small.goto(f"{base}/console/datasets/{dataset_id}")
+            assert small.locator("#warnings").is_visible()
+            overflow = small.evaluate(
+                "() => document.documentElement.scrollWidth - window.innerWidth"
+            )
+            assert overflow <= 1
+        finally:
+            browser.close()
+    assert foreign == []
+    assert console_errors == []

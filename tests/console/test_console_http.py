@@ -11,16 +11,27 @@ from typing import Any
 
 import httpx
 import pytest
+from markupsafe import escape
 from sqlalchemy import select, update
 
 from app.auth.models import ApiKey
+from app.console.domains import FOLD_AFTER
 from app.console.models import ConsoleSession
 from app.console.schema_form import rows_from_form, schema_from_rows
 from app.db.base import utcnow
 from app.db.session import get_session_factory
 from app.jobs import execution
-from tests.conftest import Tenant, make_tenant
-from tests.console.support import TOKEN, Console, form_fields, post_login, sign_in
+from tests.conftest import FIXTURES, Tenant, make_tenant
+from tests.console.support import (
+    SUSPICIOUS_CODES,
+    SUSPICIOUS_SCHEMA,
+    TOKEN,
+    Console,
+    form_fields,
+    post_login,
+    sign_in,
+    suspicious_csv,
+)
 from tests.support.api import upload
 from tests.support.stack import Stack
 
@@ -367,6 +378,72 @@ def test_an_owner_uploads_drafts_grants_and_sees_the_ledger(
     gone = owner.post(f"/console/datasets/{dataset_id}/delete", {"confirm": "yes"})
     assert gone.status_code == 303
     assert tenant.owner.get(f"/v1/datasets/{dataset_id}").json()["deleted_at"] is not None
+
+
+def test_the_dataset_page_shows_warnings_first_and_the_learned_domains(
+    tenant: Tenant, owner: Console, analyst: Console
+) -> None:
+    uploaded = owner.http.post(
+        "/console/datasets/upload",
+        data={
+            "csrf": owner.token(),
+            "name": "suspicious-domain",
+            "budget_rho": "1",
+            "budget_delta": "0.000001",
+            "schema": SUSPICIOUS_SCHEMA,
+            "action": "upload",
+        },
+        files={"file": ("table.csv", suspicious_csv(), "text/csv")},
+    )
+    assert uploaded.status_code == 303, uploaded.text
+    location = uploaded.headers["location"]
+    dataset_id = location.rsplit("/", 1)[1]
+    assert location == f"/console/datasets/{dataset_id}"  # the upload lands on the dataset page
+    api = tenant.analyst.get(f"/v1/datasets/{dataset_id}").json()
+    assert [(w["code"], w["column"]) for w in api["warnings"]] == SUSPICIOUS_CODES
+    columns = {c["name"]: c for c in api["columns"]}
+
+    for console in (owner, analyst):
+        page = console.http.get(location).text
+        main = page[page.index("<main>") :]
+        # The warnings come first: right after the title, before the budget and the columns.
+        assert main.index('id="warnings"') < main.index("<h2>Budget</h2>")
+        assert re.search(r"<h1>[^<]*</h1>\s*<section class=\"card warnings\" id=\"warnings\"", main)
+        assert "2 warnings about this dataset's domain" in main
+        for warning in api["warnings"]:
+            assert str(escape(warning["message"])) in main
+            assert f'data-code="{warning["code"]}"' in main
+        # Each learned domain is on the page, marked as learned with DP.
+        rows = {
+            name: main[main.index(f'<tr data-column="{name}">') :].split("</tr>", 1)[0]
+            for name in columns
+        }
+        for name in ("code", "city", "age", "joined"):
+            assert "learned with DP" in rows[name], name
+        assert "learned with DP" not in rows["income"] and "declared" in rows["income"]
+        assert all(f"<li>{city}</li>" in rows["city"] for city in columns["city"]["categories"])
+        assert {"Lyon", "Paris"} <= set(columns["city"]["categories"])
+        assert "no category" in rows["code"] and "the bucket <code>Other</code>" in rows["code"]
+        ages = columns["age"]["bins"]
+        assert all(f"<li>{int(edge)}</li>" in rows["age"] for edge in ages)
+        # 16 DP quantile bins (fewer if some merged): a long list is folded, its summary first.
+        assert (
+            f"<summary>{len(ages) - 1} bins, {len(ages)} edges: 0 … 100</summary>" in (rows["age"])
+        ) == (len(ages) > FOLD_AFTER)
+        assert "<details>" not in rows["city"]
+        joined = columns["joined"]["bins"]
+        assert joined[0] == "2010-01-01" and joined[-1] == "2019-12-31"
+        assert all(f"<li>{day}</li>" in rows["joined"] for day in joined)  # dates as dates
+        assert "<li>1000000000</li>" in rows["income"]
+
+    # The list flags the dataset; a dataset without warnings shows no warning block.
+    listing = owner.http.get("/console/datasets").text
+    entry = listing[listing.index(f'href="/console/datasets/{dataset_id}"') :].split("</td>")[0]
+    assert """<span class="tag" title="see the dataset's page">2 warnings</span>""" in entry
+    plain = upload(tenant.owner, (FIXTURES / "people.csv").read_bytes(),
+                   (FIXTURES / "people-schema.json").read_text())  # fmt: skip
+    assert plain.status_code == 201 and plain.json()["warnings"] == []
+    assert 'id="warnings"' not in owner.http.get(f"/console/datasets/{plain.json()['id']}").text
 
 
 def test_the_drafted_schema_form_uploads_as_drafted_or_as_edited(
