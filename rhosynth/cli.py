@@ -116,6 +116,8 @@ def draft(ctx: click.Context, table: Path, show_values: bool) -> None:
         proposal = client.draft_schema(table, show_values=show_values)
     for reason in proposal.reasons:
         click.echo(f"{reason.name}: {reason.reason}", err=True)
+    if proposal.warning:
+        click.echo(f"warning: {proposal.warning}", err=True)
     _echo_json(proposal.schema_)
 
 

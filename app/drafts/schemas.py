@@ -24,6 +24,11 @@ class SchemaDraftOut(BaseModel):
         description="whether the schema asks for DP discovery, charged at upload"
     )
     show_values: bool
-    warning: str | None = None
+    warning: str | None = Field(
+        default=None,
+        description="what the schema takes from the data without DP (each column's kind, date "
+        "formats, decimals, dropped columns) and that nothing else is; with show_values, first "
+        "that its categories and bounds are the data's own",
+    )
 
     model_config = {"populate_by_name": True}

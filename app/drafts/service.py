@@ -27,7 +27,7 @@ from app.datasets.ingest import (
 from app.datasets.parquet_pages import ParquetRefused
 from app.drafts.schemas import DraftColumnReason, SchemaDraftOut
 from engine.schema_draft import DEFAULT_MISSING_VALUES, draft_schema
-from engine.schema_draft.inference import DraftError
+from engine.schema_draft.inference import DraftError, SchemaDraft
 
 SHOW_VALUES_WARNING = (
     "the categories and bounds in this draft are the data's own values: every analyst of the "
@@ -85,8 +85,15 @@ def draft_for_upload(
         rows=draft.rows,
         discovers=draft.discovers,
         show_values=show_values,
-        warning=SHOW_VALUES_WARNING if show_values else None,
+        warning=draft_warning(draft),
     )
+
+
+def draft_warning(draft: SchemaDraft) -> str:
+    """What the draft took from the data without DP (and, with show_values, that its categories
+    and bounds are the data's own): the response's ``warning``."""
+    disclosure = draft.disclosure()
+    return f"{SHOW_VALUES_WARNING}. {disclosure}" if draft.show_values else disclosure
 
 
 def _parquet_plan(path: Path, settings: Settings) -> list[tuple[int, int]]:

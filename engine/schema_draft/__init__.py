@@ -1,11 +1,15 @@
-"""Drafting a schema from a raw table (issue 12, section 3): types, nullability, formats.
+"""Drafting a schema from a raw table (issue 12, section 3; issue 23, section 2).
 
 :func:`draft_schema` reads a CSV or Parquet file once, in bounded memory, and proposes a
 ``{"columns": [...]}`` schema. It runs on the owner's side (``rhosynth schema draft``, or the
 service's draft endpoint for an owner, which stores nothing). A draft accepted as is never
 publishes a raw value: category lists, bin edges and the ranges of numbers and dates are proposed
-as DP discovery clauses inside fixed public windows, and identifier-like and free-text columns are
-proposed as ``ignore``. ``show_values=True`` proposes the data's own categories and
+as DP discovery inside public windows (chosen from a column's name where it has a meaning,
+engine/schema_draft/meanings.py, else generic) or among public candidate lists chosen from the
+name (engine/schema_draft/public_lists.py); identifier-like and free-text columns are proposed as
+``ignore``; every column is nullable. What it does read from the data without DP (kinds, date
+formats, decimals, dropped columns) is named by :meth:`SchemaDraft.disclosure`. A CSV whose first
+row looks like data is refused. ``show_values=True`` proposes the data's own categories and
 bounds for the owner to edit instead, with a warning, since whatever is declared is visible to
 every analyst.
 """

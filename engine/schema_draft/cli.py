@@ -57,3 +57,4 @@ def draft(data: Path, missing: tuple[str, ...], show_values: bool) -> None:
             "note: the discovery clauses are charged to the dataset's budget at upload",
             err=True,
         )
+    click.echo(f"warning: {result.disclosure()}", err=True)

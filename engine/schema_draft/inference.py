@@ -2,16 +2,21 @@
 
 Every column is read as it would be uploaded (CSV: all text; Parquet: its own types) and
 narrowed to the first kind every non-missing value fits: boolean words, numbers (integral or
-not), dates or timestamps in one of :data:`DATE_FORMATS`, else text. Text with few distinct
-values becomes a categorical column, other text (identifiers, free text) ``ignore``.
+not), dates or timestamps in one of :data:`DATE_FORMATS`, else text. Text becomes a categorical
+column unless it looks like an identifier or free text (then ``ignore``).
 
-What a draft accepted as is makes public (docs/api.md, "Schema drafts"): the column names, each
-column's kind and whether missing values were seen in it, the number of decimals of numbers, the
-date format; nothing else. Bounds are fixed public windows (±10^15; 1900 … 2099) inside which the
-range and bins are learned with DP (``{"quantiles": k, "range": true}``), and category lists are
-discovered (``{"discover": true, ...}``); the service charges both at upload. With
-``show_values`` the data's own categories and exact bounds are proposed instead, for the owner to
-edit, and the draft says that they would be visible to every analyst.
+What a draft accepted as is takes from the data without DP (docs/privacy.md, "What a schema
+draft reads from the data"; :meth:`SchemaDraft.disclosure` names it in the draft's warning):
+each column's kind, the date formats, the decimals of numbers (a rule that no single value
+decides: :func:`robust_decimals`) and which columns are dropped as identifiers, free text or
+empty; nothing else. Every column is nullable. Bounds are public windows inside which the range
+and bins are learned with DP (``{"quantiles": k, "range": true}``): a window chosen from the
+column's name where the name has a meaning (engine/schema_draft/meanings.py: latitude, year,
+age, hour...), else a generic one (±10^15; 1900 … 2099). Categories are discovered with DP,
+from a public candidate list where the name fixes one (US states, countries, months, weekdays),
+else without a list; the service charges all of it at upload. With ``show_values`` the data's
+own categories and exact bounds are proposed instead, for the owner to edit, and the draft says
+that they would be visible to every analyst.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import pyarrow.parquet as pq
 
 from engine.columns.arrow_text import lower, strip
 from engine.columns.base import DEFAULT_MISSING_VALUES
+from engine.schema_draft.meanings import candidates_for, names_identifier, window_for
 
 TRUE_WORDS = ("true", "yes", "y", "t")
 FALSE_WORDS = ("false", "no", "n", "f")
@@ -59,6 +65,11 @@ UNITS = ("hour", "day", "week", "month", "year")
 UNIT_DAYS = {"hour": 1 / 24, "day": 1, "week": 7, "month": 31, "year": 366}
 MAX_DATE_BINS = 64
 MAX_CATEGORIES = 200  # text with more distinct values than this is proposed as ignore
+# Text (and identifier-named integers) with more distinct values than a fifth of its values is
+# proposed as ignore: a category would average fewer than 5 rows, and DP discovery keeps none.
+MIN_ROWS_PER_CATEGORY = 5
+# Decimals: the fewest that all values but this share (and at least one value) need.
+DECIMALS_TOLERANCE = 0.01
 DISTINCT_CAP = 1_000  # distinct values tracked per column (memory bound)
 MAX_CATEGORY_CHARS = 200  # text longer than this is never a category (and is not kept)
 QUANTILE_BINS = 16
@@ -107,6 +118,46 @@ class SchemaDraft:
         """Whether the schema asks the service to learn part of the domain with DP."""
         return any(_has_discovery(column.entry) for column in self.columns)
 
+    def disclosure(self) -> str:
+        """What the schema takes from the data without DP, by column, and that nothing else is
+        (the draft's warning; docs/privacy.md, "What a schema draft reads from the data")."""
+
+        def named(columns: list[str]) -> str:
+            return ", ".join(repr(name) for name in columns)
+
+        entries = [column.entry for column in self.columns]
+        formats = [e["name"] for e in entries if "format" in e]
+        decimals = [e["name"] for e in entries if "decimals" in e]
+        dropped = [e["name"] for e in entries if e["type"] == "ignore"]
+        parts = [
+            "each column's kind (its type, and for numbers whether they are integers), "
+            "read from all of its values"
+        ]
+        if formats:
+            parts.append(f"the date format of {named(formats)}")
+        if decimals:
+            parts.append(
+                f"the decimals of {named(decimals)} (the fewest that all values need but 1 % of "
+                "them, or but one: no single value decides them)"
+            )
+        if dropped:
+            parts.append(
+                f"which columns are dropped ({named(dropped)}: identifier-like, free text, empty "
+                "or of an unsupported type)"
+            )
+        text = (
+            "Read from the data without DP, not charged, and public once this schema is "
+            f"uploaded: {'; '.join(parts)}."
+        )
+        if self.show_values:
+            return text + " Besides, the categories and bounds of this draft are the data's own."
+        return text + (
+            " Nothing else in this schema comes from the data: every column is nullable, bounds "
+            "are public windows (chosen from a column's name, or generic) inside which the range "
+            "is learned with DP at upload, and categories are learned with DP at upload (among "
+            "a public list chosen from a column's name, or without one)."
+        )
+
 
 def _has_discovery(entry: dict[str, Any]) -> bool:
     return isinstance(entry.get("bins"), dict) or isinstance(entry.get("categories"), dict)
@@ -123,16 +174,43 @@ class _Stats:
     boolean: bool = True
     numeric: bool = True
     integral: bool = True
-    decimals: int | None = 0
+    # decimal_counts[d]: values written with d decimals (d ≤ MAX_DECIMALS), then those with more,
+    # then those in exponent notation. Binary floats (Parquet) have no decimals to read.
+    decimal_counts: list[int] = field(default_factory=lambda: [0] * (MAX_DECIMALS + 3))
+    binary_floats: bool = False
     low: float = math.inf
     high: float = -math.inf
     formats: list[str] = field(default_factory=lambda: list(DATE_FORMATS))
     first: dict[str, pd.Timestamp] = field(default_factory=dict)
     last: dict[str, pd.Timestamp] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
-    overflow: bool = False
+    overflow: bool = False  # more than DISTINCT_CAP distinct values, or a long cell
+    long_text: bool = False  # a cell longer than MAX_CATEGORY_CHARS (free text)
     digits: bool = True  # every value so far contains a digit
     unsupported: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """The kind every value fits: empty, unsupported, boolean, numeric, temporal or text."""
+        if self.unsupported is not None:
+            return "unsupported"
+        if self.values == 0:
+            return "empty"
+        if self.boolean:
+            return "boolean"
+        if self.numeric:
+            return "numeric"
+        return "temporal" if self.formats else "text"
+
+    @property
+    def decimals(self) -> int | None:
+        """The decimals proposed for the column's numbers (:func:`robust_decimals`)."""
+        return None if self.binary_floats else robust_decimals(self.decimal_counts)
+
+    @property
+    def distinct(self) -> int | None:
+        """Distinct values, when at most DISTINCT_CAP of them were seen (else None)."""
+        return None if self.overflow else len(self.counts)
 
     def add_text(self, text: pa.Array, missing_values: frozenset[str]) -> None:
         """A batch of text cells (no nulls). The string work runs in Arrow, with Python's
@@ -195,7 +273,9 @@ class _Stats:
             self.values -= len(present) - len(numbers)
             self._numbers(numbers)
             if pa.types.is_floating(kind):
-                self.decimals = None  # binary floats: no decimal places to read
+                self.binary_floats = True  # no decimal places to read
+            elif names_identifier(self.name):  # distinct values, for the identifier rule
+                self._count(present.cast(pa.string()))
         elif pa.types.is_date(kind) or pa.types.is_timestamp(kind):
             self.boolean = self.numeric = False
             fmt = "%Y-%m-%d" if pa.types.is_date(kind) else "%Y-%m-%dT%H:%M:%S"
@@ -209,7 +289,7 @@ class _Stats:
         if self.overflow:
             return
         if int(pc.max(pc.utf8_length(present)).as_py() or 0) > MAX_CATEGORY_CHARS:
-            self.overflow = True  # free text: never a category, so never kept
+            self.overflow = self.long_text = True  # free text: never a category, so never kept
             self.counts = {}
             return
         found = pc.value_counts(present)  # in order of first appearance
@@ -230,15 +310,18 @@ class _Stats:
             self.integral = bool(np.all(numbers == np.floor(numbers)))
 
     def _decimals(self, present: pa.Array, stripped: pa.Array) -> None:
-        if self.decimals is None:
-            return
-        if pc.any(pc.match_substring_regex(present, "[eE]")).as_py():
-            self.decimals = None
-            return
         # str.partition(".")[2].rstrip("0"): what follows the first point, without trailing 0s.
         after_point = pc.replace_substring_regex(stripped, pattern=r"^[^.]*\.?", replacement="")
         fraction = pc.utf8_rtrim(after_point, characters="0")
-        self.decimals = max(self.decimals, int(pc.max(pc.utf8_length(fraction)).as_py() or 0))
+        over = MAX_DECIMALS + 1
+        places = pc.min_element_wise(pc.utf8_length(fraction), pa.scalar(over, pa.int32()))
+        exponent = pc.match_substring_regex(present, "[eE]")
+        places = pc.if_else(exponent, pa.scalar(over + 1, pa.int32()), places)
+        found = pc.value_counts(places)
+        for value, count in zip(
+            found.field("values").to_pylist(), found.field("counts").to_pylist(), strict=True
+        ):
+            self.decimal_counts[int(value)] += int(count)
 
     def _dates(self, text: pd.Series) -> None:
         """``text``: the present cells, stripped."""
@@ -255,6 +338,29 @@ class _Stats:
         self.last[fmt] = max(self.last.get(fmt, high), high)
 
 
+def robust_decimals(counts: Sequence[int]) -> int | None:
+    """The decimals of a column of numbers, from ``counts``: values written with 0, 1, ...,
+    MAX_DECIMALS decimals, then with more, then in exponent notation (``1.5e-3``).
+
+    With n values and ``tolerated = max(1, n // 100)`` (0 when n = 1): None (full precision)
+    when more than ``tolerated`` values are in exponent notation; else the smallest d ≤
+    MAX_DECIMALS such that at most ``tolerated`` values need more than d decimals, and
+    MAX_DECIMALS when there is none. So all values but 1 % (or but one, on fewer than 200
+    values) have at most d decimals unless d is the cap, and no single value decides d on its
+    own: one is always tolerated.
+    """
+    total = sum(counts)
+    tolerated = max(1, int(total * DECIMALS_TOLERANCE)) if total > 1 else 0
+    if counts[MAX_DECIMALS + 2] > tolerated:
+        return None
+    beyond = total
+    for places in range(MAX_DECIMALS + 1):
+        beyond -= counts[places]
+        if beyond <= tolerated:
+            return places
+    return MAX_DECIMALS
+
+
 def draft_schema(
     path: Path,
     *,
@@ -266,8 +372,9 @@ def draft_schema(
 
     ``parquet_batches`` (row group, batch rows) bounds how a Parquet file is read; the service
     computes it from the file's checked page headers (app/datasets/ingest.py), the local command
-    reads 65,536 rows at a time. Raises :class:`DraftError` for files that cannot be read; its
-    message names no value.
+    reads 65,536 rows at a time. Raises :class:`DraftError` for files that cannot be read, and
+    for a CSV whose first row looks like data rather than column names
+    (:func:`first_row_is_data`); its message names no value.
     """
     with open(path, "rb") as handle:
         is_parquet = handle.read(4) == b"PAR1"
@@ -276,8 +383,59 @@ def draft_schema(
         stats, rows = _parquet_stats(path, missing, parquet_batches)
     else:
         stats, rows = _csv_stats(path, missing)
-    columns = tuple(_propose(column, rows, show_values) for column in stats)
+        if first_row_is_data(stats, missing):
+            raise DraftError(HEADER_LOOKS_LIKE_DATA)
+        if len({column.name for column in stats}) != len(stats):
+            raise DraftError("the CSV header names a column twice")
+    names = [column.name for column in stats]
+    columns = tuple(_propose(column, show_values, names) for column in stats)
     return SchemaDraft(columns, tuple(missing_values), rows, show_values)
+
+
+HEADER_LOOKS_LIKE_DATA = (
+    "the first row looks like data, not column names: add a header row (or rename the columns "
+    "whose names read as values of their own column)"
+)
+_HEADER_BOOLEAN_WORDS = frozenset({"true", "false", "yes", "no"})
+
+
+def first_row_is_data(stats: Sequence[_Stats], missing: frozenset[str]) -> bool:
+    """Whether a CSV's header cells read like a row of values (a file without a header row).
+
+    Each column votes, comparing its header cell with the column's values below it: a boolean
+    column whose header is a yes/no word (true, false, yes, no), a numeric column whose header is
+    a number, a date column whose header parses in the column's format, a text column whose
+    header is one of its values vote "data"; the same columns vote "names" otherwise (a text
+    column only when its values repeat, so that the header would have been seen among them).
+    Text columns with all-distinct or too many values, empty columns and header cells that are
+    missing-value spellings abstain. The first row is data when the "data" votes outnumber the
+    "names" votes. Reads the header and what the pass kept (kinds, formats, distinct values).
+    """
+    data = names = 0
+    for column in stats:
+        cell = column.name.strip()
+        if cell in missing:
+            continue
+        kind = column.kind
+        vote: bool | None = None
+        if kind == "boolean":
+            vote = cell.lower() in _HEADER_BOOLEAN_WORDS
+        elif kind == "numeric":
+            number = pd.to_numeric(pd.Series([cell], dtype=object), errors="coerce").iloc[0]
+            vote = bool(np.isfinite(float(number)))
+        elif kind == "temporal":
+            parsed = pd.to_datetime(pd.Series([cell]), format=column.formats[0], errors="coerce")
+            vote = not bool(parsed.isna().iloc[0])
+        elif kind == "text" and not column.overflow and column.counts:
+            if column.name in column.counts:
+                vote = True
+            elif max(column.counts.values()) > 1:
+                vote = False
+        if vote is True:
+            data += 1
+        elif vote is False:
+            names += 1
+    return data > names
 
 
 def _csv_header(path: Path) -> list[str]:
@@ -290,24 +448,25 @@ def _csv_header(path: Path) -> list[str]:
     rows = list(csv.reader(io.StringIO(text)))
     if not rows or not rows[0] or rows[0] == [""]:
         raise DraftError("the CSV header row is empty")
-    if len(set(rows[0])) != len(rows[0]):
-        raise DraftError("the CSV header names a column twice")
     return rows[0]
 
 
 def _csv_stats(path: Path, missing: frozenset[str]) -> tuple[list[_Stats], int]:
     names = _csv_header(path)
     stats = [_Stats(name) for name in names]
+    # Read by position: a header that names a column twice (or a data row taken for a header)
+    # is reported after the pass.
+    positions = [f"c{i}" for i in range(len(names))]
     rows = 0
     try:
         reader = pacsv.open_csv(
             path,
             read_options=pacsv.ReadOptions(
-                column_names=names, skip_rows=1, block_size=CSV_BLOCK_BYTES
+                column_names=positions, skip_rows=1, block_size=CSV_BLOCK_BYTES
             ),
             parse_options=pacsv.ParseOptions(newlines_in_values=True),
             convert_options=pacsv.ConvertOptions(
-                column_types={name: pa.string() for name in names},
+                column_types={name: pa.string() for name in positions},
                 strings_can_be_null=False,
                 quoted_strings_can_be_null=False,
             ),
@@ -350,57 +509,99 @@ def _add_batch(stats: list[_Stats], batch: pa.RecordBatch, missing: frozenset[st
             column.add_typed(values)
 
 
-def _propose(stats: _Stats, rows: int, show_values: bool) -> ColumnDraft:
+def _propose(stats: _Stats, show_values: bool, names: Sequence[str]) -> ColumnDraft:
     entry: dict[str, Any] = {"name": stats.name}
-    if stats.unsupported is not None:
+    kind = stats.kind
+    if kind == "unsupported":
         entry["type"] = "ignore"
         return ColumnDraft(entry, f"Parquet type {stats.unsupported} is not supported")
-    if stats.values == 0:
+    if kind == "empty":
         entry["type"] = "ignore"
         return ColumnDraft(entry, "no values")
-    nullable = stats.missing > 0
-    if stats.boolean:
+    if kind == "boolean":
         entry["type"] = "boolean"
         reason = "every value is a yes/no word"
-    elif stats.numeric:
-        reason = _numeric(entry, stats, show_values)
-    elif stats.formats:
+    elif kind == "numeric":
+        if stats.integral and names_identifier(stats.name) and _mostly_distinct(stats):
+            entry["type"] = "ignore"
+            return ColumnDraft(entry, f"an identifier: its name says so, and {_distinct(stats)}")
+        reason = _numeric(entry, stats, show_values, names)
+    elif kind == "temporal":
         reason = _temporal(entry, stats, show_values)
-    elif stats.digits and _all_distinct(stats):
+    elif stats.long_text:
         entry["type"] = "ignore"
-        return ColumnDraft(entry, "every value distinct and with digits (an identifier)")
-    elif not stats.overflow and len(stats.counts) <= MAX_CATEGORIES:
-        reason = _categorical(entry, stats, show_values)
-    else:
+        return ColumnDraft(entry, f"free text (cells longer than {MAX_CATEGORY_CHARS} characters)")
+    elif not show_values and (found := candidates_for(stats.name)) is not None:
+        entry["type"] = "categorical"
+        entry["categories"] = {
+            "discover": True,
+            "max": found.entities,
+            "candidates": list(found.candidates),
+        }
+        entry["other"] = "other"
+        reason = (
+            f"text named like {found.meaning}: categories found with DP among a public list of "
+            f"{len(found.candidates)} {found.source}, chosen from the column's name (values "
+            "outside the list become 'other'; charged at upload)"
+        )
+    elif stats.overflow or len(stats.counts) > MAX_CATEGORIES:
         entry["type"] = "ignore"
         reason = (
             f"text with more than {MAX_CATEGORIES} distinct values (an identifier or free text)"
         )
         return ColumnDraft(entry, reason)
-    if nullable:
-        entry["nullable"] = True
-        reason += "; has missing values"
+    elif _mostly_distinct(stats):
+        entry["type"] = "ignore"
+        return ColumnDraft(entry, f"an identifier-like text column: {_distinct(stats)}")
+    else:
+        reason = _categorical(entry, stats, show_values)
+    # Whether a value is missing is not read from the data: every column may be missing.
+    entry["nullable"] = True
     return ColumnDraft(entry, reason)
 
 
-def _all_distinct(stats: _Stats) -> bool:
-    return not stats.overflow and stats.values > 1 and max(stats.counts.values()) == 1
+def _distinct(stats: _Stats) -> str:
+    if stats.distinct is None:
+        return f"more than {DISTINCT_CAP} distinct values"
+    if stats.distinct == stats.values:
+        return "every value is distinct"
+    return (
+        f"more than 1 in {MIN_ROWS_PER_CATEGORY} of its values are distinct (a category would "
+        f"average fewer than {MIN_ROWS_PER_CATEGORY} rows: DP discovery would keep none)"
+    )
 
 
-def _numeric(entry: dict[str, Any], stats: _Stats, show_values: bool) -> str:
+def _mostly_distinct(stats: _Stats) -> bool:
+    """More distinct values than a fifth of the values (or more than DISTINCT_CAP of them)."""
+    distinct = stats.distinct
+    return distinct is None or distinct * MIN_ROWS_PER_CATEGORY > stats.values
+
+
+def _numeric(entry: dict[str, Any], stats: _Stats, show_values: bool, names: Sequence[str]) -> str:
     entry["type"] = "numeric"
+    decimals = stats.decimals
     if stats.integral:
         entry["integer"] = True
-    elif stats.decimals is not None:
-        entry["decimals"] = min(stats.decimals, MAX_DECIMALS)
+    elif decimals is not None:
+        entry["decimals"] = decimals
     if not show_values:
+        meaning = window_for(stats.name, integer=stats.integral, names=names)
+        bins = f"{QUANTILE_BINS} bins at DP quantiles, the range learned with DP"
+        if meaning is not None:
+            if stats.integral:
+                entry["min"], entry["max"] = meaning.low, meaning.high
+            else:
+                entry["min"], entry["max"] = float(meaning.low), float(meaning.high)
+            entry["bins"] = {"quantiles": QUANTILE_BINS, "range": True}
+            return (
+                f"numbers: {bins} within {meaning.describe()}, the public window for "
+                f"'{meaning.meaning}' chosen from the column's name (values outside it are "
+                "clamped; charged at upload)"
+            )
         window = NUMERIC_WINDOW if stats.integral else float(NUMERIC_WINDOW)
         entry["min"], entry["max"] = -window, window
         entry["bins"] = {"quantiles": QUANTILE_BINS, "range": True}
-        return (
-            f"numbers: {QUANTILE_BINS} bins at DP quantiles, the range learned with DP within "
-            "±10^15 (charged at upload)"
-        )
+        return f"numbers: {bins} within ±10^15 (charged at upload)"
     low, high = stats.low, stats.high
     if stats.integral:
         low, high = math.floor(low), math.ceil(high)

@@ -19,11 +19,23 @@ from tests.support.bombs import distinct_dictionary_bomb
 from tests.support.stack import Stack
 
 RAW = (
-    "id,city,grams,opened,member\n"
-    "A-1001,Lisbon,327,Mar-2018,yes\n"
-    "A-1002,Oslo,?,Apr-2018,no\n"
-    "A-1003,,18823,Mar-2019,\n"
-    "A-1004,Quito,1200,Jan-2017,yes\n"
+    "id,city,grams,opened,member,state\n"
+    "A-1001,Lisbon,327,Mar-2018,yes,OR\n"
+    "A-1002,Oslo,?,Apr-2018,no,WA\n"
+    "A-1003,,18823,Mar-2019,,OR\n"
+    "A-1004,Quito,1200,Jan-2017,yes,WA\n"
+    "A-1005,Oslo,1200,Jan-2017,yes,OR\n"
+    "A-1006,Lisbon,1200,Jan-2017,yes,OR\n"
+    "A-1007,Quito,1200,Jan-2017,yes,WA\n"
+    "A-1008,Oslo,1200,Jan-2017,yes,OR\n"
+    "A-1009,Lisbon,1200,Jan-2017,yes,OR\n"
+    "A-1010,Quito,1200,Jan-2017,yes,WA\n"
+    "A-1011,Oslo,1200,Jan-2017,yes,OR\n"
+    "A-1012,Lisbon,1200,Jan-2017,yes,OR\n"
+    "A-1013,Quito,1200,Jan-2017,yes,WA\n"
+    "A-1014,Oslo,1200,Jan-2017,yes,OR\n"
+    "A-1015,Lisbon,1200,Jan-2017,yes,OR\n"
+    "A-1016,Quito,1200,Jan-2017,yes,WA\n"
 )
 
 
@@ -53,9 +65,16 @@ def test_owner_gets_the_local_draft_and_nothing_is_stored(
     assert body["schema"] == expected.to_json()
     entries = {c["name"]: c for c in body["schema"]["columns"]}
     assert entries["id"]["type"] == "ignore"
-    assert entries["grams"]["nullable"] is True  # "?" was declared a missing spelling
+    # Every column is nullable ("?" was declared a missing spelling; "member" has none).
+    assert entries["grams"]["nullable"] is True and entries["member"]["nullable"] is True
     assert entries["opened"]["type"] == "date" and entries["opened"]["format"] == "%b-%Y"
-    assert body["rows"] == 4 and body["discovers"] is True and body["warning"] is None
+    # A US state column: a public candidate list chosen from the name, found with DP.
+    assert entries["state"]["categories"]["candidates"][:3] == ["AK", "AL", "AR"]
+    assert body["rows"] == 16 and body["discovers"] is True
+    # The warning names what the schema took from the data without DP, and nothing else.
+    assert body["warning"] == expected.disclosure()
+    assert "the date format of 'opened'" in body["warning"]
+    assert "which columns are dropped ('id'" in body["warning"]
     for value in ("A-1001", "Lisbon", "Oslo", "Quito", "18823", "327"):
         assert value not in response.text  # type: ignore[attr-defined]
     assert _stored_files(api_stack) == before_files
@@ -69,6 +88,17 @@ def test_show_values_lists_them_with_a_warning(tenant: Tenant) -> None:
     city = next(c for c in body["schema"]["columns"] if c["name"] == "city")
     assert sorted(city["categories"]) == ["Lisbon", "Oslo", "Quito"]
     assert "every analyst" in body["warning"]
+    assert "Read from the data without DP" in body["warning"]
+
+
+def test_a_csv_without_a_header_row_is_422_naming_no_value(tenant: Tenant) -> None:
+    headless = "".join(RAW.splitlines(keepends=True)[1:])
+    response = _post(tenant.owner, headless.encode())
+    assert response.status_code == 422, response.text  # type: ignore[attr-defined]
+    detail = response.json()["detail"]  # type: ignore[attr-defined]
+    assert detail.startswith("the first row looks like data, not column names")
+    for value in ("A-1001", "Lisbon", "327", "Mar-2018", "OR"):
+        assert value not in response.text  # type: ignore[attr-defined]
 
 
 def test_analysts_and_bad_forms_are_refused(tenant: Tenant) -> None:

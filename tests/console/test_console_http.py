@@ -456,6 +456,7 @@ def test_the_drafted_schema_form_uploads_as_drafted_or_as_edited(
     )
     assert draft.status_code == 200, draft.text
     assert "Choose the file again" in draft.text and "never learned from the data" in draft.text
+    assert 'id="draft_warning">Read from the data without DP' in draft.text
     fields = form_fields(draft.text, "/console/datasets/upload")
     drafted = json.loads(fields["schema"])
     assert fields["schema_source"] == "form" and int(fields["col.count"]) == len(drafted["columns"])

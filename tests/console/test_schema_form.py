@@ -62,6 +62,13 @@ DRAFT: dict[str, Any] = {
         {"name": "colour", "type": "categorical", "categories": ["red", "a, b", "blue"]},
         {"name": "hour", "type": "numeric", "min": 0, "max": 24, "bins": [0, 6.5, 12, 24]},
         {"name": "code", "type": "codes", "size": 7},
+        {
+            "name": "state",
+            "type": "categorical",
+            "categories": {"discover": True, "max": 63, "candidates": ["AK", "AL", "New York"]},
+            "other": "other",
+            "nullable": True,
+        },
     ],
     "missing_values": ["", "NA"],
 }
@@ -79,6 +86,21 @@ def _round_trip(schema: dict[str, Any], edits: dict[str, str | None]) -> dict[st
 
 def test_an_unedited_form_is_the_draft() -> None:
     assert _round_trip(DRAFT, {}) == DRAFT
+
+
+def test_a_candidate_list_travels_with_its_column() -> None:
+    """The form shows no candidate list, but keeps it: unedited, and with its "at most" edited."""
+    rows = rows_from_schema(DRAFT)
+    assert rows[10].domain == "discover" and rows[10].max_categories == "63"
+    assert rows[10].categories == ""  # the declared-categories box stays empty
+    edited = _round_trip(DRAFT, {"col.10.max_categories": "10"})
+    assert edited["columns"][10]["categories"] == {
+        "discover": True,
+        "max": 10,
+        "candidates": ["AK", "AL", "New York"],
+    }
+    declared = _round_trip(DRAFT, {"col.10.domain": "declare", "col.10.categories": "OR, WA"})
+    assert declared["columns"][10]["categories"] == ["OR", "WA"]
 
 
 def test_edits_of_type_nullable_and_domain_are_written() -> None:

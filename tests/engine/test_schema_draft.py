@@ -60,7 +60,13 @@ def test_kinds_nullability_and_formats(raw_csv: Path) -> None:
     assert entries["note"] == {"name": "note", "type": "ignore"}
     assert entries["empty"] == {"name": "empty", "type": "ignore"}
     assert entries["member"] == {"name": "member", "type": "boolean", "nullable": True}
-    window = {"min": -(10**15), "max": 10**15, "bins": {"quantiles": 16, "range": True}}
+    # Every proposed column is nullable, whether or not a value is missing in it.
+    window = {
+        "min": -(10**15),
+        "max": 10**15,
+        "bins": {"quantiles": 16, "range": True},
+        "nullable": True,
+    }
     assert entries["grams"] == {"name": "grams", "type": "numeric", "integer": True, **window}
     assert entries["floor"] == {"name": "floor", "type": "numeric", "integer": True, **window}
     assert entries["ratio"] == {
@@ -80,7 +86,7 @@ def test_kinds_nullability_and_formats(raw_csv: Path) -> None:
         "other": "other",
         "nullable": True,
     }
-    dates = {"bins": {"quantiles": 16, "range": True}}
+    dates = {"bins": {"quantiles": 16, "range": True}, "nullable": True}
     assert entries["opened"] == {
         "name": "opened",
         "type": "date",
@@ -133,6 +139,41 @@ def test_a_default_draft_contains_no_value_from_the_data(raw_csv: Path) -> None:
     assert draft.discovers
 
 
+def test_a_draft_by_meaning_contains_no_value_from_the_data(tmp_path: Path) -> None:
+    """Windows and candidate lists by meaning, identifiers and decimals: no value of the file,
+    no bound and no category that is not on a public list reaches the schema or its reasons."""
+    rng = random.Random(11)
+    rows = [
+        [
+            f"{44.8817 + rng.random() / 7:.4f}",
+            f"{-93.3311 + rng.random() / 7:.4f}",
+            rng.choice([2007, 2008, 2009]),
+            rng.randint(23, 71),
+            rng.choice(["Zanzibarland", "Quuxia"]),  # not countries: they may not be copied
+            f"N{rng.randrange(10**6):06d}X{i}",
+            rng.choice(["Torgersen", "Biscoe", "Dream"]),
+        ]
+        for i in range(300)
+    ]
+    header = ["lat", "lng", "year", "age", "country", "tag", "island"]
+    path = _write(tmp_path / "t.csv", header, rows)
+    draft = draft_schema(path)
+    text = json.dumps(draft.to_json()) + " ".join(c.reason for c in draft.columns)
+    text += draft.disclosure()
+    for j, name in enumerate(header):
+        cells = {str(row[j]) for row in rows}
+        for cell in cells:
+            if name in ("year", "age"):
+                continue  # small integers: checked through the bounds below
+            assert cell not in text, name
+    for j in (2, 3):
+        numbers = [int(row[j]) for row in rows]
+        assert f": {min(numbers)}," not in text and f": {max(numbers)}," not in text
+    entries = {c.entry["name"]: c.entry for c in draft.columns}
+    assert entries["tag"]["type"] == "ignore"
+    assert entries["island"]["categories"] == {"discover": True, "max": 200}
+
+
 def test_show_values_proposes_the_data_own_domain(raw_csv: Path) -> None:
     frame = _raw_frame()
     entries = _entries(raw_csv, show_values=True)
@@ -177,6 +218,7 @@ def test_cli_prints_json_and_reasons(raw_csv: Path) -> None:
     assert "" in printed["missing_values"] and "NA" in printed["missing_values"]
     assert "an identifier or free text" in result.stderr
     assert "charged to the dataset's budget" in result.stderr
+    assert "warning: Read from the data without DP" in result.stderr
 
 
 def test_unreadable_csv_is_refused_without_echoing_it(tmp_path: Path) -> None:
@@ -201,10 +243,13 @@ def _reference(cells: list[str], missing: frozenset[str]) -> dict[str, object]:
         "digits": all(re.search("[0-9]", c) for c in present),
         "boolean": all(c.strip().lower() in words for c in present),
     }
-    if any(c in "eE" for cell in present for c in cell):
-        out["decimals"] = None
-    else:
-        out["decimals"] = max(len(c.strip().partition(".")[2].rstrip("0")) for c in present)
+    histogram = [0] * 9  # 0 … 6 decimals, more than 6, exponent notation
+    for cell in present:
+        if any(c in "eE" for c in cell):
+            histogram[8] += 1
+        else:
+            histogram[min(len(cell.strip().partition(".")[2].rstrip("0")), 7)] += 1
+    out["decimal_counts"] = histogram
     return out
 
 
@@ -213,6 +258,7 @@ def _reference(cells: list[str], missing: frozenset[str]) -> dict[str, object]:
     [
         (["  1.50 ", "2", " NA", "", "\t.5", "7.", "-0.000", "12.3400 ", "NA "], True),
         (["1e3", "2", "3.25", "NA"], True),
+        (["0.12345678", "1.1234567", "3.25", "4.000000"], True),
         (["1.5", " NA", "", "\u20031.0\u2003", "\x1c-0.000\x1c", "NA "], False),
         (["Yes", " no ", "T", "f", "NA", "\u0130", "K\u212a", "x y"], False),
     ],
@@ -235,4 +281,348 @@ def test_text_statistics_are_pythons_string_semantics(cells: list[str], numeric:
     assert stats.digits == expected["digits"] and stats.boolean == expected["boolean"]
     assert stats.numeric == numeric  # pandas reads the numbers (not Unicode spaces)
     if numeric:
-        assert stats.decimals == expected["decimals"]
+        assert stats.decimal_counts == expected["decimal_counts"]
+
+
+# --- Public windows by meaning (docs/discovery.md, "Public windows by meaning") ---------------
+
+
+def _write(path: Path, header: list[str], rows: list[list[object]]) -> Path:
+    lines = [",".join(header)] + [",".join(str(cell) for cell in row) for row in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# name → the window drafted for integer values (None: the generic ±10^15 window).
+INTEGER_WINDOWS = {
+    "year": (1800, 2100),
+    "birth_year": (1800, 2100),
+    "yearBuilt": (1800, 2100),
+    "year_of_birth": (1800, 2100),
+    "age": (0, 130),
+    "MotherAge": (0, 130),
+    "age_in_years": (0, 130),
+    "month": (1, 12),
+    "month_of_year": (1, 12),
+    "day": (1, 31),
+    "day_of_month": (1, 31),
+    "day_of_year": (1, 366),
+    "hour": (0, 23),
+    "hour_of_day": (0, 23),
+    "dep_hour": (0, 23),
+    "minute": (0, 59),
+    "second": (0, 59),
+    "weekday": (0, 7),
+    "dayOfWeek": (0, 7),
+    "DOW": (0, 7),
+    "quarter": (1, 4),
+    "pct_female": (0, 100),
+    "Completion %": (0, 100),
+    # Not windows by meaning: a unit, a transformation, a link word or two meanings in the name.
+    "dep_time": None,
+    "sched_dep_time": None,
+    "interest_rate": None,
+    "age_months": None,
+    "years": None,
+    "hours": None,
+    "year_month": None,
+    "minute_of_day": None,
+    "visits_per_hour": None,
+    "pct_change": None,
+    "second_choice": None,
+    "page": None,
+    "flight": None,
+}
+
+
+def test_integer_windows_by_meaning_come_from_the_name(tmp_path: Path) -> None:
+    names = list(INTEGER_WINDOWS)
+    path = _write(tmp_path / "t.csv", names, [[i % 3 + 1] * len(names) for i in range(40)])
+    entries = _entries(path)
+    for name, window in INTEGER_WINDOWS.items():
+        entry = entries[name]
+        assert entry["type"] == "numeric" and entry["integer"] is True, name
+        assert entry["bins"] == {"quantiles": 16, "range": True}, name
+        expected = window or (-(10**15), 10**15)
+        assert (entry["min"], entry["max"]) == expected, name
+        assert "clip" not in entry and entry["nullable"] is True, name
+    reasons = {c.entry["name"]: c.reason for c in draft_schema(path).columns}
+    assert "[0, 23], the public window for 'hour' chosen from the column's name" in reasons["hour"]
+    assert "±10^15" in reasons["dep_time"]
+
+
+def test_decimal_windows_by_meaning_and_long_beside_lat(tmp_path: Path) -> None:
+    header = ["lat", "long", "Pickup_Longitude", "latitude_deg", "age", "percent", "hour", "year"]
+    rows = [[44.91, -93.27, -73.98, 40.71, 30.5, 12.5, 1.5, 2013.5] for _ in range(30)]
+    entries = _entries(_write(tmp_path / "t.csv", header, rows))
+    windows = {name: (entries[name]["min"], entries[name]["max"]) for name in header}
+    assert windows == {
+        "lat": (-90.0, 90.0),
+        "long": (-180.0, 180.0),  # "long" is a longitude beside a latitude column
+        "Pickup_Longitude": (-180.0, 180.0),
+        "latitude_deg": (-90.0, 90.0),
+        "age": (0.0, 130.0),
+        "percent": (0.0, 100.0),
+        # hours, years ... are windows for integers only: 1.5 is not an hour of the clock.
+        "hour": (-1e15, 1e15),
+        "year": (-1e15, 1e15),
+    }
+    alone = _entries(_write(tmp_path / "u.csv", ["long", "x"], [[1.5, 2.5]] * 30))
+    assert (alone["long"]["min"], alone["long"]["max"]) == (-1e15, 1e15)  # no latitude: generic
+
+
+def test_a_window_by_meaning_does_not_change_with_the_values(tmp_path: Path) -> None:
+    """The same names with other values (narrow, wide, outside the window, one outlier) draft the
+    same entries: the window is chosen from the name alone."""
+    header = ["lat", "lon", "year", "age", "month", "hour", "pct"]
+    first = _write(
+        tmp_path / "a.csv",
+        header,
+        [[45, -93, 2013, 30 + i % 7, 1 + i % 12, 5, 50] for i in range(60)],
+    )
+    second = _write(
+        tmp_path / "b.csv",
+        header,
+        [[-89 + i, 179 - i, 1850 + i, i % 3, 12, 23 - i % 24, i] for i in range(59)]
+        + [[1000, -5000, 99999, 400, 77, 99, 250]],
+    )
+    one, two = _entries(first), _entries(second)
+    for name in header:
+        assert one[name] == two[name], name
+
+
+def test_windows_by_meaning_parse_as_discovery_clauses(tmp_path: Path) -> None:
+    from engine.columns.spec import QuantileBins, parse_column
+
+    header = ["lat", "year", "hour", "age"]
+    entries = _entries(_write(tmp_path / "t.csv", header, [[45.5, 2013, 5, 31.5]] * 20))
+    for name in header:
+        parsed = parse_column(entries[name], 0)
+        assert isinstance(parsed, QuantileBins) and parsed.learn_range, name
+        low, high = parsed.bounds()
+        assert (low, high) == (float(entries[name]["min"]), float(entries[name]["max"])), name
+
+
+def test_name_tokens() -> None:
+    from engine.schema_draft.meanings import tokens
+
+    assert tokens("dayOfWeek") == ("day", "of", "week")
+    assert tokens("userID") == ("user", "id")
+    assert tokens("IDNum") == ("id", "num")
+    assert tokens("Culmen Length (mm)") == ("culmen", "length", "mm")
+    assert tokens("delinq_2y") == ("delinq", "2", "y")
+    assert tokens("Growth %") == ("growth", "percent")
+    assert tokens("pickup-latitude") == ("pickup", "latitude")
+    assert tokens("") == ()
+
+
+# --- Public candidate lists by meaning ---------------------------------------------------------
+
+
+def test_candidate_lists_come_from_the_name(tmp_path: Path) -> None:
+    from engine.columns.spec import DiscoveredCategories, parse_column
+    from engine.schema_draft import public_lists
+
+    header = ["state", "addr_state", "country", "birth_month", "day_of_week", "order_state"]
+    rng = random.Random(3)
+    rows = [
+        [
+            rng.choice(["CA", "NY", "TX", "WY"]),
+            rng.choice(["Ohio", "Texas"]),
+            rng.choice(["FR", "DEU", "Viet Nam"]),
+            rng.choice(["Jan", "March", "dec"]),
+            rng.choice(["Mon", "Thursday"]),
+            rng.choice(["open", "closed"]),
+        ]
+        for _ in range(200)
+    ]
+    entries = _entries(_write(tmp_path / "t.csv", header, rows))
+    states = public_lists.us_state_candidates()
+    expected = {
+        "state": (states, 63),
+        "addr_state": (states, 63),
+        "country": (public_lists.country_candidates(), public_lists.country_count()),
+        "birth_month": (public_lists.month_candidates(), 12),
+        "day_of_week": (public_lists.weekday_candidates(), 7),
+    }
+    for name, (candidates, most) in expected.items():
+        entry = entries[name]
+        assert entry["categories"] == {
+            "discover": True,
+            "max": most,
+            "candidates": list(candidates),
+        }, name
+        assert entry["other"] == "other" and entry["nullable"] is True, name
+        parsed = parse_column(entry, 0)  # within the spec's limits: pure ρ, no δ
+        assert isinstance(parsed, DiscoveredCategories) and parsed.candidates == candidates
+        assert parsed.delta is None and parsed.other
+    # "order_state" is not a US state: discovered without a list, as before.
+    assert entries["order_state"]["categories"] == {"discover": True, "max": 200}
+    # The lists hold what they say: codes and names, and every row above is a candidate.
+    assert {"DC", "PR", "GU", "VI", "AS", "MP", "California", "Puerto Rico"} <= set(states)
+    countries = set(public_lists.country_candidates())
+    assert {"US", "USA", "United States", "FR", "FRA", "France", "Germany", "DE"} <= countries
+    assert public_lists.country_count() >= 249  # ISO 3166-1 (iso3166 package) and Kosovo
+    assert {"January", "jan", "SEP", "Sept"} <= set(public_lists.month_candidates())
+    assert {"Monday", "mon", "THU", "Thurs"} <= set(public_lists.weekday_candidates())
+    for candidates in (states, countries, public_lists.month_candidates()):
+        assert len(set(candidates)) == len(candidates) and "other" not in candidates
+
+
+def test_a_candidate_list_does_not_change_with_the_values(tmp_path: Path) -> None:
+    one = _entries(_write(tmp_path / "a.csv", ["state", "n"], [["CA", 1], ["NY", 2]] * 30))
+    two = _entries(_write(tmp_path / "b.csv", ["state", "n"], [["Texas", 1], ["zz", 2]] * 30))
+    assert one["state"] == two["state"]
+
+
+def test_show_values_lists_the_data_own_categories_even_where_the_name_has_a_list(
+    tmp_path: Path,
+) -> None:
+    path = _write(tmp_path / "t.csv", ["state", "n"], [["CA", 1], ["NY", 2]] * 30)
+    assert _entries(path, show_values=True)["state"]["categories"] == ["CA", "NY"]
+
+
+# --- Identifier-like columns ---------------------------------------------------------------------
+
+
+def test_identifier_like_columns_are_ignored(tmp_path: Path) -> None:
+    """344 rows: an all-distinct text column of 190 values (with missing cells), text whose
+    distinct values exceed a fifth of its values, all-distinct identifier-named integers;
+    categories that repeat enough, non-identifier all-distinct integers and identifier-named
+    integers that repeat are kept."""
+    rng = random.Random(7)
+    words = ["".join(rng.choice("abcdefghij") for _ in range(8)) for _ in range(400)]
+    rows = []
+    for i in range(344):
+        rows.append(
+            [
+                words[i] if i < 190 else "",  # all distinct, no digit
+                words[i % 80],  # 80 distinct values for 344 rows: more than a fifth
+                words[i % 60],  # 60: a category averages 5.7 rows
+                1000 + i,  # sample_id: all distinct
+                1000 + i,  # serial: all distinct, but not named as an identifier
+                i % 12,  # store_id: repeats
+                7 * i,  # userId
+            ]
+        )
+    header = ["name", "nickname", "band", "sample_id", "serial", "store_id", "userId"]
+    path = _write(tmp_path / "t.csv", header, rows)
+    draft = draft_schema(path)
+    entries = {c.entry["name"]: c.entry for c in draft.columns}
+    reasons = {c.entry["name"]: c.reason for c in draft.columns}
+    assert [n for n in header if entries[n]["type"] == "ignore"] == [
+        "name",
+        "nickname",
+        "sample_id",
+        "userId",
+    ]
+    assert entries["band"]["type"] == "categorical"
+    assert entries["serial"]["type"] == entries["store_id"]["type"] == "numeric"
+    assert "every value is distinct" in reasons["name"]
+    assert "more than 1 in 5 of its values are distinct" in reasons["nickname"]
+    assert reasons["sample_id"].startswith("an identifier: its name says so")
+    text = json.dumps(draft.to_json()) + " ".join(reasons.values())
+    assert not any(word in text for word in words)
+
+
+def test_identifier_named_parquet_integers_are_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    table = pa.table(
+        {"row_id": pa.array(range(500), pa.int64()), "kids": pa.array([i % 4 for i in range(500)])}
+    )
+    pq.write_table(table, path)
+    entries = _entries(path)
+    assert entries["row_id"] == {"name": "row_id", "type": "ignore"}
+    assert entries["kids"]["type"] == "numeric"
+
+
+# --- Decimals -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("counts", "expected"),
+    [
+        ([0, 0, 200, 0, 0, 0, 0, 0, 0], 2),
+        ([0, 0, 199, 1, 0, 0, 0, 0, 0], 2),  # one value never decides
+        ([0, 0, 198, 2, 0, 0, 0, 0, 0], 2),  # 1 % of 200 is tolerated
+        ([0, 0, 197, 3, 0, 0, 0, 0, 0], 3),  # more than 1 %
+        ([0, 0, 49, 1, 0, 0, 0, 0, 0], 2),  # fewer than 100 values: still one tolerated
+        ([0, 0, 48, 2, 0, 0, 0, 0, 0], 3),
+        ([0, 1, 0, 0, 0, 0, 0, 0, 0], 1),  # a single value: its own decimals
+        ([90, 0, 0, 0, 0, 0, 0, 10, 0], 6),  # more than 6 decimals: capped
+        ([99, 0, 0, 0, 0, 0, 0, 0, 1], 0),  # one value in exponent notation is tolerated
+        ([90, 0, 0, 0, 0, 0, 0, 0, 10], None),  # many: full precision
+    ],
+)
+def test_robust_decimals(counts: list[int], expected: int | None) -> None:
+    from engine.schema_draft.inference import robust_decimals
+
+    assert robust_decimals(counts) == expected
+
+
+def test_one_row_does_not_decide_the_decimals(tmp_path: Path) -> None:
+    values = [f"{1 + i / 100:.2f}" for i in range(1, 300)]
+    base = _write(tmp_path / "a.csv", ["weight"], [[v] for v in values])
+    odd = _write(tmp_path / "b.csv", ["weight"], [[v] for v in [*values, "3.14159"]])
+    sci = _write(tmp_path / "c.csv", ["weight"], [[v] for v in [*values, "1.5e-07"]])
+    assert _entries(base)["weight"]["decimals"] == 2
+    assert _entries(odd)["weight"] == _entries(base)["weight"]
+    assert _entries(sci)["weight"] == _entries(base)["weight"]
+
+
+# --- Header detection --------------------------------------------------------------------------
+
+
+def test_a_csv_without_a_header_row_is_refused_without_naming_a_value(
+    raw_csv: Path, tmp_path: Path
+) -> None:
+    rows = raw_csv.read_text().splitlines()[1:]
+    headless = tmp_path / "headless.csv"
+    headless.write_text("\n".join(rows) + "\n")
+    with pytest.raises(DraftError) as refused:
+        draft_schema(headless)
+    message = str(refused.value)
+    assert message.startswith("the first row looks like data, not column names: add a header row")
+    first = rows[0].split(",")
+    assert not any(cell and cell in message for cell in first)
+    numbers = _write(
+        tmp_path / "numbers.csv", ["17", "2.5", "2019-03-01"], [[3, 1.5, "2019-01-02"]] * 9
+    )
+    with pytest.raises(DraftError, match="looks like data"):
+        draft_schema(numbers)
+
+
+def test_headers_that_read_as_names_are_kept(raw_csv: Path, tmp_path: Path) -> None:
+    """The shipped fixtures, the test tables, and headers with a number among names."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    for path in sorted(fixtures.glob("*.csv")):
+        assert draft_schema(path).columns, path.name
+    draft_schema(raw_csv)
+    # One numeric name among names: "2019" reads as a number, "score" and "city" do not.
+    mixed = _write(
+        tmp_path / "m.csv", ["city", "2019", "score"], [["Oslo", 3, 1.5], ["Lima", 4, 2]] * 9
+    )
+    assert [c.entry["name"] for c in draft_schema(mixed).columns] == ["city", "2019", "score"]
+    twice = _write(tmp_path / "t.csv", ["a", "a"], [["x", "y"]] * 5)
+    with pytest.raises(DraftError, match="names a column twice"):
+        draft_schema(twice)
+
+
+# --- What the draft says it read from the data ------------------------------------------------
+
+
+def test_the_disclosure_names_what_was_read_from_the_data(raw_csv: Path) -> None:
+    draft = draft_schema(raw_csv)
+    text = draft.disclosure()
+    assert text.startswith("Read from the data without DP")
+    assert "each column's kind" in text
+    assert "the date format of 'opened', 'seen'" in text
+    assert "the decimals of 'ratio'" in text
+    assert "which columns are dropped ('id', 'note', 'empty'" in text
+    assert "Nothing else in this schema comes from the data: every column is nullable" in text
+    frame = _raw_frame()
+    for name in ("id", "note", "city", "opened", "seen", "grams", "ratio"):
+        for value in set(frame[name]) - {"", "NA"}:
+            assert value not in text, name
+    shown = draft_schema(raw_csv, show_values=True).disclosure()
+    assert "Nothing else" not in shown and "the data's own" in shown
