@@ -256,6 +256,30 @@ def _extension(beyond: IntArray, thresholds: tuple[int, ...]) -> int:
     return 0
 
 
+MASS_FALSE_HIT = 1e-3
+"""The rows beyond the hull on one side, all cells together, count as real when their noisy sum
+clears a sub-Gaussian threshold an empty side passes with probability at most this."""
+MASS_SHARE = 0.75
+"""... and the hull then grows until it holds this share of them (the rest is clamped)."""
+
+
+def _mass_extension(beyond: IntArray, sigma: float) -> int:
+    """How many cells of ``beyond`` (nearest first) to add when the rows beyond the hull are
+    real but spread too thinly for any cell or short run to stand out (a long tail, half of a
+    column spread over forty cells): their noisy sum, of standard deviation σ·√k over k cells,
+    is tested against σ·√(2k·ln(1/p)) (sub-Gaussian, p = :data:`MASS_FALSE_HIT`), and the hull
+    grows to the cell where the noisy sum from the hull outward reaches :data:`MASS_SHARE` of
+    it. Post-processing of the noisy counts."""
+    cells = beyond.size
+    if not cells:
+        return 0
+    total = float(beyond.sum())
+    if total < sigma * math.sqrt(2 * cells * math.log(1 / MASS_FALSE_HIT)):
+        return 0
+    reach = int(np.searchsorted(np.maximum.accumulate(np.cumsum(beyond)), MASS_SHARE * total))
+    return min(reach + 1, cells)
+
+
 def learn_coarse_range(
     counts: npt.ArrayLike,
     *,
@@ -289,6 +313,9 @@ def learn_coarse_range(
         first -= width
     while (width := _extension(inside[last + 1 :], extend)) > 0:
         last += width
+    sigma = math.sqrt(float(sigma2))
+    first -= _mass_extension(inside[:first][::-1], sigma)
+    last += _mass_extension(inside[last + 1 :], sigma)
     bounds = window.boundaries
     parameters: dict[str, JsonScalar] = {
         "cells": window.cells,

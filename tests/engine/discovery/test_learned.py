@@ -113,6 +113,20 @@ def test_data_spread_thinly_over_several_cells_is_found_as_a_run() -> None:
     assert found.reliable and 19.0 <= found.lower <= 21.0 and 27.0 <= found.upper <= 29.0
 
 
+def test_a_tail_spread_too_thinly_for_any_cell_is_found_by_its_mass() -> None:
+    """Half the rows in one cell, the other half spread over forty cells at 80 rows each (far
+    below any cell's or short run's threshold at σ = 100): the noisy mass beyond the hull is
+    significant as a whole, so the hull grows to hold about three quarters of it."""
+    counts = np.zeros(66, dtype=np.int64)
+    counts[1 + 60] = 4_000
+    counts[1 + 20 : 1 + 60] = 80
+    found = learn_coarse_range(
+        counts, window=Window(0.0, 64.0, cells=64), rho=Fraction(1, 20_000), source=random.Random(4)
+    )
+    assert found.reliable and found.upper == 61.0
+    assert 20.0 <= found.lower <= 40.0, found.lower  # 30 = three quarters of the thin half
+
+
 def test_without_any_strong_cell_the_range_is_marked_unreliable() -> None:
     found = learn_coarse_range(
         np.zeros(66, dtype=np.int64),
