@@ -23,6 +23,7 @@ These commands import nothing from app/ or workers/: ``rhosynth`` loads this mod
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -48,8 +49,6 @@ import pydantic
 
 from engine.accounting import RHO_QUANTUM, rho_from_epsilon_delta
 from engine.buffers import Slabs, pool_array
-from engine.columns.categorical import as_float
-from engine.columns.numeric import NumericColumn
 from engine.columns.spec import DELTA_QUANTUM
 from engine.columns.spec import RHO_QUANTUM as RHO_GRID
 from engine.columns.spreadsheet import csv_header, csv_rows, unescape_cell, unescape_text
@@ -63,12 +62,13 @@ from engine.discovery.plan import (
 )
 from engine.discovery.schema import discover, provisional, requests_for, resolve
 from engine.domain import CodeArray, Dataset, narrowest_unsigned
-from engine.encoding import SchemaError, SchemaSpec, TableSchema
+from engine.encoding import SchemaError, SchemaSpec, TableSchema, encode_array
 from engine.evaluation import mean_tvd
 from engine.files import atomic_path
 from engine.mechanisms import MECHANISMS, Mechanism, get_mechanism
 from engine.mechanisms.base import resolve_rows
 from engine.prefetch import Prefetched
+from engine.raw_values import raw_values, value_columns
 from engine.release.from_result import record_from_result
 from engine.release.model import ModelError
 from engine.release.model_file import load_model_file, write_model_file
@@ -438,19 +438,29 @@ def _table_batches(
 
 
 def load_numeric_values(path: Path, schema: TableSchema) -> pa.Table:
-    """The numeric columns of a table as float64 (missing or unparsable values as null), in the
-    same rows and order as :func:`load_table` encodes them (call it on a file that encoded).
+    """The raw values of a table's numeric, date and datetime columns as float64 (numbers as
+    read, unclamped; dates in days and datetimes in seconds since 1970-01-01 UTC; missing or
+    unreadable cells as null: :mod:`engine.raw_values`), in the same rows and order as
+    :func:`load_table` encodes them (call it on a file that encoded); a cell is missing exactly
+    where its code is the null code.
 
-    Reports use them for Pearson/Spearman on values rather than bin codes; extra columns are
-    ignored."""
-    names = [c.name for c in schema.columns if isinstance(c, NumericColumn)]
-    parts: dict[str, list[npt.NDArray[np.float64]]] = {name: [] for name in names}
-    for frame in _table_frames(path, schema, True):
-        for name in names:
-            parts[name].append(as_float(frame[name]))
+    ``rhosynth report`` compares the two tables on them (engine/reports/values.py) and
+    correlates on them rather than on bin codes; extra columns are ignored."""
+    columns = value_columns(schema)
+    parts: dict[str, list[npt.NDArray[np.float64]]] = {c.name: [] for c in columns}
+    with closing(_table_batches(path, schema, True)) as batches:
+        for batch in batches:
+            for column in columns:
+                values = batch.column(column.name)
+                codes = encode_array(column, values, schema.missing_values)
+                parts[column.name].append(raw_values(column, values, codes))
     return pa.table(
         {
-            name: pa.array(np.concatenate(chunks) if chunks else np.empty(0), from_pandas=True)
+            name: pa.array(
+                np.concatenate(chunks) if chunks else np.empty(0),
+                type=pa.float64(),
+                from_pandas=True,
+            )
             for name, chunks in parts.items()
         }
     )
@@ -1102,13 +1112,15 @@ def report(
     schema = _load_schema_or_fail(schema_path)
     record = None if record_path is None else _load_record(record_path, schema)
     real_codes = _load_table_or_fail("REAL", real, schema, allow_extra_columns=True)
-    synth_codes = _load_table_or_fail("SYNTH", synth, schema, allow_extra_columns=True)
+    # A synthetic table has no ignored columns (synthesize writes the stored ones only).
+    synth_schema = dataclasses.replace(schema, ignored=())
+    synth_codes = _load_table_or_fail("SYNTH", synth, synth_schema, allow_extra_columns=True)
     owner = build_owner_report(
         schema,
         real_codes,
         synth_codes,
         real_values=load_numeric_values(real, schema),
-        synthetic_values=load_numeric_values(synth, schema),
+        synthetic_values=load_numeric_values(synth, synth_schema),
         rng=np.random.default_rng(seed),
         max_rows_compared=max_rows_compared,
     )
@@ -1123,8 +1135,7 @@ def report(
         _write_text(release_html_out, render_html(release_tier, title=title), "--release-html")
         if release_json_out is not None:
             _write_text(release_json_out, json.dumps(release_tier, indent=1), "--release-json")
-    score = owner["marginals"]["k_marginal_score"]
-    click.echo(f"report: k-marginal score {score} -> {html_out}", err=True)
+    click.echo(f"report: {owner['verdict']['headline']} -> {html_out}", err=True)
 
 
 COMMANDS: tuple[click.Command, ...] = (synthesize, evaluate, sample, report)

@@ -3,7 +3,9 @@
 The file is read in bounded chunks (CSV: blocks of whole rows parsed by pyarrow on two threads,
 engine/csv_blocks.py; Parquet: row batches sized from checked page headers), every row is
 checked against the declared schema, and the integer codes are written to an Arrow IPC file as
-they are produced. Error messages name columns and count rows; they never echo a
+they are produced. The raw values of the numeric, date and datetime columns can be written beside
+them, batch by batch in the same loop, to a second IPC file that only the owner tier of the quality
+report reads (engine/raw_values.py). Error messages name columns and count rows; they never echo a
 value from the file (the uploader's own data could still end up in logs and proxies).
 """
 
@@ -13,7 +15,7 @@ import csv
 import io
 from collections import Counter
 from collections.abc import Generator, Iterable
-from contextlib import closing
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from engine.encoding import (
     gather_codes,
 )
 from engine.prefetch import Prefetched
+from engine.raw_values import raw_values, value_columns, values_arrow_schema
 from engine.typed_csv import (
     TypedReadRefused,
     check_typed_batch,
@@ -86,26 +89,41 @@ def encoded_arrow_schema(schema: TableSchema) -> pa.Schema:
     return pa.schema([pa.field(c.name, code_dtype(c.size), nullable=False) for c in schema.columns])
 
 
-def ingest_table(source: Path, schema: TableSchema, target: Path, limits: IngestLimits) -> int:
+def ingest_table(
+    source: Path,
+    schema: TableSchema,
+    target: Path,
+    limits: IngestLimits,
+    *,
+    values_target: Path | None = None,
+) -> int:
     """Validate ``source`` against ``schema`` and write its codes to ``target``; return the rows.
 
-    Raises :class:`UploadRejected` (nothing is left at ``target``) when the file is not CSV or
-    Parquet, is not UTF-8, lacks or adds columns, has values the schema refuses (missing in a
-    column that is not nullable, outside the bounds, unparseable, undeclared; counted per column
-    and reason, never quoted), has no rows, or breaks a limit. Ignored columns are never read.
+    With ``values_target``, the raw values of the schema's numeric, date and datetime columns
+    are written there too (:mod:`engine.raw_values`: float64, row-aligned with the codes, in the
+    same batches; nothing is written when the schema has no such column). They are for the
+    owner tier of the quality report only (docs/privacy.md).
+
+    Raises :class:`UploadRejected` (nothing is left at ``target`` or ``values_target``) when
+    the file is not CSV or Parquet, is not UTF-8, lacks or adds columns, has values the schema
+    refuses (missing in a column that is not nullable, outside the bounds, unparseable,
+    undeclared; counted per column and reason, never quoted), has no rows, or breaks a limit.
+    Ignored columns are never read.
     """
     try:
         try:
             with closing(
                 read_batches(source, schema, limits, typed=True, prefetch=True)
             ) as batches:
-                return _write_encoded(batches, schema, target, limits)
+                return _write_encoded(batches, schema, target, limits, values_target)
         except TypedReadRefused:
             # A cell only the text path reads exactly (engine/typed_csv.py): read it as text.
             with closing(read_batches(source, schema, limits, prefetch=True)) as batches:
-                return _write_encoded(batches, schema, target, limits)
+                return _write_encoded(batches, schema, target, limits, values_target)
     except BaseException:
         target.unlink(missing_ok=True)
+        if values_target is not None:
+            values_target.unlink(missing_ok=True)
         raise
 
 
@@ -135,36 +153,64 @@ def read_batches(
 
 
 def _write_encoded(
-    batches: Iterable[pa.RecordBatch], schema: TableSchema, target: Path, limits: IngestLimits
+    batches: Iterable[pa.RecordBatch],
+    schema: TableSchema,
+    target: Path,
+    limits: IngestLimits,
+    values_target: Path | None = None,
 ) -> int:
     arrow_schema = encoded_arrow_schema(schema)
     encoder = _BatchEncoder(schema)
     problems: Counter[tuple[str, int]] = Counter()
     rows = 0
+    kept = value_columns(schema) if values_target is not None else ()
+    positions = [schema.names.index(column.name) for column in kept]
     # The writer does not close a file it opened from a path (only when it is collected): the
     # sink is ours, so a refused upload's file is closed before ingest_table removes it.
-    with (
-        pa.OSFile(str(target), "wb") as sink,
-        pa.ipc.new_file(sink, arrow_schema, options=STORED_IPC_OPTIONS) as writer,
-    ):
+    with ExitStack() as files:
+        sink = files.enter_context(pa.OSFile(str(target), "wb"))
+        writer = files.enter_context(
+            pa.ipc.new_file(sink, arrow_schema, options=STORED_IPC_OPTIONS)
+        )
         pending = _PendingCodes(arrow_schema, writer)
+        pending_values = None
+        if kept and values_target is not None:
+            values_schema = values_arrow_schema(schema)
+            values_sink = files.enter_context(pa.OSFile(str(values_target), "wb"))
+            values_writer = files.enter_context(
+                pa.ipc.new_file(values_sink, values_schema, options=STORED_IPC_OPTIONS)
+            )
+            pending_values = _PendingCodes(values_schema, values_writer, nan_is_null=True)
         for batch in batches:
             batch_rows = batch.num_rows
             rows += batch_rows
             if rows > limits.max_rows:
                 raise UploadRejected(422, f"the table has more than {limits.max_rows} rows")
             codes = encoder.encode(batch)
-            # Let go of the batch before asking for the next: with a prefetching reader the
-            # next is decoded meanwhile, and two batches at once is what the reader budgets.
-            del batch
             for name, column_codes in zip(schema.names, codes, strict=True):
                 for reason, count in count_reasons(column_codes).items():
                     problems[(name, reason)] += count
+            values = None
+            if pending_values is not None and not problems and batch_rows:
+                # The raw values of the same cells, missing exactly where the code is the null
+                # code (engine/raw_values.py): a float64 per value cell of this batch.
+                values = [
+                    raw_values(column, batch.column(column.name), codes[j])
+                    for column, j in zip(kept, positions, strict=True)
+                ]
+            # Let go of the batch before asking for the next: with a prefetching reader the
+            # next is decoded meanwhile, and two batches at once is what the reader budgets.
+            del batch
             if problems or not batch_rows:
                 continue  # keep counting so the report is complete; stop writing
             pending.add(codes)
+            if pending_values is not None and values is not None:
+                pending_values.add(values)
+                del values
         if not problems:
             pending.flush()
+            if pending_values is not None:
+                pending_values.flush()
     if problems:
         raise UploadRejected(422, schema.describe_problems(problems))
     if rows == 0:
@@ -197,9 +243,16 @@ class _PendingCodes:
     adult x40, about 0.1 s).
     """
 
-    def __init__(self, arrow_schema: pa.Schema, writer: pa.ipc.RecordBatchFileWriter) -> None:
+    def __init__(
+        self,
+        arrow_schema: pa.Schema,
+        writer: pa.ipc.RecordBatchFileWriter,
+        *,
+        nan_is_null: bool = False,
+    ) -> None:
         self._schema = arrow_schema
         self._writer = writer
+        self._nan_is_null = nan_is_null  # float buffers (raw values): a NaN is written as null
         row_bytes = sum(field.type.bit_width // 8 for field in arrow_schema)
         self._capacity = max(1, min(WRITE_MAX_ROWS, WRITE_BUFFER_BYTES // max(1, row_bytes)))
         self._buffers: list[np.ndarray] = []  # allocated with the first codes
@@ -226,7 +279,7 @@ class _PendingCodes:
             return
         # Arrow wraps each buffer's filled part without a copy.
         arrays = [
-            pa.array(buffer[: self._rows], type=field.type)
+            pa.array(buffer[: self._rows], type=field.type, from_pandas=self._nan_is_null)
             for buffer, field in zip(self._buffers, self._schema, strict=True)
         ]
         self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self._schema))

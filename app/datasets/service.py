@@ -30,7 +30,13 @@ from app.db.base import utcnow
 from app.db.session import after_commit
 from app.jobs import service as job_service
 from app.samples import repository as sample_repository
-from app.storage import Storage, dataset_prefix, dataset_table_key, sample_prefix
+from app.storage import (
+    Storage,
+    dataset_prefix,
+    dataset_table_key,
+    dataset_values_key,
+    sample_prefix,
+)
 from engine.discovery.plan import DEFAULT_DISCOVERY_SHARE
 from engine.discovery.warnings import domain_warnings
 from engine.encoding import (
@@ -40,6 +46,7 @@ from engine.encoding import (
     TableSchema,
     schema_summary,
 )
+from engine.raw_values import value_columns
 
 logger = logging.getLogger(__name__)
 
@@ -247,8 +254,16 @@ def create_dataset(
     dataset_id = uuid.uuid4()
     key = dataset_table_key(dataset_id)
     temp = storage.temp_path(PurePosixPath(key).suffix)
+    # The raw numeric and date values, for the owner tier of the report only (docs/privacy.md,
+    # "Raw values kept for the owner's report"); none when the schema has no such column.
+    values_key = dataset_values_key(dataset_id)
+    values_temp = (
+        storage.temp_path(PurePosixPath(values_key).suffix) if value_columns(table_schema) else None
+    )
     try:
-        rows = ingest_table(upload, table_schema, temp, limits)
+        rows = ingest_table(upload, table_schema, temp, limits, values_target=values_temp)
+        if values_temp is not None:
+            storage.put_file(values_temp, values_key)
         storage.put_file(temp, key)
     except BaseException:
         # A refused table, or storage that cannot be written: leave nothing behind.
@@ -257,6 +272,8 @@ def create_dataset(
         raise
     finally:
         temp.unlink(missing_ok=True)  # an object store copies it; a local disk moved it
+        if values_temp is not None:
+            values_temp.unlink(missing_ok=True)
     try:
         dataset = repository.add(
             session,
@@ -336,7 +353,8 @@ def grant_budget(
 def delete_dataset(
     session: Session, storage: Storage, principal: Principal, dataset_id: uuid.UUID
 ) -> Dataset:
-    """Erase the stored table and every output; keep the record, its jobs and its ledger.
+    """Erase the stored table (with the raw values kept beside it for the owner's report: the
+    whole dataset prefix) and every output; keep the record, its jobs and its ledger.
 
     Queued jobs are cancelled and their reservations released (they never read the data);
     running jobs are asked to stop and stay charged.

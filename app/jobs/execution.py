@@ -50,13 +50,22 @@ from app.jobs.limits import (
 from app.jobs.progress import PHASES, ProgressPoint, engine_point
 from app.jobs.repository import Claim
 from app.jobs.resources import output_rows_limit
-from app.reports.artefacts import ArtefactWriter, write_owner_report, write_release_artefacts
-from app.storage import Storage, discard, job_output_key, open_storage
+from app.reports.artefacts import (
+    VALUES_NOT_KEPT,
+    ArtefactWriter,
+    published_values,
+    stored_values,
+    write_owner_report,
+    write_release_artefacts,
+)
+from app.storage import Storage, dataset_values_key, discard, job_output_key, open_storage
 from engine.domain import Dataset as EngineDataset
 from engine.encoding import TableSchema
 from engine.mechanisms import get_mechanism
 from engine.mechanisms.base import SynthesisCancelled
+from engine.raw_values import value_columns
 from engine.release.from_result import record_from_result
+from engine.reports.values import ValueSource
 
 logger = logging.getLogger(__name__)
 
@@ -394,6 +403,10 @@ class _Produced:
     table_key: str
     synthetic: npt.NDArray[np.integer[Any]]
     title: str
+    # The published output (the owner tier reads its decoded values: what analysts download)
+    # and the raw values kept beside the table (none for datasets stored before they were).
+    output_key: str | None = None
+    values_key: str | None = None
 
 
 def _owner_tier(
@@ -409,6 +422,7 @@ def _owner_tier(
     (out of memory, the dataset erased meanwhile, a bug) out of the job's status, progress and
     timing. A failure is logged and leaves the owner tier out."""
     try:
+        real_values, synthetic_values, unavailable = _value_sources(storage, produced)
         # Subsampling and the holdout split: post-processing, owners only.
         write_owner_report(
             writer,
@@ -419,12 +433,32 @@ def _owner_tier(
             produced.synthetic,
             np.random.default_rng(claim.seed),
             produced.title,
+            real_values=real_values,
+            synthetic_values=synthetic_values,
+            values_unavailable=unavailable,
         )
         with transaction(factory) as session:
             repository.set_artefacts(session, claim.job_id, claim.attempt, writer.written)
     except Exception:  # MemoryError included: the release is published whatever happens here
         logger.exception("job %s: the owner tier of its report was not built", claim.job_id)
         gc.collect()
+
+
+def _value_sources(
+    storage: Storage, produced: _Produced
+) -> tuple[ValueSource | None, ValueSource | None, str | None]:
+    """The owner tier's values: the raw values kept beside the table, the published output's,
+    and why there are none (a dataset stored before raw values were kept). Read here, after
+    publication, and nowhere else: no mechanism reads the raw values."""
+    if not value_columns(produced.schema) or produced.output_key is None:
+        return None, None, None
+    if produced.values_key is None or not storage.exists(produced.values_key):
+        return None, None, VALUES_NOT_KEPT
+    return (
+        stored_values(storage, produced.values_key),
+        published_values(storage, produced.output_key, produced.schema),
+        None,
+    )
 
 
 def _read_table(
@@ -501,6 +535,7 @@ def _synthesize(
             raise SynthesisCancelled(claim.job_id)  # erased after submission
         schema = TableSchema.from_json(dataset.schema)
         table_key = dataset.storage_key
+        values_key = dataset_values_key(dataset.id)  # for the owner tier, after publication
     mechanism = get_mechanism(claim.method)
     params = mechanism.validate_params(claim.params)
     # Seeds drive post-processing only; DP noise comes from the CSPRNG inside the engine.
@@ -546,4 +581,6 @@ def _synthesize(
     )
     write_release_artefacts(writer, schema, record, result.model, synthetic, title)
     del record, result
-    return _Produced(int(synthetic.shape[0]), schema, table_key, synthetic, title)
+    return _Produced(
+        int(synthetic.shape[0]), schema, table_key, synthetic, title, output_key, values_key
+    )

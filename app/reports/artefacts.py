@@ -8,7 +8,9 @@ Release artefacts (every key of the tenant) are built from the release alone: th
 noisy measurements, the fitted model, the synthetic rows. They are DP post-processing and cost
 nothing. The owner tier of the report compares the release with the real table: the worker builds
 it after publication (app/jobs/execution.py, ``_owner_tier``), stores it under its own names and
-adds them to the job's artefacts, served to owner keys only (privacy rule 7).
+adds them to the job's artefacts, served to owner keys only (privacy rule 7). It compares values
+from the raw values kept beside the dataset's table (``stored_values``, the only reader of that
+file) and the published output (``published_values``: what analysts download).
 
 A release artefact that cannot be built (a bug) is left out and logged; the release itself is
 still published. What is left out depends only on the release (and, for the owner tier, which
@@ -20,11 +22,12 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from app.reports.names import (
@@ -40,6 +43,7 @@ from app.reports.names import (
 )
 from app.storage import Storage, job_attempt_prefix
 from engine.encoding import TableSchema
+from engine.raw_values import value_columns
 from engine.release.model import FittedModel
 from engine.release.model_file import model_file_bytes
 from engine.release.record import ReleaseRecord
@@ -47,6 +51,7 @@ from engine.release.tables import TooLarge, measurements_arrow, measurements_jso
 from engine.reports.html import render_html
 from engine.reports.owner import build_owner_report
 from engine.reports.release import build_release_report
+from engine.reports.values import ValueSource
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +145,43 @@ def write_release_artefacts(
     writer.attempt("release report", report)
 
 
+VALUES_NOT_KEPT = (
+    "This dataset was stored before rhosynth kept an upload's raw numeric and date values beside "
+    "its codes, so its numeric and date columns are compared on their bins only: bins cannot "
+    "show values outside the real range or far inside a wide bin. Upload the table again to get "
+    "value metrics."
+)
+VALUE_BATCH_ROWS = 65_536
+"""Rows of the published output read at a time for the value comparison."""
+
+
+def stored_values(storage: Storage, key: str) -> ValueSource:
+    """The raw values kept beside a dataset's table (``dataset_values_key``), read one stored
+    record batch at a time (each at most the ingest's write buffer, 16 MiB; an object store's
+    file through a local copy held while it is read). For the owner tier only."""
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        with storage.local_copy(key) as path, pa.OSFile(str(path)) as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+
+    return ValueSource(batches)
+
+
+def published_values(storage: Storage, key: str, schema: TableSchema) -> ValueSource:
+    """The numeric, date and datetime columns of a published output (Parquet at ``key``): the
+    values analysts download, read :data:`VALUE_BATCH_ROWS` rows at a time."""
+    names = [column.name for column in value_columns(schema)]
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        with storage.local_copy(key) as path:
+            parquet = pq.ParquetFile(path)
+            yield from parquet.iter_batches(batch_size=VALUE_BATCH_ROWS, columns=names)
+
+    return ValueSource(batches, names=frozenset(names))
+
+
 def write_owner_report(
     writer: ArtefactWriter,
     schema: TableSchema,
@@ -147,11 +189,24 @@ def write_owner_report(
     synthetic: npt.NDArray[np.integer[Any]],
     rng: np.random.Generator,
     title: str,
+    *,
+    real_values: ValueSource | None = None,
+    synthetic_values: ValueSource | None = None,
+    values_unavailable: str | None = None,
 ) -> None:
-    """The owner tier: real against synthetic (reads the real table; owner keys only)."""
+    """The owner tier: real against synthetic (reads the real table and, when given, its raw
+    values; owner keys only). ``synthetic_values`` must be the published rows' values."""
 
     def report() -> None:
-        built = build_owner_report(schema, load_real(), synthetic, rng=rng)
+        built = build_owner_report(
+            schema,
+            load_real(),
+            synthetic,
+            real_values=real_values,
+            synthetic_values=synthetic_values,
+            values_unavailable=values_unavailable,
+            rng=rng,
+        )
         writer.put_json(OWNER_JSON, built)
         writer.put_text(OWNER_HTML, render_html(built, title=title))
 

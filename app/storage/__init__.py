@@ -36,6 +36,7 @@ __all__ = [
     "check_key",
     "dataset_prefix",
     "dataset_table_key",
+    "dataset_values_key",
     "discard",
     "job_attempt_prefix",
     "job_output_key",
@@ -118,6 +119,15 @@ def dataset_table_key(dataset_id: uuid.UUID) -> str:
     """Where a new upload's encoded table is stored (an Arrow IPC file, app/datasets/ingest.py);
     each dataset row keeps its own key, so tables stored as ``table.parquet`` before still read."""
     return f"datasets/{dataset_id}/table.arrow"
+
+
+def dataset_values_key(dataset_id: uuid.UUID) -> str:
+    """Where an upload's raw numeric, date and datetime values are kept beside its table (an
+    Arrow IPC file of float64 columns, app/datasets/ingest.py). Read only by the owner tier of
+    the quality report (app/reports/artefacts.py), never by a mechanism, never served; erased
+    with the dataset (it lies under :func:`dataset_prefix`). Datasets stored before it existed,
+    and datasets with no such column, have none."""
+    return f"{dataset_prefix(dataset_id)}/values.arrow"
 
 
 def dataset_prefix(dataset_id: uuid.UUID) -> str:

@@ -98,22 +98,35 @@ def entropy_bits(p: FloatArray) -> float:
     return float(-(q * np.log2(q)).sum())
 
 
-def mutual_information(joint: FloatArray) -> tuple[float, float]:
+ENTROPY_TOLERANCE = 1e-9
+"""Entropies (and mutual information) below this many bits are taken as zero. Floating-point
+sums of a distribution that sits on one category leave entropies of about 1e-16 bits, and the
+ratio of two such crumbs is meaningless (it showed normalised MI = 1 for MI = 3e-16); a real
+column whose rarest category holds one row in ten million still has an entropy above 2e-6 bits."""
+
+
+def mutual_information(joint: FloatArray) -> tuple[float, float | None]:
     """``(MI in bits, MI / min(H(A), H(B)))`` of a 2-D joint distribution (normalised here).
 
     MI = Σ p(a, b)·log2(p(a, b) / (p(a)·p(b))): 0 when the columns are independent, at most the
-    smaller entropy. The normalised value lies in [0, 1] (0 when either column is constant)."""
+    smaller entropy. The normalised value lies in [0, 1]; it is None ("n/a") when either
+    column has one category, or an entropy below :data:`ENTROPY_TOLERANCE` (MI is then 0: a
+    constant column tells nothing about another)."""
     total = float(joint.sum())
     if total <= 0:
-        return 0.0, 0.0
+        return 0.0, None
     p = joint / total
     pa = p.sum(axis=1)
     pb = p.sum(axis=0)
+    floor = min(entropy_bits(pa), entropy_bits(pb))
+    if floor < ENTROPY_TOLERANCE:
+        return 0.0, None
     outer = np.outer(pa, pb)
     mask = p > 0
     mi = max(float((p[mask] * np.log2(p[mask] / outer[mask])).sum()), 0.0)
-    floor = min(entropy_bits(pa), entropy_bits(pb))
-    return mi, (min(mi / floor, 1.0) if floor > 0 else 0.0)
+    if mi < ENTROPY_TOLERANCE:
+        mi = 0.0
+    return mi, min(mi / floor, 1.0)
 
 
 def matrix_columns(domain: Domain) -> tuple[str, ...]:

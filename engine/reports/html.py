@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+import numpy as np
+
 from engine.reports.plots import bar_plot, heatmap_plot, histogram_plot
 
 _CSS = """
@@ -26,6 +28,11 @@ th{background:#f2f2f2}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .explain{color:#444;font-size:.9rem;margin:.3rem 0 .6rem}
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5rem .8rem;margin:.5rem 0}
 .tier{display:inline-block;padding:.1rem .5rem;border-radius:.3rem;background:#e3ecff}
+.verdict{padding:.7rem 1rem;margin:.6rem 0;border-left:6px solid #888;background:#f4f4f4;
+font-size:1.05rem}.verdict.values_off{border-color:#c62828;background:#fdecea}
+.verdict.values_close{border-color:#2e7d32;background:#edf7ed}
+.verdict.bins_only{border-color:#f0b400;background:#fff8e1}
+tr.flagged td{background:#fdecea}
 .plots{display:flex;flex-wrap:wrap;gap:1rem}.plots figure{margin:0}
 img{max-width:100%;height:auto}figcaption{font-size:.85rem;color:#444}
 """
@@ -236,9 +243,142 @@ def _counted_rows(rows: Mapping[str, Any]) -> list[list[Any]]:
     return out
 
 
+_EPOCH_UNITS = ("days since 1970-01-01", "seconds since 1970-01-01 UTC")
+
+
+def _in_unit(value: Any, unit: str) -> str:
+    """A value in a column's unit: dates and datetimes as ISO 8601, numbers with up to 8
+    significant digits."""
+    if value is None:
+        return "–"
+    if unit in _EPOCH_UNITS:
+        try:
+            whole = round(float(value))
+            if unit == _EPOCH_UNITS[0]:
+                return str(np.datetime64(whole, "D"))
+            return str(np.datetime64(whole, "s"))
+        except (OverflowError, ValueError):
+            return f"{value:.8g}"
+    return f"{value:.8g}"
+
+
+def _share(value: Any) -> str:
+    return "–" if value is None else f"{100 * value:.3g} %"
+
+
+def _verdict(report: Mapping[str, Any]) -> list[str]:
+    verdict = report.get("verdict")
+    if not verdict:
+        return []  # a report from before verdicts
+    status = escape(str(verdict.get("status", "")))
+    return [
+        "<h2>Verdict</h2>",
+        f'<p class="verdict {status}">{escape(verdict["headline"])}</p>',
+        _explain(report, "verdict"),
+    ]
+
+
+def _values(report: Mapping[str, Any]) -> list[str]:
+    values = report.get("values")
+    if not values:
+        return []
+    out = ["<h2>Values</h2>"]
+    if not values.get("available"):
+        out.append(f'<p class="note">{escape(values.get("reason", ""))}</p>')
+        return out
+    columns = values.get("columns", [])
+    if not columns:
+        out.append("<p>No numeric, date or datetime column.</p>")
+        return out
+    out.append(_explain(report, "values"))
+    rows = []
+    for c in columns:
+        unit = c["unit"]
+        real, synthetic = c["real"], c["synthetic"]
+        cells = [
+            c["column"] + (" ⚠" if c["flagged"] else ""),
+            f"{_in_unit(real['min'], unit)} … {_in_unit(real['max'], unit)}",
+            f"{_in_unit(synthetic['min'], unit)} … {_in_unit(synthetic['max'], unit)}",
+            f"{_share(c['outside_share'])} ({_share(c['below_share'])} below, "
+            f"{_share(c['above_share'])} above)",
+            c["ks"],
+            c["mean_error"],
+            c["median_error"],
+            c["std_error"],
+            c["max_quantile_error"],
+            c["missing_rate_gap"],
+        ]
+        body = "".join(
+            f'<td class="num">{_number(cell)}</td>'
+            if isinstance(cell, int | float) or cell is None
+            else f"<td>{escape(str(cell))}</td>"
+            for cell in cells
+        )
+        rows.append(f'<tr class="{"flagged" if c["flagged"] else ""}">{body}</tr>')
+    headers = [
+        "column",
+        "real range",
+        "synthetic range",
+        "synthetic outside the real range",
+        "KS",
+        "mean error",
+        "median error",
+        "std error",
+        "largest quantile error",
+        "missing-rate gap",
+    ]
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    thresholds = values.get("thresholds", {})
+    out.append(
+        "<p>⚠ flags a column with more than "
+        f"{_share(thresholds.get('outside_share'))} of its synthetic values outside the real "
+        f"range, a KS statistic above {_number(thresholds.get('ks'))} (or above the sampling "
+        f"bound at α = {_number(thresholds.get('ks_alpha'))} for small tables), or a missing-rate "
+        f"gap above {_number(thresholds.get('missing_rate_gap'))}. Errors are divided by the "
+        f"{escape(str(values.get('scale', 'real standard deviation')))}.</p>"
+    )
+    out += [
+        _explain(report, "outside_share", "outside the real range"),
+        _explain(report, "ks", "KS"),
+        _explain(report, "value_errors", "errors"),
+        _explain(report, "missing_rate_gap", "missing-rate gap"),
+    ]
+    for c in columns:
+        if "quantiles" not in c["real"] or "quantiles" not in c["synthetic"]:
+            continue
+        unit = c["unit"]
+        labels = [f"{p} %" for p in c["real"]["quantiles"]] + ["mean", "standard deviation"]
+        real = [*c["real"]["quantiles"].values(), c["real"]["mean"], c["real"]["std"]]
+        synthetic = [
+            *c["synthetic"]["quantiles"].values(),
+            c["synthetic"]["mean"],
+            c["synthetic"]["std"],
+        ]
+        errors = [*c["quantile_errors"].values(), c["mean_error"], c["std_error"]]
+        spread = (
+            f" (standard deviation in {unit.split(' since')[0]})" if unit in _EPOCH_UNITS else ""
+        )
+        out.append(
+            _numbers_table(
+                f"{c['column']}: quantiles, mean and standard deviation{spread}",
+                ["", "real", "synthetic", "error (in real standard deviations)"],
+                labels,
+                [
+                    [_in_unit(v, unit) for v in real[:-1]] + [f"{real[-1]:.6g}"],
+                    [_in_unit(v, unit) for v in synthetic[:-1]] + [f"{synthetic[-1]:.6g}"],
+                    errors,
+                ],
+            )
+        )
+    return out
+
+
 def _owner(report: Mapping[str, Any]) -> list[str]:
     marginals = report["marginals"]
-    out = ["<h2>Summary</h2>"]
+    out = [*_verdict(report), *_values(report), "<h2>Summary</h2>"]
+    status = report.get("verdict", {}).get("status")
+    score_label = f"k-marginal score (k = {marginals['score_k']}; bins, not values)"
     out.append(
         _table(
             ["", ""],
@@ -246,11 +386,17 @@ def _owner(report: Mapping[str, Any]) -> list[str]:
                 ["real rows", report["rows"]["real"]],
                 ["synthetic rows", report["rows"]["synthetic"]],
                 *_counted_rows(report["rows"]),
-                [f"k-marginal score (k = {marginals['score_k']})", marginals["k_marginal_score"]],
+                [score_label, marginals["k_marginal_score"]],
                 *[[f"mean {k}-way TVD", v] for k, v in marginals["mean_tvd"].items()],
             ],
         )
     )
+    if status in ("values_off", "bins_only"):
+        out.append(
+            '<p class="note">The k-marginal score compares bin codes: a value far outside the '
+            "real range, or anywhere inside a wide bin, scores as well as a faithful one. "
+            "It is not the verdict (above).</p>"
+        )
     out += [_explain(report, "k_marginal_score"), _explain(report, "mean_tvd")]
     out.append(
         _table(

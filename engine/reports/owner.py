@@ -9,6 +9,13 @@ split of this diagnostic.
 The exact-match and distance-to-closest-record (DCR) checks are a utility-and-disclosure
 diagnostic, not a privacy guarantee: the guarantee is the release's (ε, δ) / ρ statement.
 
+The report opens with a verdict on VALUES (engine/reports/values.py): given the real table's raw
+values and the synthetic decoded values, each numeric, date and datetime column is compared on its
+values (range, KS, moments, quantiles, missing rates) and the worst columns are named. The
+k-marginal score compares bin codes only; it is kept, but never presented as the verdict when the
+value metrics miss. Without real values (a dataset stored before they were kept) the report says
+so and compares bins, as before.
+
 Every step is bounded for million-row tables: marginals are counted with ``np.bincount`` or
 sorted keys (no full-domain tables beyond :data:`engine.evaluation.DENSE_CELL_LIMIT` cells), the
 number of column subsets and pairs is capped (random samples drawn with ``rng``), correlations and
@@ -19,13 +26,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 from scipy.stats import rankdata
 
 from engine.columns.categorical import BooleanColumn, CategoricalColumn
@@ -35,6 +41,7 @@ from engine.columns.temporal import DateColumn, DatetimeColumn
 from engine.domain import Dataset
 from engine.encoding import TableSchema
 from engine.evaluation import marginal_tvd, mean_tvd
+from engine.raw_values import value_columns
 from engine.reports.common import (
     MAX_CODES_SHOWN,
     MAX_DISTRIBUTION_COLUMNS,
@@ -52,6 +59,15 @@ from engine.reports.common import (
     rounded_list,
     shares,
     shown_codes,
+)
+from engine.reports.values import (
+    MAX_VALUE_ROWS,
+    ValueComparison,
+    ValuesMismatch,
+    ValueSource,
+    compare_values,
+    unavailable,
+    verdict,
 )
 
 MAX_SUBSETS_PER_K = 300
@@ -73,6 +89,24 @@ a k-way TVD is of the order of √(cells / rows counted)."""
 MIN_CORRELATION_ROWS = 3
 
 EXPLANATIONS: dict[str, str] = {
+    "verdict": "The headline, from the value metrics below: the numeric and date columns whose "
+    "synthetic values are furthest from the real ones, and whether any column misses the "
+    "thresholds (more than 1 % of synthetic values outside the real range, a KS statistic above "
+    "0.1, or a missing-rate gap above 0.05). The k-marginal score compares bins, not values.",
+    "values": "Per numeric, date and datetime column, real values against the synthetic values "
+    "analysts download (dates in days, datetimes in seconds since 1970-01-01). Ranges, shares "
+    "outside the real range and missing rates count every row; the other numbers use a uniform "
+    "sample of rows of each table.",
+    "outside_share": "Share of the synthetic values below the real minimum or above the real "
+    "maximum. Real data never lies there, so anything above about 1 % means values an analyst "
+    "would find implausible.",
+    "ks": "Kolmogorov–Smirnov statistic: the largest gap between the real and synthetic "
+    "cumulative distributions (0 = the same distribution, 1 = no overlap). Below 0.05 is close; "
+    "above 0.1 is flagged.",
+    "value_errors": "Errors of the synthetic mean, median, standard deviation and quantiles "
+    "(1, 5, 25, 50, 75, 95, 99 %), as (synthetic − real) divided by the real standard deviation: "
+    "0 = identical, 0.1 = a tenth of the real spread, 1 = a whole standard deviation off.",
+    "missing_rate_gap": "Synthetic minus real share of missing values in the column.",
     "mean_tvd": "Total variation distance between the real and synthetic tables' k-way "
     "marginals (share of rows in each combination of k columns), averaged over sets of k "
     "columns: 0 = identical proportions, 1 = nothing in common. Below 0.05 is close; above 0.2 "
@@ -82,7 +116,8 @@ EXPLANATIONS: dict[str, str] = {
     "distribution": "Share of real and synthetic rows in each category or bin of the column; "
     "its TVD is half the summed absolute difference of the two.",
     "pearson": "Pearson correlation of two ordered columns (−1 to 1), real and synthetic side by "
-    "side; the difference matrix shows synthetic − real. Small differences (below 0.1) mean the "
+    "side, on the columns' values where the real values are available (else on their codes); "
+    "the difference matrix shows synthetic − real. Small differences (below 0.1) mean the "
     "linear relation is kept.",
     "spearman": "Spearman rank correlation (−1 to 1): like Pearson on the values' ranks, so it "
     "catches any monotone relation.",
@@ -219,20 +254,6 @@ def spearman(x: FloatArray, y: FloatArray) -> float | None:
     return pearson(rankdata(x[mask]).astype(np.float64), rankdata(y[mask]).astype(np.float64))
 
 
-def _value_vector(table: pa.Table | None, name: str, rows: IntArray) -> FloatArray | None:
-    if table is None or name not in table.column_names:
-        return None
-    column = table.column(name)
-    if pa.types.is_timestamp(column.type) or pa.types.is_date(column.type):
-        column = pc.cast(column, pa.int64())
-    if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
-        return None
-    values = np.asarray(
-        pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64
-    )
-    return values[rows]
-
-
 def _code_vector(column: Column, codes: Codes) -> FloatArray:
     values = codes.astype(np.float64)
     if column.null_code is not None:
@@ -264,9 +285,10 @@ def _correlations(
     synthetic: Codes,
     real_rows: IntArray,
     synthetic_rows: IntArray,
-    real_values: pa.Table | None,
-    synthetic_values: pa.Table | None,
+    value_vectors: Mapping[str, tuple[FloatArray, FloatArray]],
 ) -> dict[str, Any]:
+    """Pearson/Spearman on ordered columns (on ``value_vectors``: the values at ``real_rows`` /
+    ``synthetic_rows``, where given; else on codes) and Cramér's V on codes."""
     domain = schema.domain()
     names = matrix_columns(domain)
     ordered = [n for n in names if _is_ordered(schema.column(n))]
@@ -275,12 +297,8 @@ def _correlations(
     for name in ordered:
         column = schema.column(name)
         j = domain.index(name)
-        both = (
-            _value_vector(real_values, name, real_rows),
-            _value_vector(synthetic_values, name, synthetic_rows),
-        )
-        if isinstance(column, _VALUE_TYPES) and both[0] is not None and both[1] is not None:
-            vectors[name] = (both[0], both[1])
+        if isinstance(column, _VALUE_TYPES) and name in value_vectors:
+            vectors[name] = value_vectors[name]
             source[name] = "values"
         else:
             vectors[name] = (
@@ -485,52 +503,116 @@ def _counted(data: Dataset, cap: int, rng: np.random.Generator) -> Dataset:
     return Dataset(data.domain, picked)
 
 
+def _source(values: pa.Table | ValueSource | None) -> ValueSource | None:
+    if values is None or isinstance(values, ValueSource):
+        return values
+    return ValueSource.of_table(values)
+
+
+def _values(
+    schema: TableSchema,
+    real: ValueSource | None,
+    synthetic: ValueSource | None,
+    real_data: Dataset,
+    synthetic_data: Dataset,
+    orders: tuple[IntArray, IntArray],
+    correlation_rows: int,
+    max_value_rows: int,
+    reason: str | None,
+) -> ValueComparison:
+    if value_columns(schema) and (real is None or synthetic is None):
+        return unavailable(reason) if reason else unavailable()
+    if real is None or synthetic is None:  # nothing to compare on values anyway
+        real = synthetic = ValueSource(lambda: (), 0)
+    try:
+        return compare_values(
+            schema,
+            real,
+            synthetic,
+            real_rows=real_data.n_rows,
+            synthetic_rows=synthetic_data.n_rows,
+            real_order=orders[0],
+            synthetic_order=orders[1],
+            correlation_rows=correlation_rows,
+            max_value_rows=max_value_rows,
+        )
+    except ValuesMismatch as error:
+        return unavailable(
+            f"The values given do not line up with the tables ({error}), so numeric and date "
+            "columns are compared on their bins only."
+        )
+
+
 def build_owner_report(
     schema: TableSchema,
     real: npt.NDArray[np.integer[Any]],
     synthetic: npt.NDArray[np.integer[Any]],
     *,
-    real_values: pa.Table | None = None,
-    synthetic_values: pa.Table | None = None,
+    real_values: pa.Table | ValueSource | None = None,
+    synthetic_values: pa.Table | ValueSource | None = None,
+    values_unavailable: str | None = None,
     rng: np.random.Generator,
     max_rows_compared: int = 20_000,
     max_rows_counted: int = MAX_ROWS_COUNTED,
+    max_value_rows: int = MAX_VALUE_ROWS,
 ) -> dict[str, Any]:
     """The owner-tier report (JSON-able): the synthetic table against the real one.
 
-    ``real`` and ``synthetic`` are code tables of ``schema``'s domain; ``real_values`` and
-    ``synthetic_values`` (optional, row-aligned with them) give decoded numbers and dates for
-    Pearson/Spearman on values instead of bin codes. ``max_rows_compared`` caps the real rows
-    (and synthetic rows) used for correlations and the holdout split; ``max_rows_counted`` the
-    rows of each table counted for marginals, distributions, missing rates and novel
-    combinations (:data:`MAX_ROWS_COUNTED`). Reads the real table: owners only (module
-    docstring).
+    ``real`` and ``synthetic`` are code tables of ``schema``'s domain. ``real_values`` (the real
+    table's raw values, :mod:`engine.raw_values`) and ``synthetic_values`` (the synthetic
+    table's decoded values: the published rows), row-aligned with the codes, as Arrow tables or
+    streamed :class:`~engine.reports.values.ValueSource`, give the value metrics, the verdict and
+    Pearson/Spearman on values (engine/reports/values.py). Without both, numeric and date
+    columns are compared on their bins and the verdict says so (``values_unavailable``: why).
+
+    ``max_rows_compared`` caps the real rows (and synthetic rows) used for correlations and the
+    holdout split; ``max_rows_counted`` the rows of each table counted for marginals,
+    distributions, missing rates and novel combinations (:data:`MAX_ROWS_COUNTED`);
+    ``max_value_rows`` the rows of each table sampled for KS, moments and quantiles. Reads the
+    real table: owners only (module docstring).
     """
     for cap, name in (
         (max_rows_compared, "max_rows_compared"),
         (max_rows_counted, "max_rows_counted"),
+        (max_value_rows, "max_value_rows"),
     ):
         if isinstance(cap, bool) or cap < 2:
             raise ValueError(f"{name} must be an integer of at least 2")
     real_data = check_codes(schema, real, "real")
     synthetic_data = check_codes(schema, synthetic, "synthetic")
-    for table, data, what in (
-        (real_values, real_data, "real"),
-        (synthetic_values, synthetic_data, "synthetic"),
+    real_source, synthetic_source = _source(real_values), _source(synthetic_values)
+    for source, data, what in (
+        (real_source, real_data, "real"),
+        (synthetic_source, synthetic_data, "synthetic"),
     ):
-        if table is not None and table.num_rows != data.n_rows:
+        if source is not None and source.rows is not None and source.rows != data.n_rows:
             raise ValueError(f"{what}_values must have one row per row of the {what} codes")
     real_codes = real_data.codes
     synthetic_codes = synthetic_data.codes
-    sample = rng.permutation(real_data.n_rows)[:max_rows_compared]
-    synthetic_sample = rng.permutation(synthetic_data.n_rows)[:max_rows_compared]
+    real_order = rng.permutation(real_data.n_rows)
+    synthetic_order = rng.permutation(synthetic_data.n_rows)
+    sample = real_order[:max_rows_compared]
+    synthetic_sample = synthetic_order[:max_rows_compared]
     real_counted = _counted(real_data, max_rows_counted, rng)
     synthetic_counted = _counted(synthetic_data, max_rows_counted, rng)
     marginals = _marginals(schema, real_counted, synthetic_counted, rng)
     worst = _worst_pairs(schema, real_counted, synthetic_counted, rng)
     novel = 1.0 - share_found(synthetic_counted.codes, real_counted.codes, schema.domain().sizes)
+    values = _values(
+        schema,
+        real_source,
+        synthetic_source,
+        real_data,
+        synthetic_data,
+        (real_order, synthetic_order),
+        max_rows_compared,
+        max_value_rows,
+        values_unavailable,
+    )
+    del real_order, synthetic_order
     return {
         "tier": "owner",
+        "verdict": verdict(values.section, marginals["k_marginal_score"]),
         "notes": list(NOTES),
         "explanations": dict(EXPLANATIONS),
         "rows": {
@@ -543,6 +625,7 @@ def build_owner_report(
             {"name": column.name, "type": column.type, "size": column.size}
             for column in schema.columns
         ],
+        "values": values.section,
         "marginals": marginals,
         "distributions": _distributions(schema, real_counted, synthetic_counted),
         "correlations": _correlations(
@@ -551,8 +634,7 @@ def build_owner_report(
             synthetic_codes,
             np.sort(sample),
             np.sort(synthetic_sample),
-            real_values,
-            synthetic_values,
+            values.vectors,
         ),
         "worst_pairs": worst,
         "missing": _missing(schema, real_counted, synthetic_counted),
@@ -567,5 +649,7 @@ def build_owner_report(
             "codes_per_distribution": MAX_CODES_SHOWN,
             "matrix_columns": MAX_MATRIX_COLUMNS,
             "dcr_queries": MAX_DCR_QUERIES,
+            "max_value_rows": max_value_rows,
+            "values": values.section.get("caps"),
         },
     }

@@ -78,7 +78,8 @@ EXPLANATIONS: dict[str, str] = {
     "relation is only implied through other columns, so it is often weakened.",
     "mutual_information": "How much knowing one column tells about the other, in bits, from the "
     "model (or the synthetic rows): 0 = independent. The normalised value divides by the smaller "
-    "column's entropy: 1 = one column determines the other.",
+    "column's entropy: 1 = one column determines the other; n/a (–) when a column has a single "
+    "category (its entropy is zero, so nothing can be divided by it).",
 }
 NOTES = (
     "Release tier: every number here is computed from the differentially private release "
@@ -253,14 +254,14 @@ def _pairs(record: ReleaseRecord, fit: _Fit) -> dict[str, Any]:
     wanted = list(itertools.combinations(shown, 2))
     wanted += sorted(connected - set(wanted), key=lambda p: (order[p[0]], order[p[1]]))
     computed = wanted[:MAX_MI_PAIRS]
-    values: dict[tuple[str, str], tuple[float, float]] = {}
+    values: dict[tuple[str, str], tuple[float, float | None]] = {}
     skipped = 0
     for pair in computed:
         if domain.cells(pair) > DENSE_CELL_LIMIT:
             skipped += 1  # a dense joint table this large is not worth its memory here
             continue
         table = fit.table(pair)
-        values[pair] = (0.0, 0.0) if table is None else mutual_information(table)
+        values[pair] = (0.0, None) if table is None else mutual_information(table)
     matrix: list[list[float | None]] = [
         [
             None
@@ -270,7 +271,11 @@ def _pairs(record: ReleaseRecord, fit: _Fit) -> dict[str, Any]:
         ]
         for a in shown
     ]
-    ranked = sorted(values.items(), key=lambda item: (-item[1][1], order[item[0][0]]))
+    # A pair with a one-category column has no normalised MI ("n/a"): ranked last.
+    ranked = sorted(
+        values.items(),
+        key=lambda item: (-(item[1][1] if item[1][1] is not None else -1.0), order[item[0][0]]),
+    )
     return {
         "source": fit.source,
         "connected_pairs": [

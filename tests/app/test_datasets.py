@@ -18,6 +18,7 @@ from tests.support.stack import Stack
 
 # The column options a plain column leaves at their defaults (see docs/api.md, schema).
 UNSET_OPTIONS = {
+    "profile": None,
     "nullable": False,
     "other": None,
     "ordered": False,
@@ -331,11 +332,16 @@ def test_delete_erases_table_keeps_ledger(
     dataset = create_dataset(tenant.owner, people_csv, people_schema, budget_rho="1")
     table = api_stack.settings.resolved_storage_dir / "datasets" / dataset["id"] / "table.arrow"
     assert table.is_file()
+    # The raw numeric values kept for the owner's report lie beside it, and go with it.
+    values = table.with_name("values.arrow")
+    assert values.is_file()
     queued = submit(tenant.analyst, dataset["id"], rho="0.2").json()
     response = tenant.owner.delete(f"/v1/datasets/{dataset['id']}")
     assert response.status_code == 200
     assert response.json()["deleted_at"] is not None
     assert not table.exists()
+    assert not values.exists()
+    assert not table.parent.exists()
     # The queued job never read the data: cancelled and its reservation released.
     job = tenant.analyst.get(f"/v1/jobs/{queued['id']}").json()
     assert job["status"] == "cancelled"

@@ -326,3 +326,111 @@ def test_parquet_batches_decoded_ahead_on_a_thread_that_ends_with_the_upload(
         assert not target.exists()
     assert readers and threading.get_ident() not in readers
     assert _reader_threads() == []
+
+
+MIXED_SCHEMA = TableSchema.from_json(
+    {
+        "columns": [
+            {"name": "city", "type": "categorical", "categories": ["a", "b"]},
+            {"name": "n", "type": "numeric", "min": 0, "max": 10, "bins": 5, "clip": True,
+             "nullable": True},
+            {"name": "day", "type": "date", "min": "2020-01-01", "max": "2020-12-31",
+             "unit": "month", "nullable": True},
+            {"name": "at", "type": "datetime", "min": "2020-01-01", "max": "2021-01-01",
+             "bins": 4},
+            {"name": "skip", "type": "ignore"},
+        ]
+    }
+)  # fmt: skip
+
+
+def _stored_values(path: Path) -> pa.Table:
+    with pa.OSFile(str(path)) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def test_raw_values_are_stored_beside_the_codes_row_aligned_and_unclamped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = 5_000
+    rng = np.random.default_rng(8)
+    numbers = rng.uniform(-2, 12, rows).round(3)  # some outside [0, 10]: clamped in the codes
+    days = rng.integers(18_262, 18_627, rows)  # 2020
+    seconds = rng.integers(1_577_836_800, 1_609_459_199, rows)
+    text_numbers = [("NA" if i % 7 == 0 else f"{v:g}") for i, v in enumerate(numbers)]
+    text_days = [
+        ("" if i % 11 == 0 else str(np.datetime64(int(d), "D"))) for i, d in enumerate(days)
+    ]
+    text_times = [str(np.datetime64(int(t), "s")) for t in seconds]
+    lines = ["city,n,day,at,skip"] + [
+        f"{'ab'[i % 2]},{text_numbers[i]},{text_days[i]},{text_times[i]},x" for i in range(rows)
+    ]
+    source = tmp_path / "mixed.csv"
+    source.write_text("\n".join(lines) + "\n")
+    # Small write buffers: the values file is written in several record batches, as the codes.
+    monkeypatch.setattr(ingest, "WRITE_BUFFER_BYTES", 4_096)
+    target, values_target = tmp_path / "table.arrow", tmp_path / "values.arrow"
+    assert ingest_table(source, MIXED_SCHEMA, target, LIMITS, values_target=values_target) == rows
+    codes = read_encoded_table(target, MIXED_SCHEMA)
+    with pa.OSFile(str(values_target)) as handle:
+        assert pa.ipc.open_file(handle).num_record_batches > 1
+    stored = _stored_values(values_target)
+    assert stored.column_names == ["n", "day", "at"]
+    n = np.asarray(stored.column("n").to_numpy(zero_copy_only=False), dtype=np.float64)
+    expected = np.where(np.arange(rows) % 7 == 0, np.nan, numbers)
+    np.testing.assert_array_equal(n, expected)
+    assert n[~np.isnan(n)].min() < 0 and n[~np.isnan(n)].max() > 10, "kept unclamped"
+    null = MIXED_SCHEMA.column("n").null_code
+    assert np.array_equal(np.isnan(n), codes[:, 1] == null)
+    day = np.asarray(stored.column("day").to_numpy(zero_copy_only=False), dtype=np.float64)
+    np.testing.assert_array_equal(day, np.where(np.arange(rows) % 11 == 0, np.nan, days))
+    assert stored.column("day").null_count == len(range(0, rows, 11)), "missing cells are nulls"
+    np.testing.assert_array_equal(stored.column("at").to_numpy(), seconds.astype(np.float64))
+
+
+def test_no_values_file_without_value_columns_and_none_left_by_a_refusal(tmp_path: Path) -> None:
+    source = tmp_path / "cities.csv"
+    source.write_text("a\nx\ny\n")
+    values_target = tmp_path / "values.arrow"
+    ingest_table(
+        source, _schema(["x", "y"]), tmp_path / "t.arrow", LIMITS, values_target=values_target
+    )
+    assert not values_target.exists()
+    refused = tmp_path / "refused.csv"
+    refused.write_text(
+        "city,n,day,at,skip\na,1,2020-01-01,2020-01-01T00:00:00,x\nc,2,,2020-02-01T00:00:00,x\n"
+    )
+    with pytest.raises(UploadRejected, match="not among the declared categories"):
+        ingest_table(
+            refused, MIXED_SCHEMA, tmp_path / "t2.arrow", LIMITS, values_target=values_target
+        )
+    assert not values_target.exists() and not (tmp_path / "t2.arrow").exists()
+
+
+def test_parquet_values_are_stored_as_read(tmp_path: Path) -> None:
+    rows = 200_000  # several prefetched batches
+    rng = np.random.default_rng(2)
+    numbers = rng.uniform(0, 10, rows)
+    numbers[::13] = np.nan
+    days = pa.array(rng.integers(18_262, 18_627, rows).astype(np.int32)).cast(pa.date32())
+    seconds = pa.array(rng.integers(1_577_836_800, 1_609_459_199, rows), type=pa.timestamp("s"))
+    table = pa.table(
+        {
+            "city": pa.array(["a", "b"] * (rows // 2)),
+            "n": pa.array(numbers, from_pandas=True),
+            "day": days,
+            "at": seconds,
+            "skip": pa.array(np.zeros(rows)),
+        }
+    )
+    source = _write(tmp_path / "mixed.parquet", table, row_group_size=50_000)
+    values_target = tmp_path / "values.arrow"
+    ingest_table(source, MIXED_SCHEMA, tmp_path / "t.arrow", LIMITS, values_target=values_target)
+    stored = _stored_values(values_target)
+    np.testing.assert_array_equal(stored.column("n").to_numpy(zero_copy_only=False), numbers)
+    np.testing.assert_array_equal(
+        stored.column("day").to_numpy(), days.cast(pa.int32()).to_numpy().astype(np.float64)
+    )
+    np.testing.assert_array_equal(
+        stored.column("at").to_numpy(), seconds.cast(pa.int64()).to_numpy().astype(np.float64)
+    )

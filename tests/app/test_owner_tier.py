@@ -3,22 +3,30 @@ an analyst sees (privacy rule 6), and a failure leaves the release as it was."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
+import pytest
 
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
-from app.jobs import repository
+from app.jobs import execution, repository
 from app.jobs.execution import _owner_tier, _Produced, claim_and_charge
 from app.reports import names
-from app.reports.artefacts import ArtefactWriter
-from app.storage import LocalStorage, dataset_table_key, job_output_key
+from app.reports.artefacts import VALUES_NOT_KEPT, ArtefactWriter
+from app.storage import LocalStorage, dataset_table_key, dataset_values_key, job_output_key
+from engine.cli import load_numeric_values
 from engine.encoding import TableSchema
 from tests.conftest import Tenant
 from tests.support.api import create_dataset, submit
 from tests.support.stack import Stack
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def test_owner_tier_failure_leaves_the_release_and_success_adds_owner_names(
@@ -61,3 +69,125 @@ def test_owner_tier_failure_leaves_the_release_and_success_adds_owner_names(
     assert set(owner["artefacts"]) == {*published, names.OWNER_JSON, names.OWNER_HTML}
     after = tenant.analyst.get(f"/v1/jobs/{job_id}").json()
     assert after == before, "analysts see the same job whether or not the owner tier exists"
+
+
+class _Recording(LocalStorage):
+    """Local storage that notes every key a job opens, and when the job published."""
+
+    def __init__(self, root: Path, events: list[tuple[str, str]]) -> None:
+        super().__init__(root)
+        self.events = events
+
+    def local_copy(self, key: str) -> contextlib.AbstractContextManager[Path]:
+        self.events.append(("read", key))
+        return super().local_copy(key)
+
+
+def _run_job(
+    api_stack: Stack, tenant: Tenant, dataset_id: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[uuid.UUID, list[tuple[str, str]]]:
+    """One attempt of an `independent` job run in this process, with the keys it opened."""
+    settings = api_stack.settings
+    factory = get_session_factory(settings.sqlalchemy_url)
+    job_id = uuid.UUID(submit(tenant.analyst, dataset_id, rho="0.5").json()["id"])
+    claim = claim_and_charge(factory, settings, job_id)
+    assert claim is not None
+    events: list[tuple[str, str]] = []
+    storage = _Recording(settings.resolved_storage_dir, events)
+    monkeypatch.setattr(execution, "open_storage", lambda _settings: storage)
+    complete = execution.repository.complete
+
+    def publishing(*args: Any, **kwargs: Any) -> bool:
+        events.append(("publish", ""))
+        return bool(complete(*args, **kwargs))
+
+    monkeypatch.setattr(execution.repository, "complete", publishing)
+    assert execution._run_attempt(factory, settings, claim).status == "succeeded"
+    return job_id, events
+
+
+def _column_of(path: Path, name: str) -> np.ndarray:
+    column = pq.read_table(path, columns=[name]).column(name)
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def test_an_upload_and_a_job_give_an_owner_report_on_values_read_after_publication(
+    api_stack: Stack,
+    tenant: Tenant,
+    people_csv: bytes,
+    people_schema: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dataset = create_dataset(tenant.owner, people_csv, people_schema)
+    dataset_id = uuid.UUID(dataset["id"])
+    values_key = dataset_values_key(dataset_id)
+    root = api_stack.settings.resolved_storage_dir
+    assert (root / values_key).is_file(), "the upload kept the raw values beside the table"
+    job_id, events = _run_job(api_stack, tenant, dataset["id"], monkeypatch)
+
+    # Privacy: the synthesis read the codes only; the raw values were read after publication,
+    # by the owner tier.
+    published = events.index(("publish", ""))
+    before = [key for kind, key in events[:published] if kind == "read"]
+    after = [key for kind, key in events[published:] if kind == "read"]
+    assert dataset_table_key(dataset_id) in before
+    assert values_key not in before
+    assert values_key in after
+
+    report = tenant.owner.get(f"/v1/jobs/{job_id}/report", params={"tier": "owner"}).json()
+    assert report["values"]["available"] is True
+    columns = {c["column"]: c for c in report["values"]["columns"]}
+    assert set(columns) == {"age", "income"}
+    real = load_numeric_values(
+        FIXTURES / "people.csv", TableSchema.from_json(json.loads(people_schema))
+    )
+    output = root / job_output_key(job_id, 1)
+    for name, column in columns.items():
+        real_values = real.column(name).to_numpy(zero_copy_only=False)
+        assert column["real"]["min"] == pytest.approx(np.nanmin(real_values))
+        assert column["real"]["max"] == pytest.approx(np.nanmax(real_values))
+        # The synthetic side is the published output, the rows analysts download.
+        published_values = _column_of(output, name)
+        assert column["synthetic"]["min"] == pytest.approx(np.nanmin(published_values))
+        assert column["synthetic"]["max"] == pytest.approx(np.nanmax(published_values))
+        assert column["ks"] is not None
+    assert report["verdict"]["status"] in ("values_off", "values_close")
+    assert report["correlations"]["source"]["age"] == "values"
+    page = tenant.owner.get(
+        f"/v1/jobs/{job_id}/report", params={"tier": "owner", "format": "html"}
+    ).text
+    assert "Verdict" in page and report["verdict"]["headline"].split(" (")[0] in page
+
+    # Analysts read neither the owner tier nor the values: no route serves either, and nothing
+    # they can list names them.
+    for fmt in ("json", "html"):
+        refused = tenant.analyst.get(
+            f"/v1/jobs/{job_id}/report", params={"tier": "owner", "format": fmt}
+        )
+        assert refused.status_code == 403
+    seen = [
+        tenant.analyst.get(f"/v1/jobs/{job_id}").text,
+        tenant.analyst.get(f"/v1/datasets/{dataset_id}").text,
+        tenant.analyst.get(f"/v1/jobs/{job_id}/report").text,
+    ]
+    assert not any("values.arrow" in text or "report-owner" in text for text in seen)
+    assert tenant.analyst.get(f"/v1/datasets/{dataset_id}/values").status_code == 404
+
+
+def test_a_dataset_stored_before_raw_values_were_kept_falls_back_to_bins(
+    api_stack: Stack,
+    tenant: Tenant,
+    people_csv: bytes,
+    people_schema: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dataset = create_dataset(tenant.owner, people_csv, people_schema)
+    values = api_stack.settings.resolved_storage_dir / dataset_values_key(uuid.UUID(dataset["id"]))
+    values.unlink()  # as a dataset uploaded before this change
+    job_id, _ = _run_job(api_stack, tenant, dataset["id"], monkeypatch)
+    report = tenant.owner.get(f"/v1/jobs/{job_id}/report", params={"tier": "owner"}).json()
+    assert report["values"] == {"available": False, "reason": VALUES_NOT_KEPT, "columns": []}
+    assert report["verdict"]["status"] == "bins_only"
+    assert report["verdict"]["headline"].startswith("Values not compared.")
+    assert set(report["correlations"]["source"].values()) == {"codes"}
+    assert report["marginals"]["k_marginal_score"] is not None, "the rest is as before"

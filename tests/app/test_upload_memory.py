@@ -14,9 +14,11 @@ import pytest
 from tests.conftest import Tenant
 from tests.support.api import upload
 from tests.support.bombs import (
+    constant_numbers_parquet,
     dictionary_bomb,
     distinct_dictionary_bomb,
     long_cell_bomb,
+    many_tiny_numbers_csv,
     many_tiny_rows_csv,
 )
 from tests.support.memory import peak_rss
@@ -31,6 +33,9 @@ BOMBS: dict[str, tuple[Callable[[], tuple[bytes, str]], tuple[int, ...]]] = {
     "parquet plain cells over the limit": (long_cell_bomb, (422,)),
     "parquet dictionary of millions of distinct values": (distinct_dictionary_bomb, (422,)),
     "csv of one-character cells": (many_tiny_rows_csv, (201,)),
+    # Numeric columns: their raw values are written beside the codes in the same batches.
+    "csv of one-character numbers": (many_tiny_numbers_csv, (201,)),
+    "parquet of millions of repeated numbers": (constant_numbers_parquet, (201,)),
 }
 
 

@@ -85,3 +85,25 @@ def many_tiny_rows_csv(size: int = 7 * 1024 * 1024) -> tuple[bytes, str]:
     body = header + row * ((size - len(header)) // len(row))
     schema = json.dumps({f"c{i}": 2 for i in range(width)})
     return body, schema
+
+
+def _numeric_schema(names: list[str]) -> str:
+    return json.dumps(
+        {"columns": [{"name": n, "type": "numeric", "bins": [0, 1, 2]} for n in names]}
+    )
+
+
+def many_tiny_numbers_csv(size: int = 7 * 1024 * 1024) -> tuple[bytes, str]:
+    """:func:`many_tiny_rows_csv` with numeric columns: each one-character cell also becomes a
+    float64 raw value kept beside the codes (eight bytes per two bytes of file)."""
+    body, _ = many_tiny_rows_csv(size)
+    return body, _numeric_schema([f"c{i}" for i in range(64)])
+
+
+def constant_numbers_parquet(columns: int = 16, rows: int = 2_000_000) -> tuple[bytes, str]:
+    """Float columns of one repeated value: a few hundred KB on disk, ``columns × rows`` raw
+    values (256 MB of float64 with the defaults) kept beside the codes."""
+    names = [f"c{i}" for i in range(columns)]
+    column = pa.array([1.5] * rows, type=pa.float64())
+    table = pa.table({name: column for name in names})
+    return _parquet(table, row_group_size=rows // 4), _numeric_schema(names)

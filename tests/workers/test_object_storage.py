@@ -76,8 +76,10 @@ def test_release_flow_through_the_object_store(
     try:
         dataset = create_dataset(tenant.owner, people_csv, people_schema, budget_rho="2")
         dataset_id = dataset["id"]
+        # The codes, and the raw numeric values kept beside them for the owner's report.
         assert s3_server.keys(f"{prefix}/datasets/{dataset_id}/") == [
-            f"{prefix}/datasets/{dataset_id}/table.arrow"
+            f"{prefix}/datasets/{dataset_id}/table.arrow",
+            f"{prefix}/datasets/{dataset_id}/values.arrow",
         ]
 
         response = submit(tenant.analyst, dataset_id, rho="1", method="mst", seed=5)
@@ -114,6 +116,8 @@ def test_release_flow_through_the_object_store(
         assert html.status_code == 200 and "<html" in html.text.lower()
         owner_report = tenant.owner.get(f"/v1/jobs/{job_id}/report", params={"tier": "owner"})
         assert owner_report.status_code == 200 and owner_report.json()
+        # Compared on values: the worker read the raw values and the output from the bucket.
+        assert owner_report.json()["values"]["available"] is True
         for fmt in ("json", "parquet", "npz"):
             measured = tenant.analyst.get(f"/v1/jobs/{job_id}/measurements", params={"format": fmt})
             assert measured.status_code == 200 and measured.content, fmt

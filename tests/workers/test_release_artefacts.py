@@ -120,6 +120,10 @@ def test_owner_tier_is_for_owners_only(worker_tenant: Tenant, released: dict[str
     assert owner.status_code == 200
     report = owner.json()
     assert report["tier"] == "owner"
+    # The worker compared values: the raw values kept at upload against the published rows.
+    assert report["values"]["available"] is True
+    assert {c["column"] for c in report["values"]["columns"]} == {"age", "income"}
+    assert report["verdict"]["status"] in ("values_off", "values_close")
     page = worker_tenant.owner.get(
         f"/v1/jobs/{job_id}/report", params={"tier": "owner", "format": "html"}
     )

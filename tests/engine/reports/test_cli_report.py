@@ -16,6 +16,8 @@ from engine.release.record import MeasuredMarginal, ReleaseRecord
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 PEOPLE = FIXTURES / "people.csv"
 PEOPLE_SCHEMA = FIXTURES / "people-schema.json"
+RAW = FIXTURES / "raw-small.csv"
+RAW_SCHEMA = FIXTURES / "raw-small-schema.json"
 
 
 def invoke(*args: str | Path) -> Result:
@@ -57,6 +59,10 @@ def test_owner_tier_by_default(tmp_path: Path) -> None:
     assert data["rows"]["real"] == load_table(PEOPLE, load_schema(PEOPLE_SCHEMA)).shape[0]
     # Numeric columns are correlated on their values, read from the files.
     assert set(data["correlations"]["source"].values()) == {"values"}
+    # ... and compared on them; the command prints the verdict's headline.
+    assert data["values"]["available"] is True
+    assert [c["column"] for c in data["values"]["columns"]] == ["age", "income"]
+    assert data["verdict"]["headline"] in done.output
     assert html.read_text().startswith("<!DOCTYPE html>")
     assert not list(tmp_path.glob("*.partial"))
 
@@ -114,6 +120,33 @@ def test_numeric_values_are_read_row_aligned() -> None:
     assert values.num_rows == codes.shape[0]
     assert values.column_names == ["age", "income"]
     assert values.column("age")[2].as_py() == 42.8
+
+
+def test_a_raw_table_is_compared_on_numbers_dates_and_datetimes(tmp_path: Path) -> None:
+    """The raw fixture has `ignore`d columns, which a synthetic table does not have, and date and
+    datetime columns, compared in days and seconds."""
+    synthetic = tmp_path / "raw-synthetic.csv"
+    made = invoke(
+        "synthesize", RAW, "--schema", RAW_SCHEMA, "--method", "independent", "--rho", "1",
+        "--seed", "2", "--out", synthetic,
+    )  # fmt: skip
+    assert made.exit_code == 0, made.output
+    out = tmp_path / "raw.json"
+    done = invoke(
+        "report", RAW, synthetic, "--schema", RAW_SCHEMA, "--html", tmp_path / "raw.html",
+        "--json", out,
+    )  # fmt: skip
+    assert done.exit_code == 0, done.output
+    data = json.loads(out.read_text())
+    units = {c["column"]: c["unit"] for c in data["values"]["columns"]}
+    assert units["joined"] == "days since 1970-01-01"
+    assert units["seen"] == "seconds since 1970-01-01 UTC"
+    assert units["age"] == "number"
+    real = load_numeric_values(RAW, load_schema(RAW_SCHEMA))
+    age = next(c for c in data["values"]["columns"] if c["column"] == "age")
+    # Raw values, unclamped: the real range is the file's, not the schema's clipped one.
+    assert age["real"]["min"] == np.nanmin(real.column("age").to_numpy(zero_copy_only=False))
+    assert age["real"]["min"] < 0, "the fixture has an age below the declared minimum (clipped)"
 
 
 def test_listed_short_help_matches_the_command() -> None:

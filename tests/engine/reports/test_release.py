@@ -19,6 +19,7 @@ from engine.encoding import TableSchema
 from engine.marginals import measure_marginal
 from engine.release.record import Charge, MeasuredMarginal, ReleaseRecord
 from engine.reports import build_release_report, render_html
+from engine.reports.common import mutual_information
 
 DISTINCTIVE_TEXT = ("zebra-unique-771", "quokka-secret-042")
 DISTINCTIVE_NUMBERS = (98765.4321, 12345.6789)
@@ -160,3 +161,50 @@ def test_identical_output_when_called_twice() -> None:
     first = json.dumps(build_release_report(schema, record, synthetic))
     second = json.dumps(build_release_report(schema, record, synthetic))
     assert first == second
+
+
+def test_normalised_mi_is_not_available_for_a_one_category_column() -> None:
+    """Issue 23: a column that sits on one category had floating-point entropies of ~1e-16 bits,
+    and MI / min(H) = 3e-16 / 3e-16 showed as 1 ("one column determines the other")."""
+    # A model whose column a is category 0 but for a crumb of 1e-17: H(a) ≈ 5.6e-16 bits.
+    crumb = np.array([[1.0, 0.0], [0.0, 1e-17]])
+    assert mutual_information(crumb) == (0.0, None)
+    # A column of one category exactly: no normalised MI either (0/0).
+    assert mutual_information(np.array([[0.3, 0.2, 0.5]])) == (0.0, None)
+    # Two fair coins that copy each other: 1 bit, normalised 1.
+    mi, normalised = mutual_information(np.array([[0.5, 0.0], [0.0, 0.5]]))
+    assert mi == pytest.approx(1.0) and normalised == pytest.approx(1.0)
+    # A genuinely rare category (one row in ten million) is still a second category.
+    rare = np.array([[1 - 1e-7, 0.0], [0.0, 1e-7]])
+    assert mutual_information(rare)[1] == pytest.approx(1.0)
+
+
+def test_the_release_tier_shows_n_a_for_a_one_category_column() -> None:
+    schema = TableSchema((CodesColumn("a", 2), CodesColumn("b", 2), CodesColumn("c", 2)))
+    marginal = MeasuredMarginal(("a",), np.array([100, 0]), Fraction(1), Fraction(1, 2))
+    record = ReleaseRecord("test", {}, Fraction(1, 2), schema.domain(), 100.0, (marginal,))
+    synthetic = np.column_stack([np.zeros(100), np.arange(100) % 2, np.arange(100) % 2]).astype(
+        np.int64
+    )
+
+    def model(attrs: tuple[str, ...]) -> np.ndarray:
+        # a is constant up to floating-point crumbs; b and c copy each other.
+        one = {"a": np.array([1.0, 1e-17]), "b": np.array([0.5, 0.5]), "c": np.array([0.5, 0.5])}
+        if attrs == ("b", "c"):
+            return np.array([[0.5, 0.0], [0.0, 0.5]])
+        if attrs == ("a", "b"):
+            return np.array([[0.5, 0.5], [0.0, 1e-17]])
+        if attrs == ("a", "c"):
+            return np.array([[0.5, 0.5], [1e-17, 0.0]])
+        return one[attrs[0]]
+
+    report = build_release_report(schema, record, synthetic, model_marginal=model)
+    pairs = {tuple(p["columns"]): p for p in report["pairs"]["top_pairs"]}
+    assert pairs[("b", "c")]["normalised_mi"] == pytest.approx(1.0)
+    for pair in (("a", "b"), ("a", "c")):
+        assert pairs[pair]["normalised_mi"] is None
+        assert pairs[pair]["mi_bits"] == 0.0
+    assert report["pairs"]["top_pairs"][0]["columns"] == ["b", "c"], "n/a pairs rank last"
+    matrix = report["pairs"]["matrix"]["normalised_mi"]
+    assert matrix[0][1] is None and matrix[1][2] == pytest.approx(1.0)
+    assert "<html" in render_html(report, title="mi")
