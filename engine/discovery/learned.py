@@ -182,10 +182,14 @@ class CoarseRange:
     lower: float
     upper: float
     reliable: bool
-    noisy_below: int
-    noisy_above: int
-    noisy_inside: int
+    noisy_below: float
+    noisy_above: float
+    noisy_inside: float
     cost: DiscoveryCost
+    # The noisy counts of every cell (below, the window's cells, above), for a second look.
+    noisy: tuple[float, ...] = ()
+    # A second look spent the column's whole ρ here: there is no fine stage.
+    remeasured: bool = False
 
 
 SCALES = (1, 2, 4, 8, 16)
@@ -193,14 +197,14 @@ SCALES = (1, 2, 4, 8, 16)
 cells is found as a run when no single cell of it stands out)."""
 
 
-def _run_sums(values: IntArray, width: int) -> IntArray:
+def _run_sums(values: FloatArray, width: int) -> FloatArray:
     """Sums of every run of ``width`` consecutive cells (one per starting cell that fits)."""
-    total = np.concatenate([[0], np.cumsum(values)])
-    sums: IntArray = total[width:] - total[:-width]
+    total = np.concatenate([[0.0], np.cumsum(values)])
+    sums: FloatArray = total[width:] - total[:-width]
     return sums
 
 
-def _hull(inside: IntArray, sigma2: Fraction) -> tuple[int, int, bool, int]:
+def _hull(inside: FloatArray, sigma2: Fraction, exact: bool) -> tuple[int, int, bool, int]:
     """The first and last cells of the strong runs at the finest width that has one, whether
     one was found, and the single-cell threshold (post-processing of the noisy counts).
 
@@ -209,17 +213,19 @@ def _hull(inside: IntArray, sigma2: Fraction) -> tuple[int, int, bool, int]:
     Gaussian N_Z(0, σ²) is σ²-sub-Gaussian: CKS 2020, Corollary 9), each at p =
     :data:`STRONG_FALSE_HIT` / (cells · len(SCALES)), so an empty window passes any test with
     probability at most :data:`STRONG_FALSE_HIT`. Without a strong run, the run with the largest
-    noisy sum per standard deviation is the range, and it is marked unreliable."""
+    noisy sum per standard deviation is the range, and it is marked unreliable. With ``exact``
+    false (a combination of two measurements, no longer a discrete Gaussian), every width uses
+    the sub-Gaussian bound."""
     cells = inside.size
     p = STRONG_FALSE_HIT / (cells * len(SCALES))
-    single = _threshold(sigma2, p)
     sigma = math.sqrt(float(sigma2))
+    single = _threshold(sigma2, p) if exact else _sub_gaussian(sigma, 1, float(p))
     best: tuple[float, int, int] | None = None
     for width in SCALES:
         if width > cells:
             break
         sums = _run_sums(inside, width)
-        tau = single if width == 1 else math.ceil(sigma * math.sqrt(2 * width * math.log(1 / p)))
+        tau = single if width == 1 else _sub_gaussian(sigma, width, float(p))
         strong = np.flatnonzero(sums >= tau)
         if strong.size:
             return int(strong[0]), int(strong[-1]) + width - 1, True, single
@@ -235,23 +241,29 @@ EXTEND_WIDTHS = (1, 2, 4)
 """Runs of cells next to the hull an extension step tests (the data's thin tails)."""
 
 
-def _extension_thresholds(sigma2: Fraction) -> tuple[int, ...]:
+def _sub_gaussian(sigma: float, width: int, p: float) -> int:
+    """σ·√(2w·ln(1/p)), rounded up: a sum of w independent σ²-sub-Gaussian noises exceeds it
+    with probability at most p."""
+    return math.ceil(sigma * math.sqrt(2 * width * math.log(1 / p)))
+
+
+def _extension_thresholds(sigma2: Fraction, exact: bool = True) -> tuple[int, ...]:
     """Per width of :data:`EXTEND_WIDTHS`, the threshold an empty run clears with probability at
-    most :data:`EXTEND_FALSE_HIT` / len(EXTEND_WIDTHS) (exact for one cell, sub-Gaussian for
-    runs)."""
+    most :data:`EXTEND_FALSE_HIT` / len(EXTEND_WIDTHS) (exact for one cell of one measurement,
+    sub-Gaussian otherwise)."""
     p = EXTEND_FALSE_HIT / len(EXTEND_WIDTHS)
     sigma = math.sqrt(float(sigma2))
     return tuple(
-        _threshold(sigma2, p) if w == 1 else math.ceil(sigma * math.sqrt(2 * w * math.log(1 / p)))
+        _threshold(sigma2, p) if w == 1 and exact else _sub_gaussian(sigma, w, float(p))
         for w in EXTEND_WIDTHS
     )
 
 
-def _extension(beyond: IntArray, thresholds: tuple[int, ...]) -> int:
+def _extension(beyond: FloatArray, thresholds: tuple[int, ...]) -> int:
     """How many cells of ``beyond`` (the noisy counts next to the hull, nearest first) one
     extension step adds: the narrowest run whose sum clears its threshold, else 0."""
     for width, tau in zip(EXTEND_WIDTHS, thresholds, strict=True):
-        if beyond.size >= width and int(beyond[:width].sum()) >= tau:
+        if beyond.size >= width and float(beyond[:width].sum()) >= tau:
             return width
     return 0
 
@@ -263,7 +275,7 @@ MASS_SHARE = 0.75
 """... and the hull then grows until it holds this share of them (the rest is clamped)."""
 
 
-def _mass_extension(beyond: IntArray, sigma: float) -> int:
+def _mass_extension(beyond: FloatArray, sigma: float) -> int:
     """How many cells of ``beyond`` (nearest first) to add when the rows beyond the hull are
     real but spread too thinly for any cell or short run to stand out (a long tail, half of a
     column spread over forty cells): their noisy sum, of standard deviation σ·√k over k cells,
@@ -305,10 +317,55 @@ def learn_coarse_range(
         raise ValueError("counts must be non-negative")
     sigma2 = sigma2_for_rho(1, budget)
     noisy = exact.astype(np.int64) + discrete_gaussian_noise(sigma2, exact.size, source)
+    return _coarse(noisy.astype(np.float64), window, sigma2, budget, exact=True)
+
+
+def remeasure_coarse_range(
+    counts: npt.ArrayLike,
+    *,
+    window: Window,
+    first: CoarseRange,
+    rho: Fraction | int,
+    source: random.Random | None = None,
+) -> CoarseRange:
+    """A second look when the first found nothing strong: the same histogram measured again at
+    ``rho`` (the column's fine stage's budget, which the column then no longer has), combined
+    with the first by inverse-variance weights, and the hull found again on the combination
+    (sub-Gaussian thresholds: σ² = 1/(2(ρ₁ + ρ))). Privacy: a second histogram over the same public
+    partition, ρ-zCDP, chosen adaptively from the first's public output (Bun & Steinke 2016,
+    Lemma 2.3): ρ₁ + ρ in all; the combination and the hull are post-processing."""
+    budget = exact_budget(rho, "rho")
+    if budget <= 0:
+        raise ValueError("rho must be positive")
+    exact = np.asarray(counts)
+    if exact.shape != (window.cells + 2,) or len(first.noisy) != exact.size:
+        raise ValueError(f"counts must be {window.cells + 2} integers, as the first look's")
+    sigma2 = sigma2_for_rho(1, budget)
+    again = exact.astype(np.int64) + discrete_gaussian_noise(sigma2, exact.size, source)
+    before = first.cost.rho
+    total = before + budget
+    combined = (np.asarray(first.noisy) * float(before) + again * float(budget)) / float(total)
+    found = _coarse(combined, window, sigma2_for_rho(1, total), total, exact=False)
+    return CoarseRange(
+        found.lower,
+        found.upper,
+        found.reliable,
+        found.noisy_below,
+        found.noisy_above,
+        found.noisy_inside,
+        found.cost,
+        found.noisy,
+        remeasured=True,
+    )
+
+
+def _coarse(
+    noisy: FloatArray, window: Window, sigma2: Fraction, budget: Fraction, *, exact: bool
+) -> CoarseRange:
+    """The hull from noisy window counts (post-processing): strong runs, extensions, mass."""
     inside = noisy[1:-1]
-    first, last, reliable, strong_tau = _hull(inside, sigma2)
-    extend = _extension_thresholds(sigma2)
-    extend_tau = extend[0]
+    first, last, reliable, strong_tau = _hull(inside, sigma2, exact)
+    extend = _extension_thresholds(sigma2, exact)
     while (width := _extension(inside[:first][::-1], extend)) > 0:
         first -= width
     while (width := _extension(inside[last + 1 :], extend)) > 0:
@@ -321,18 +378,28 @@ def learn_coarse_range(
         "cells": window.cells,
         "scale": window.scale,
         "strong_threshold": strong_tau,
-        "extend_threshold": extend_tau,
+        "extend_threshold": extend[0],
     }
     cost = DiscoveryCost("dp_coarse_range", budget, parameters=parameters)
     return CoarseRange(
         float(bounds[first]),
         float(bounds[last + 1]),
         reliable,
-        int(noisy[0]),
-        int(noisy[-1]),
-        int(inside.sum()),
+        float(noisy[0]),
+        float(noisy[-1]),
+        float(inside.sum()),
         cost,
+        tuple(float(v) for v in noisy),
     )
+
+
+def coarse_bins(coarse: CoarseRange, window: Window, rows: float, bins: int) -> LearnedBins:
+    """The bins of a column whose whole ρ went to its coarse range (a second look): equal widths
+    over the range on the fine grid's own scale, no profile; a function of public outputs only,
+    at no further cost."""
+    grid = FineGrid.over(coarse, window, rows)
+    cost = DiscoveryCost(MECHANISM, Fraction(0), parameters={"fine_cells": 0, "bins": bins})
+    return _fallback(grid, grid.boundaries, bins, cost)
 
 
 @dataclass(frozen=True)
@@ -593,7 +660,9 @@ __all__ = [
     "FineGrid",
     "LearnedBins",
     "Window",
+    "coarse_bins",
     "learn_bins",
     "learn_coarse_range",
     "noisy_cdf_sd",
+    "remeasure_coarse_range",
 ]

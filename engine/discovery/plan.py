@@ -67,9 +67,11 @@ from engine.discovery.learned import (
     FineGrid,
     LearnedBins,
     Window,
+    coarse_bins,
     learn_bins,
     learn_coarse_range,
     noisy_cdf_sd,
+    remeasure_coarse_range,
 )
 from engine.discovery.notes import DomainWarning
 from engine.discovery.quantiles import MECHANISM as QUANTILES_MECHANISM
@@ -475,7 +477,8 @@ class Discovered:
                 for a in self.allocations
                 if a.request.column == name and isinstance(a.request, RangeRequest)
             )
-            # The coarse stage's ρ is the column's ρ times STAGE_ONE_SHARE (not repeated).
+            # The coarse stage's ρ is the column's ρ times STAGE_ONE_SHARE (not repeated), or
+            # all of it when nothing stood out and a second look took the fine stage's share.
             parameters: dict[str, JsonScalar] = {
                 "lower": window.lower,
                 "upper": window.upper,
@@ -483,6 +486,8 @@ class Discovered:
                 "scale": window.scale,
                 "fine_cells": learned.cost.parameters["fine_cells"],
             }
+            if coarse.remeasured:
+                parameters["second_look"] = True
             out[name] = DiscoveryCost(
                 RANGE_MECHANISM, coarse.cost.rho + learned.cost.rho, parameters=parameters
             )
@@ -595,9 +600,20 @@ def release_first(
                 rho=allocation.rho * STAGE_ONE_SHARE,
                 source=source,
             )
+            if not coarse.reliable:
+                # Nothing stood out: the fine stage's ρ buys a second look at the same cells
+                # instead (a range of the right magnitude before bins inside it).
+                coarse = remeasure_coarse_range(
+                    counts.cells[request.column],
+                    window=request.window,
+                    first=coarse,
+                    rho=allocation.rho - coarse.cost.rho,
+                    source=source,
+                )
             ranges[request.column] = coarse
-            estimate = rows.rows if rows is not None else coarse.noisy_inside
-            grids[request.column] = FineGrid.over(coarse, request.window, float(estimate))
+            if not coarse.remeasured:
+                estimate = rows.rows if rows is not None else coarse.noisy_inside
+                grids[request.column] = FineGrid.over(coarse, request.window, float(estimate))
         elif isinstance(request, QuantileRequest):
             edges[request.column] = dp_quantile_edges_from_counts(
                 counts.cells[request.column],
@@ -640,6 +656,12 @@ def release_second(
         if not isinstance(request, RangeRequest):
             continue
         coarse = first.ranges[request.column]
+        if coarse.remeasured:
+            estimate = first.rows.rows if first.rows is not None else coarse.noisy_inside
+            learned[request.column] = coarse_bins(
+                coarse, request.window, float(estimate), request.bins
+            )
+            continue
         learned[request.column] = learn_bins(
             fine.cells[request.column],
             grid=first.fine_grids[request.column],
@@ -712,7 +734,8 @@ def _warnings(first: FirstRelease, learned: Mapping[str, LearnedBins]) -> tuple[
                     "unreliable_range",
                     name,
                     f"column {name!r}: no part of its window held enough rows to locate the "
-                    "range at this budget; declare min and max, or give discovery more ρ",
+                    "range at this budget, even on a second look (its range is a best guess); "
+                    "declare min and max, or give discovery more ρ",
                 )
             )
         found = learned.get(name)

@@ -249,6 +249,30 @@ def test_detail_bound_covers_the_compact_detail_at_extreme_parameters() -> None:
     assert sum(Fraction(e["rho"]) for e in detail["columns"].values()) + rows == found.rho
 
 
+def test_a_range_that_stands_out_nowhere_takes_a_second_look_with_the_fine_stages_rho() -> None:
+    """300 rows in one window cell at a budget where one look cannot tell them from noise
+    (strong threshold far above 300 at σ ≈ 130): the fine stage's ρ measures the same cells
+    again; the two looks together are charged the column's whole ρ, and its bins are equal-width
+    over the range found (no tree, no profile, nothing more charged)."""
+    requests = [RangeRequest("mass", Window(-1e15, 1e15), 16)]
+    budget = allocate(requests, budget_rho=Fraction(1, 1000), rho_quantum=Fraction(1, 10**12))
+    counts = Counts(requests)
+    values = np.random.default_rng(8).uniform(3000, 5000, 300)
+    counts.add_rows(300)
+    counts.add_numbers("mass", values)
+    first = release_first(budget, counts, source=random.Random(3))
+    coarse = first.ranges["mass"]
+    allocation = first.allocations[0]
+    assert coarse.remeasured and coarse.cost.rho == allocation.rho
+    assert "mass" not in first.fine_grids  # no second counting pass is needed for it
+    found = release_second(first, FineCounts(first.fine_grids), source=random.Random(4))
+    learned = found.learned["mass"]
+    assert learned.cost.rho == 0 and learned.profile is None and not learned.reliable
+    cost = found.costs()["mass"]
+    assert cost.rho == allocation.rho and cost.parameters["second_look"] is True
+    assert found.rho == allocation.rho + first.rows.cost.rho  # type: ignore[union-attr]
+
+
 def test_detail_bound_covers_a_learned_range_at_extreme_parameters() -> None:
     requests = [
         RangeRequest("é" * 200, Window(-4.4942328371557893e307, 4.4942328371557893e307), 4096),
