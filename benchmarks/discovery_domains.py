@@ -74,6 +74,7 @@ class TableResult:
     discovery_rho: float
     numeric: list[ColumnResult] = field(default_factory=list)
     other: dict[str, float] = field(default_factory=dict)
+    thresholds: dict[str, int] = field(default_factory=dict)
     warnings: int = 0
 
     @property
@@ -164,6 +165,7 @@ def measure(path: Path, epsilon: float) -> TableResult:
             present = raw.dropna().str.strip()
             present = present[present != ""]
             result.other[column.name] = float(1 - present.isin(set(column.categories)).mean())
+            result.thresholds[column.name] = found.categories[column.name].threshold
     return result
 
 
@@ -187,7 +189,9 @@ def render(results: list[TableResult], command: str) -> str:
         "Kolmogorov–Smirnov distance between the real values and the real table's own codes "
         "decoded with the learned bins and profile (what a perfect model would give back: the "
         "error of the domain alone). Per discovered category column: the share of real rows "
-        'whose value was not released (they become "other"). DP noise is fresh each run: one '
+        'whose value was not released (they become "other"), and the noisy count a category '
+        "needed to be released (its threshold, from its ρ, δ and candidate list). DP noise is "
+        "fresh each run: one "
         "run per row.",
         "",
     ]
@@ -204,6 +208,7 @@ def render(results: list[TableResult], command: str) -> str:
             "mean decode KS",
             "worst decode KS",
             'mean "other" share',
+            "category thresholds (rows)",
             "warnings",
         ],
         [
@@ -221,12 +226,15 @@ def render(results: list[TableResult], command: str) -> str:
                 f"{r.mean_ks:.4f}",
                 f"{max(c.ks for c in r.numeric):.4f}",
                 f"{r.mean_other:.4f}" if r.other else "n/a",
+                f"{min(r.thresholds.values())}–{max(r.thresholds.values())}"
+                if r.thresholds
+                else "n/a",
                 str(r.warnings),
             ]
             for r in results
             if r.numeric
         ],
-        "llrrrrrrrrrr",
+        "llrrrrrrrrrrr",
     )
     lines += summary
     lines += [
