@@ -59,10 +59,12 @@ from engine.discovery.categories import (
 )
 from engine.discovery.cost import DiscoveryCost, JsonScalar
 from engine.discovery.learned import (
+    COARSE_SHARE,
     MAX_FINE_CELLS,
     MIN_FINE_CELLS,
     ROWS_PER_FINE_CELL,
-    STAGE_ONE_SHARE,
+    ZOOM_CELLS,
+    ZOOM_SHARE,
     CoarseRange,
     FineGrid,
     LearnedBins,
@@ -72,6 +74,8 @@ from engine.discovery.learned import (
     learn_coarse_range,
     noisy_cdf_sd,
     remeasure_coarse_range,
+    zoom_coarse_range,
+    zooms,
 )
 from engine.discovery.notes import DomainWarning
 from engine.discovery.quantiles import MECHANISM as QUANTILES_MECHANISM
@@ -265,7 +269,8 @@ def _need(request: Request, rows: int | None, delta: Fraction | None) -> Fractio
         else:
             levels = (request.grid.boundaries.size - 2).bit_length() + 1
         tree = (noisy_cdf_sd(levels, Fraction(1)) / (RANGE_PRECISION * rows)) ** 2
-        need = tree / float(1 - STAGE_ONE_SHARE) if isinstance(request, RangeRequest) else tree
+        stages = 1 - COARSE_SHARE - ZOOM_SHARE  # the fine tree's share at the least
+        need = tree / float(stages) if isinstance(request, RangeRequest) else tree
     else:
         if request.candidates is not None:
             z2 = 2 * math.log(len(request.candidates) / float(DEFAULT_FALSE_KEEP))
@@ -358,7 +363,7 @@ class Counts:
                 self.cells[request.column] = np.zeros(cells, dtype=np.int64)
             elif isinstance(request, RangeRequest):
                 self.windows[request.column] = request.window
-                self.cells[request.column] = np.zeros(request.window.cells + 2, dtype=np.int64)
+                self.cells[request.column] = np.zeros(request.window.counted, dtype=np.int64)
             else:
                 self.values[request.column] = Counter()
                 if request.candidates is not None:
@@ -477,8 +482,9 @@ class Discovered:
                 for a in self.allocations
                 if a.request.column == name and isinstance(a.request, RangeRequest)
             )
-            # The coarse stage's ρ is the column's ρ times STAGE_ONE_SHARE (not repeated), or
-            # all of it when nothing stood out and a second look took the fine stage's share.
+            # The coarse stage's ρ is the column's ρ times COARSE_SHARE, plus ZOOM_SHARE when it
+            # zoomed (not repeated), or all of it when nothing stood out and a second look took
+            # the fine stage's share.
             parameters: dict[str, JsonScalar] = {
                 "lower": window.lower,
                 "upper": window.upper,
@@ -488,6 +494,8 @@ class Discovered:
             }
             if coarse.remeasured:
                 parameters["second_look"] = True
+            if coarse.zoomed:
+                parameters["zoom"] = True
             out[name] = DiscoveryCost(
                 RANGE_MECHANISM, coarse.cost.rho + learned.cost.rho, parameters=parameters
             )
@@ -597,9 +605,21 @@ def release_first(
             coarse = learn_coarse_range(
                 counts.cells[request.column],
                 window=request.window,
-                rho=allocation.rho * STAGE_ONE_SHARE,
+                rho=allocation.rho * COARSE_SHARE,
                 source=source,
             )
+            first_cell, last_cell = coarse.cells
+            estimate = rows.rows if rows is not None else coarse.noisy_inside
+            if coarse.reliable and last_cell - first_cell < ZOOM_CELLS and zooms(estimate):
+                # A narrow range on a small table: a zoom into its cells' subcells before the
+                # fine stage, whose grid would otherwise be too coarse for it.
+                coarse = zoom_coarse_range(
+                    counts.cells[request.column],
+                    window=request.window,
+                    coarse=coarse,
+                    rho=allocation.rho * ZOOM_SHARE,
+                    source=source,
+                )
             if not coarse.reliable:
                 # Nothing stood out: the fine stage's ρ buys a second look at the same cells
                 # instead (a range of the right magnitude before bins inside it).
@@ -612,7 +632,6 @@ def release_first(
                 )
             ranges[request.column] = coarse
             if not coarse.remeasured:
-                estimate = rows.rows if rows is not None else coarse.noisy_inside
                 grids[request.column] = FineGrid.over(coarse, request.window, float(estimate))
         elif isinstance(request, QuantileRequest):
             edges[request.column] = dp_quantile_edges_from_counts(

@@ -29,14 +29,29 @@ from engine.discovery.quantiles import _consistent_leaves, _tree_levels
 WIDE = Window(-1e15, 1e15)
 
 
+def _subcells(cells: np.ndarray) -> np.ndarray:
+    """Per-cell counts ``[below, cells…, above]`` as the first pass counts them (per subcell):
+    each cell's rows in its middle subcell."""
+    out = np.zeros((cells.size - 2) * learned.ZOOM + 2, dtype=np.int64)
+    out[0], out[-1] = cells[0], cells[-1]
+    out[1 + learned.ZOOM // 2 : -1 : learned.ZOOM] = cells[1:-1]
+    return out
+
+
 def _learn(
     values: np.ndarray, window: Window, rho: Fraction, seed: int, bins: int = 16
 ) -> tuple[Any, LearnedBins]:
-    """Both stages as an upload runs them (the fine grid from the true row count)."""
+    """The stages as an upload runs them (the fine grid from the true row count)."""
     source = random.Random(seed)
+    counts = window.count(values)
     coarse = learn_coarse_range(
-        window.count(values), window=window, rho=rho * learned.STAGE_ONE_SHARE, source=source
+        counts, window=window, rho=rho * learned.COARSE_SHARE, source=source
     )
+    first, last = coarse.cells
+    if coarse.reliable and last - first < learned.ZOOM_CELLS and learned.zooms(values.size):
+        coarse = learned.zoom_coarse_range(
+            counts, window=window, coarse=coarse, rho=rho * learned.ZOOM_SHARE, source=source
+        )
     grid = FineGrid.over(coarse, window, float(values.size))
     found = learn_bins(
         grid.count(values), grid=grid, bins=bins, rho=rho - coarse.cost.rho, source=source
@@ -47,7 +62,9 @@ def _learn(
 def test_window_cells_count_the_values_outside_and_include_the_upper_bound() -> None:
     window = Window(0.0, 10.0, cells=5)
     counts = window.count(np.array([-1.0, 0.0, 1.9, 2.0, 9.99, 10.0, 10.5, 1e300]))
-    assert counts.tolist() == [1, 2, 1, 0, 0, 2, 2]
+    assert counts.size == 5 * learned.ZOOM + 2
+    assert window.cell_counts(counts).tolist() == [1, 2, 1, 0, 0, 2, 2]
+    assert counts[1] == 1 and counts[-2] == 2  # 0.0 in the first subcell; 9.99 and 10 the last
     assert WIDE.scale == "log" and Window(-90, 90).scale == "linear"
     assert Window(0, 1e9, step=1.0, linear=True).scale == "linear"
     with pytest.raises(ValueError, match="missing"):
@@ -60,7 +77,8 @@ def test_a_lognormal_column_in_the_generic_window_gets_edges_near_its_tails() ->
     first edge to the last, and exactly ρ spent. (CDF noise: sd ≈ 40 rows, 0.2 % of the rows.)"""
     values = np.random.default_rng(1).lognormal(8.0, 1.0, 20_000)
     coarse, found = _learn(values, WIDE, Fraction(1, 20), seed=3)
-    assert coarse.reliable and coarse.lower <= np.quantile(values, 0.005)
+    assert coarse.reliable and not coarse.zoomed  # spread over several window cells
+    assert coarse.lower <= np.quantile(values, 0.005)
     assert coarse.upper >= np.quantile(values, 0.995)
     low, high = found.edges[0], found.edges[-1]
     assert 0.0 <= np.mean(values < low) <= 0.02 and 0.0 <= np.mean(values > high) <= 0.02
@@ -96,7 +114,9 @@ def test_one_noisy_false_hit_cannot_stretch_the_range() -> None:
     counts = np.zeros(66, dtype=np.int64)
     counts[1 + 40 : 1 + 43] = 1_000  # the data: cells 40 … 42
     counts[1 + 5] = extend  # a weak, isolated hit
-    found = learn_coarse_range(counts, window=window, rho=Fraction(1, 200), source=random.Random(1))
+    found = learn_coarse_range(
+        _subcells(counts), window=window, rho=Fraction(1, 200), source=random.Random(1)
+    )
     assert found.reliable and (found.lower, found.upper) == (40.0, 43.0)
 
 
@@ -108,7 +128,9 @@ def test_data_spread_thinly_over_several_cells_is_found_as_a_run() -> None:
     window = Window(0.0, 64.0, cells=64)
     counts = np.zeros(66, dtype=np.int64)
     counts[1 + 20 : 1 + 28] = strong // 2
-    found = learn_coarse_range(counts, window=window, rho=Fraction(1, 200), source=random.Random(2))
+    found = learn_coarse_range(
+        _subcells(counts), window=window, rho=Fraction(1, 200), source=random.Random(2)
+    )
     # Each end cell (23 rows, σ = 10) joins with probability about 0.4: at least six of eight.
     assert found.reliable and 19.0 <= found.lower <= 21.0 and 27.0 <= found.upper <= 29.0
 
@@ -121,7 +143,10 @@ def test_a_tail_spread_too_thinly_for_any_cell_is_found_by_its_mass() -> None:
     counts[1 + 60] = 4_000
     counts[1 + 20 : 1 + 60] = 80
     found = learn_coarse_range(
-        counts, window=Window(0.0, 64.0, cells=64), rho=Fraction(1, 20_000), source=random.Random(4)
+        _subcells(counts),
+        window=Window(0.0, 64.0, cells=64),
+        rho=Fraction(1, 20_000),
+        source=random.Random(4),
     )
     assert found.reliable and found.upper == 61.0
     assert 20.0 <= found.lower <= 40.0, found.lower  # 30 = three quarters of the thin half
@@ -129,13 +154,27 @@ def test_a_tail_spread_too_thinly_for_any_cell_is_found_by_its_mass() -> None:
 
 def test_without_any_strong_cell_the_range_is_marked_unreliable() -> None:
     found = learn_coarse_range(
-        np.zeros(66, dtype=np.int64),
+        _subcells(np.zeros(66, dtype=np.int64)),
         window=Window(0.0, 64.0, cells=64),
         rho=Fraction(1, 2),
         source=random.Random(3),
     )
     assert not found.reliable
     assert found.upper > found.lower
+
+
+def test_a_narrow_range_in_a_wide_window_is_zoomed_into() -> None:
+    """A week of timestamps (in seconds) in a 200-year window: the coarse range is one window
+    cell of about three years; the zoom into its subcells locates the week to a few weeks, so the
+    fine stage's cells are hours, not weeks (they were 18 days on a 200-row table before)."""
+    start = 1_609_459_200.0  # 2021-01-01
+    values = np.floor(np.random.default_rng(16).uniform(start, start + 7 * 86_400, 2_000))
+    window = Window(-2_208_988_800.5, 4_102_444_799.5, step=1.0, linear=True)  # 1900 … 2099
+    coarse, found = _learn(values, window, Fraction(1, 10), seed=17)
+    assert coarse.zoomed and coarse.upper - coarse.lower < 120 * 86_400
+    assert coarse.lower <= values.min() and coarse.upper >= values.max()
+    assert found.reliable and found.bins == 16
+    assert start - 86_400 <= found.edges[0] and found.edges[-1] <= start + 8 * 86_400
 
 
 def test_integer_columns_with_few_values_get_one_bin_per_value() -> None:
@@ -187,10 +226,10 @@ def test_the_tree_noise_is_calibrated_to_the_budget(monkeypatch: pytest.MonkeyPa
     values = np.random.default_rng(10).normal(50, 5, 5_000)
     _, found = _learn(values, Window(0.0, 100.0), Fraction(3, 10), seed=11)
     (first, *tree) = calls
-    assert first == (Fraction(1, 2) / Fraction(1, 10), 66)  # ρ₁ = ρ/3: σ² = 5
+    assert first == (Fraction(1, 2) / (Fraction(3, 10) / 4), 66)  # ρ₁ = ρ/4
     levels = found.cost.parameters["levels"]
     assert isinstance(levels, int) and len(tree) == levels
-    assert {sigma2 for sigma2, _ in tree} == {Fraction(levels, 2) / Fraction(2, 10)}
+    assert {sigma2 for sigma2, _ in tree} == {Fraction(levels, 2) / Fraction(9, 40)}  # ρ₂ = 3ρ/4
     assert sum(size for _, size in tree) == sum(
         level.size for level in _tree_levels(np.zeros(found.cost.parameters["fine_cells"], int))
     )

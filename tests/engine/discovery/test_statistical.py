@@ -135,19 +135,19 @@ def test_open_set_rate_check_catches_a_wrong_sigma(
 # Learned ranges, stage 1: the window's histogram includes a cell for the rows below the window
 # and one for those above; both are released (for the owner's warnings), so their noise can be
 # checked directly against the claimed N_Z(0, 1/(2ρ₁)) with no rows outside.
-RANGE_RHO = Fraction(3, 16)  # ρ₁ = ρ/3 = 1/16: σ² = 8
+RANGE_RHO = Fraction(1, 4)  # ρ₁ = ρ/4 = 1/16: σ² = 8
 RANGE_RUNS = 3000
 
 
 def _outside_noise(seed: int) -> IntArray:
     window = learned.Window(0.0, 64.0, cells=64)
-    counts = np.zeros(66, dtype=np.int64)
-    counts[1 + 30] = 10_000
+    counts = np.zeros(64 * learned.ZOOM + 2, dtype=np.int64)
+    counts[1 + 30 * learned.ZOOM] = 10_000
     source = random.Random(seed)
     draws = []
     for _ in range(RANGE_RUNS):
         found = learned.learn_coarse_range(
-            counts, window=window, rho=RANGE_RHO * learned.STAGE_ONE_SHARE, source=source
+            counts, window=window, rho=RANGE_RHO * learned.COARSE_SHARE, source=source
         )
         draws.extend((found.noisy_below, found.noisy_above))
     return np.array(draws, dtype=np.int64)
