@@ -13,11 +13,12 @@ not finished), and measures its own time and peak memory.
 
 Budget: each release is (ε, 1e-6)-DP in all. rhosynth: the dataset's budget is
 ``rho_from_epsilon_delta(ε, 5e-7)`` and ``budget_delta = 5e-7`` (open-set category discovery's δ);
-discovery takes its default share of ρ and the method the rest (rows out: the real row count, as
-an analyst may ask). Peers: (ε, 1e-6) with a tenth of ε for their DP preprocessing (bounds, bins),
-by basic composition. The peers get the columns the draft keeps, categorical or continuous as the
-draft says (dates and timestamps as days since 1970-01-01, continuous, converted back; integers as
-floats, rounded back), and sample as many rows as the real table has.
+discovery takes its default share of ρ and the method the rest (rows out: the real row count, as an
+analyst may ask). Peers: (ε, 1e-6) with a tenth of ε for their DP preprocessing (bounds, bins), by
+basic composition (``<peer>-pre<share>``, e.g. ``dpmm-mst-pre0.5``, gives it another share). The
+peers get the columns the draft keeps, categorical or continuous as the draft says (dates and
+timestamps as days since 1970-01-01, continuous, converted back; integers as floats, rounded back),
+and sample as many rows as the real table has.
 
 Outputs are cached in ``--out`` (default ../peers-out, outside the checkout) as
 ``<system>-<table>-eps<ε>-seed<s>.{parquet,csv}`` with a ``.json`` of times (and ``.log``); a
@@ -85,11 +86,16 @@ Kind = Literal["numeric", "date", "categorical"]
 # Systems and column kinds
 
 
+PEER_SHARE = 0.1
+"""The share of ε the peers spend on DP preprocessing (bounds, bins), as their docs suggest."""
+
+
 @dataclass(frozen=True)
 class System:
     name: str
     family: Literal["rhosynth", "smartnoise", "dpmm"]
     method: Literal["mst", "aim"]
+    share: float = PEER_SHARE
 
     @property
     def suffix(self) -> str:
@@ -115,6 +121,23 @@ SYSTEMS = {
         System("dpmm-aim", "dpmm", "aim"),
     )
 }
+
+
+def system(name: str) -> System:
+    """A system by name; a peer's name may end in ``-pre<share>``: the same peer with that share
+    of ε for its DP preprocessing instead of :data:`PEER_SHARE` (``dpmm-mst-pre0.5``)."""
+    if name in SYSTEMS:
+        return SYSTEMS[name]
+    base, _, share = name.rpartition("-pre")
+    if base in SYSTEMS and SYSTEMS[base].family != "rhosynth":
+        with contextlib.suppress(ValueError):
+            value = float(share)
+            if 0 < value < 1:
+                peer = SYSTEMS[base]
+                return System(name, peer.family, peer.method, value)
+    raise ValueError(
+        f"unknown system {name!r}; known: {', '.join(SYSTEMS)} (peers also -pre<share>)"
+    )
 
 
 @dataclass(frozen=True)
@@ -659,6 +682,8 @@ def run_system(
             f"{TOTAL_DELTA:g}",
             "--seed",
             str(settings.seed),
+            "--preprocessor-share",
+            f"{system.share:g}",
             "--out",
             str(out),
             "--meta",
@@ -1024,10 +1049,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.data is None:
         parser.error("--data is required")
-    unknown = [s for s in _csv(args.systems) if s not in SYSTEMS]
-    if unknown:
-        parser.error(f"unknown systems {unknown}; known: {', '.join(SYSTEMS)}")
-    systems = [SYSTEMS[s] for s in _csv(args.systems)]
+    try:
+        systems = [system(s) for s in _csv(args.systems)]
+    except ValueError as error:
+        parser.error(str(error))
     epsilons = [float(e) for e in _csv(args.epsilons)]
     settings = RunSettings(
         data=args.data,

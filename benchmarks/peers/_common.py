@@ -42,6 +42,12 @@ def parser(description: str, methods: tuple[str, ...]) -> argparse.ArgumentParse
     ap.add_argument("--epsilon", required=True, type=float, help="the whole release's ε")
     ap.add_argument("--delta", required=True, type=float, help="the whole release's δ")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--preprocessor-share",
+        type=float,
+        default=0.1,
+        help="the share of ε spent on the peer's DP preprocessing (bounds, bins)",
+    )
     ap.add_argument("--out", required=True, type=Path, help="the synthetic CSV")
     ap.add_argument("--meta", required=True, type=Path, help="the timing JSON")
     return ap
@@ -141,6 +147,7 @@ def run(
         "epsilon": args.epsilon,
         "delta": args.delta,
         "seed": args.seed,
+        "preprocessor_share": args.preprocessor_share,
         "rows": len(frame),
         "columns": list(frame.columns),
         "missing_columns": [c for c in frame.columns if c not in synthetic.columns],

@@ -1,13 +1,14 @@
 """smartnoise-synth's MST or AIM on one raw table (run with the smartnoise virtualenv's Python).
 
-Categorical columns go through its label transformer (categories read from the data, as the
-library does), continuous ones through its bin transformer (10 equal-width bins, its default for
-declared continuous columns; bounds learned with pure-ε DP from ``preprocessor_eps``, split
-equally between them). ``epsilon`` passed to
-``Synthesizer.create`` is the whole release's: the preprocessor's ε is subtracted from it before
-training (snsynth/base.py), and the synthesizer gets the whole δ, so the release is (ε, δ)-DP by
-basic composition. smartnoise-synth takes no seed: numpy's global generator is seeded instead.
-See benchmarks/peers/_common.py for the input and output conversions.
+Categorical columns go through its label transformer (categories read from the data, as the library
+does), continuous ones through its bin transformer (10 equal-width bins, its default for declared
+continuous columns; bounds learned with pure-ε DP from ``preprocessor_eps`` =
+``--preprocessor-share`` (0.1 by default) × ε, split equally between them; when no cell of the
+bounds' noisy histogram clears its threshold, the fit fails with "BinTransformer could not find
+bounds"). ``epsilon`` passed to ``Synthesizer.create`` is the whole release's: the preprocessor's ε
+is subtracted from it before training (snsynth/base.py), and the synthesizer gets the whole δ, so
+the release is (ε, δ)-DP by basic composition. smartnoise-synth takes no seed: numpy's global
+generator is seeded instead. See benchmarks/peers/_common.py for the input and output conversions.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import run
-
-PREPROCESSOR_SHARE = 0.1
 
 
 def version() -> str:
@@ -46,7 +45,7 @@ def synthesize(
         frame,
         categorical_columns=categorical,
         continuous_columns=continuous,
-        preprocessor_eps=PREPROCESSOR_SHARE * args.epsilon,
+        preprocessor_eps=args.preprocessor_share * args.epsilon,
         nullable=True,
     )
     out = synth.sample(len(frame))

@@ -31,6 +31,7 @@ from benchmarks.raw_fidelity import (
     pair_tvd,
     run_system,
     spearman_diff,
+    system,
     targets,
     update,
 )
@@ -268,3 +269,12 @@ def test_a_failing_run_is_reported_with_its_error(tmp_path: Path) -> None:
     meta = run_system(SYSTEMS["smartnoise-aim"], "t", 0.3, kinds, settings)
     assert meta["status"] == "failed" and meta["returncode"] == 3
     assert "ValueError: bad dtype" in meta["error"]
+
+
+def test_peer_variants_with_another_preprocessing_share() -> None:
+    assert system("dpmm-mst") is SYSTEMS["dpmm-mst"]
+    variant = system("dpmm-mst-pre0.5")
+    assert (variant.family, variant.method, variant.share) == ("dpmm", "mst", 0.5)
+    for bad in ("rhosynth-mst-pre0.5", "dpmm-mst-pre1.5", "dpmm-mst-prex", "cipher"):
+        with pytest.raises(ValueError, match="unknown system"):
+            system(bad)
