@@ -273,6 +273,33 @@ def test_a_range_that_stands_out_nowhere_takes_a_second_look_with_the_fine_stage
     assert found.rho == allocation.rho + first.rows.cost.rho  # type: ignore[union-attr]
 
 
+def test_values_outside_a_window_by_meaning_are_a_warning() -> None:
+    """A "day" column that holds days of the year (1 … 365) in the window [1, 31] its name
+    suggested: the noisy count of rows above the window says so, and the owner is told to
+    declare a wider window (the rows were clamped)."""
+    requests = [RangeRequest("day", Window(0.5, 31.5, step=1.0), 16)]
+    budget = allocate(requests, budget_rho=Fraction(1))
+    counts = Counts(requests)
+    values = np.random.default_rng(9).integers(1, 366, 5000).astype(float)
+    counts.add_rows(values.size)
+    counts.add_numbers("day", values)
+    first = release_first(budget, counts, source=random.Random(5))
+    fine = FineCounts(first.fine_grids)
+    fine.add_numbers("day", values)
+    found = release_second(first, fine, source=random.Random(6))
+    (warning,) = [w for w in found.warnings if w.code == "outside_window"]
+    assert warning.column == "day" and "about 92% of its values" in warning.message
+    inside = Window(0.5, 400.5, step=1.0)
+    budget = allocate([RangeRequest("day", inside, 16)], budget_rho=Fraction(1))
+    counts = Counts(list(budget.requests))
+    counts.add_rows(values.size)
+    counts.add_numbers("day", values)
+    first = release_first(budget, counts, source=random.Random(7))
+    fine = FineCounts(first.fine_grids)
+    fine.add_numbers("day", values)
+    assert not release_second(first, fine, source=random.Random(8)).warnings
+
+
 def test_detail_bound_covers_a_learned_range_at_extreme_parameters() -> None:
     requests = [
         RangeRequest("é" * 200, Window(-4.4942328371557893e307, 4.4942328371557893e307), 4096),
