@@ -6,7 +6,7 @@ module reads the file within the upload's memory bounds (:func:`app.datasets.ing
 once, or twice when a range is learned, to count exactly what the mechanisms need
 (engine/discovery/schema.py :func:`discover`); the budget is split by
 :func:`engine.discovery.plan.allocate` (the clause's own ρ/δ, else shares of ``discovery_rho``, by
-default a tenth of ``budget_rho``, split by need after a noisy row count, and of
+default a fifth of ``budget_rho``, split by need after a noisy row count, and of
 ``budget_delta``); the releases draw their noise from the OS CSPRNG, and the schema is resolved.
 The caller charges ``rho`` and ``delta`` to the new dataset's ledger in the transaction that
 creates it, before any job can exist; if anything fails before that commit, the release is

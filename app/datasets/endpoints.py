@@ -68,8 +68,9 @@ _UPLOAD_BODY: dict[str, Any] = {
                         "discovery_rho": {
                             "type": "string",
                             "description": "ρ shared by the schema's discovery clauses that "
-                            "give no rho of their own (default: a tenth of budget_rho); charged "
-                            "at upload as one `discover` ledger entry",
+                            "give no rho of their own (default: a fifth of budget_rho; a "
+                            "large table spends less); charged at upload as one `discover` "
+                            "ledger entry",
                         },
                     },
                 }

@@ -77,11 +77,11 @@ def test_discovery_completes_the_schema_and_is_charged_exactly(
     entries = _ledger(tenant, dataset["id"])
     assert [e["kind"] for e in entries] == ["grant", "discover"]
     discover = entries[1]
-    # The noisy row count and four clauses share the default pool (a tenth of ρ = 10; each share
+    # The noisy row count and four clauses share the default pool (a fifth of ρ = 10; each share
     # rounded down to the ledger's 1e-12, none capped by need at 2,000 rows), tier brings its own
     # 0.5; the one open set (city) takes all of budget_delta.
     spent = Fraction(discover["rho"])
-    assert Fraction(3, 2) - Fraction(5, 10**12) <= spent <= Fraction(3, 2)
+    assert Fraction(5, 2) - Fraction(5, 10**12) <= spent <= Fraction(5, 2)
     assert (discover["delta"], discover["job_id"]) == ("0.000001", None)
     columns = discover["detail"]["columns"]
     assert set(columns) == {"age", "income", "city", "tier", "joined"}

@@ -83,7 +83,7 @@ def test_a_discovery_upload_is_charged_before_anything_is_stored(tenant: Tenant)
                            "bins": {"quantiles": 4}}]}  # fmt: skip
     response = upload(tenant.owner, b"n\n0.5\n0.25\n", json.dumps(schema))
     assert response.status_code == 201, response.text
-    assert response.json()["budget"]["spent_rho"] == "0.1"  # a tenth of budget_rho = 1
+    assert response.json()["budget"]["spent_rho"] == "0.2"  # a fifth of budget_rho = 1
     assert response.json()["columns"][0]["discovered"] is True
 
 

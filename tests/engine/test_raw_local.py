@@ -31,12 +31,12 @@ def test_draft_then_synthesize_without_edits(tmp_path: Path) -> None:
     args += ["--param", "rounds=11", "--param", "round_iterations=30", "--param", "iterations=100"]
     result = runner.invoke(main, [*args, "--out", str(out), "--no-progress"])
     assert result.exit_code == 0, result.output
-    # A tenth of ρ: the noisy row count, then 9 clauses by weight (each rounded down to 1e-12;
+    # A fifth of ρ: the noisy row count, then 9 clauses by weight (each rounded down to 1e-12;
     # at 200 rows none is capped by need); all of the δ to the open sets. The method gets the rest.
     found = re.search(r"discovery: rho=([0-9.]+), delta=1e-06", result.stderr)
     assert found is not None, result.stderr
     discovery = Decimal(found.group(1))
-    assert Decimal("9.99999999999") <= discovery <= Decimal(10)
+    assert Decimal("19.99999999999") <= discovery <= Decimal(20)
     assert f"aim: rho={Decimal(100) - discovery}," in result.stderr
     table = pq.read_table(out)
     kinds = {c["name"]: c["type"] for c in schema["columns"]}

@@ -84,7 +84,7 @@ def test_capped_requests_leave_their_share_to_the_others() -> None:
         RangeRequest("amount", Window(-1e15, 1e15), 16),
         CategoryRequest("tier", 3, candidates=("a", "b", "c", "d")),
     ]
-    budget = allocate(requests, budget_rho=Fraction(1, 1000))
+    budget = allocate(requests, budget_rho=Fraction(1, 2000))
     by_column = {a.request.column: a.rho for a in budget.finalize(10**6)}
     rest = budget.pool - budget.count_rho
     assert by_column["amount"] < rest / 2
@@ -189,7 +189,7 @@ def test_shares_are_rounded_down_to_the_ledger_grids() -> None:
         assert (allocation.rho * 10**12).denominator == 1  # on the grid
         assert (allocation.delta * 10**18).denominator == 1
     assert allocations[3].delta == Fraction(5 * 10**11, 10**18)
-    assert budget.count_rho + sum(a.rho for a in allocations) <= Fraction(1, 10)
+    assert budget.count_rho + sum(a.rho for a in allocations) <= DEFAULT_DISCOVERY_SHARE
 
 
 def test_learned_ranges_need_a_second_pass_and_charge_both_stages() -> None:
