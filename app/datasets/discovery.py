@@ -16,6 +16,7 @@ discarded and nobody but the uploader (the owner, who holds the data) saw an err
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -39,6 +40,8 @@ from engine.discovery.plan import (
 )
 from engine.discovery.schema import discover, provisional, requests_for, resolve
 from engine.encoding import SchemaError, SchemaSpec, TableSchema
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,15 @@ def discover_and_resolve(
         raise UploadRejected(422, str(refused)) from None
     except SchemaError as error:
         raise UploadRejected(422, f"after discovery: {error}") from None
+    except ValueError:
+        # A learned domain the engine could not build (a bug or a limit): the message comes
+        # from DP outputs and public inputs at most, but is kept generic for the owner anyway.
+        logger.exception("discovery failed to build a learned domain")
+        raise UploadRejected(
+            422,
+            "discovery could not build a column's learned domain; declare the bounds of the "
+            "numeric and date columns, or retry",
+        ) from None
 
 
 NUMBERS = (QuantileRequest, RangeRequest)

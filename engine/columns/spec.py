@@ -211,8 +211,10 @@ class QuantileBins:
     def resolve(self, cuts: Sequence[float]) -> Column:
         """The complete column with the discovered inner ``cuts`` (in :meth:`values` units).
 
-        With ``learn_range`` the first and last of ``cuts`` are the learned outer edges: they
-        replace the declared window, and the column clamps values into them.
+        With ``learn_range`` the first and last of ``cuts`` are the outer edges: they replace
+        the declared window, and the column clamps values into them. Discovery resolves a learned
+        range with :meth:`resolve_learned` (edges and profile); this form remains for the
+        provisional schema that reads a file before discovery (engine/discovery/schema.py).
         """
         low, high = self.bounds()
         entry = self.to_json()

@@ -111,9 +111,10 @@ deeper tree on a small table only adds noise."""
 UNIT_FACTOR = 2
 """Stepped columns (integer, fixed-decimal, calendar) whose learned range holds at most this many
 times k values get one bin per value."""
-MAX_STEPS = float(2**50)
-"""A fine grid is aligned on the column's step only while its bounds, counted in steps, are exact
-in double precision (far beyond any real range: 10^13 for cents)."""
+MAX_STEPS = float(2**40)
+"""A fine grid is aligned on the column's step only while its bounds, counted in steps, are well
+inside double precision (about 1.1·10^12 steps: 10^10 in cents, 10^12 for integers); beyond,
+its cells are not aligned (and values many rows share are smeared inside a cell)."""
 PROFILE_POINTS = 101
 """Points of the released value profile: the clamped distribution's percentiles 0 … 100."""
 MAX_TAIL = 0.1
@@ -224,6 +225,8 @@ class CoarseRange:
     # The window cells the range spans (first, last), and whether it was zoomed into.
     cells: tuple[int, int] = (0, 0)
     zoomed: bool = False
+    # The ρ behind ``noisy`` (the outside cells' noise): the first look's, or both looks'.
+    look_rho: Fraction = Fraction(0)
 
 
 SCALES = (1, 2, 4, 8, 16)
@@ -453,11 +456,21 @@ def _hull_bounds(
 
 
 def _coarse(
-    noisy: FloatArray, window: Window, sigma2: Fraction, budget: Fraction, *, exact: bool
+    noisy: FloatArray,
+    window: Window,
+    sigma2: Fraction,
+    budget: Fraction,
+    *,
+    exact: bool,
+    look_rho: Fraction | None = None,
 ) -> CoarseRange:
-    """The hull from noisy window counts ``[below, cells…, above]`` (post-processing)."""
+    """The hull from noisy window counts ``[below, cells…, above]`` (post-processing). The two
+    outside cells take part as the window's outer neighbours: rows below (above) the window are
+    clamped to its lower (upper) bound, so when they are many the range must reach that bound
+    (values all outside the window land on its end, not where the noise happens to be)."""
     inside = noisy[1:-1]
-    first, last, reliable, (strong_tau, extend_tau) = _cells(inside, sigma2, exact=exact)
+    first, last, reliable, (strong_tau, extend_tau) = _cells(noisy, sigma2, exact=exact)
+    first, last = min(max(first - 1, 0), window.cells - 1), min(max(last - 1, 0), window.cells - 1)
     bounds = window.boundaries
     parameters: dict[str, JsonScalar] = {
         "cells": window.cells,
@@ -476,6 +489,7 @@ def _coarse(
         cost,
         tuple(float(v) for v in noisy),
         cells=(first, last),
+        look_rho=budget if look_rho is None else look_rho,
     )
 
 
@@ -513,7 +527,7 @@ class FineGrid:
                 raise ValueError("a step is a positive number")
             units = (lo / self.step, hi / self.step)
             if max(map(abs, units)) > MAX_STEPS or not all(
-                abs(u - 0.5 - round(u - 0.5)) < 1e-6 for u in units
+                abs(u - 0.5 - round(u - 0.5)) <= 1e-6 * max(1.0, abs(u)) for u in units
             ):
                 raise ValueError("a stepped fine grid has bounds halfway between two values")
         object.__setattr__(self, "lower", lo)

@@ -63,6 +63,7 @@ from engine.discovery.learned import (
     MAX_FINE_CELLS,
     MIN_FINE_CELLS,
     ROWS_PER_FINE_CELL,
+    UNIT_CELLS_FACTOR,
     ZOOM_CELLS,
     ZOOM_SHARE,
     CoarseRange,
@@ -255,11 +256,12 @@ class DiscoveryBudget:
 
 
 def _fine_levels(rows: float) -> int:
-    """Levels of the fine tree a learned range uses at ``rows`` (learned.FineGrid.over)."""
+    """Levels of the deepest fine tree a learned range can use at ``rows``
+    (learned.FineGrid.over: one cell per value takes up to UNIT_CELLS_FACTOR times more)."""
     cells = MIN_FINE_CELLS
     while cells < MAX_FINE_CELLS and cells * 2 <= max(rows, 0.0) / ROWS_PER_FINE_CELL:
         cells *= 2
-    return (cells - 1).bit_length() + 1
+    return (UNIT_CELLS_FACTOR * cells - 1).bit_length() + 1
 
 
 def _need(request: Request, rows: int | None, delta: Fraction | None) -> Fraction | None:
@@ -612,7 +614,7 @@ def release_first(
                 source=source,
             )
             first_cell, last_cell = coarse.cells
-            estimate = rows.rows if rows is not None else coarse.noisy_inside
+            estimate = _present(coarse, rows)
             if coarse.reliable and last_cell - first_cell < ZOOM_CELLS and zooms(estimate):
                 # A narrow range on a small table: a zoom into its cells' subcells before the
                 # fine stage, whose grid would otherwise be too coarse for it.
@@ -663,6 +665,14 @@ def release_first(
     return FirstRelease(budget, rows, allocations, ranges, edges, categories, grids)
 
 
+def _present(coarse: CoarseRange, rows: NoisyRows | None) -> float:
+    """How many values a learned column holds, from DP outputs only: the noisy sum of its window
+    histogram (all 66 cells; a sparse column of a large table has far fewer values than rows),
+    at most the noisy row count."""
+    found = max(coarse.noisy_inside + coarse.noisy_below + coarse.noisy_above, 0.0)
+    return min(found, float(rows.rows)) if rows is not None else found
+
+
 def release_second(
     first: FirstRelease, fine: FineCounts, source: random.Random | None = None
 ) -> Discovered:
@@ -679,7 +689,7 @@ def release_second(
             continue
         coarse = first.ranges[request.column]
         if coarse.remeasured:
-            estimate = first.rows.rows if first.rows is not None else coarse.noisy_inside
+            estimate = _present(coarse, first.rows)
             learned[request.column] = coarse_bins(
                 coarse, request.window, float(estimate), request.bins
             )
@@ -737,7 +747,8 @@ def _warnings(first: FirstRelease, learned: Mapping[str, LearnedBins]) -> tuple[
     out = []
     for name, coarse in first.ranges.items():
         rows = max(first.rows.rows if first.rows is not None else coarse.noisy_inside, 1)
-        sigma = math.sqrt(float(sigma2_for_rho(1, coarse.cost.rho)))
+        # The outside cells' noise: the look they come from (a zoom adds no outside cells).
+        sigma = math.sqrt(float(sigma2_for_rho(1, coarse.look_rho)))
         outside = coarse.noisy_below + coarse.noisy_above
         if outside > max(WINDOW_SHARE * rows, 3 * sigma * math.sqrt(2)):
             share = min(outside / rows, 1.0)

@@ -8,9 +8,9 @@ column unless it looks like an identifier or free text (then ``ignore``).
 What a draft accepted as is takes from the data without DP (docs/privacy.md, "What a schema
 draft reads from the data"; :meth:`SchemaDraft.disclosure` names it in the draft's warning):
 each column's kind, the date formats, the decimals of numbers (a rule that no single value
-decides: :func:`robust_decimals`) and which columns are dropped as identifiers, free text or
-empty; nothing else. Every column is nullable. Bounds are public windows inside which the range
-and bins are learned with DP (``{"quantiles": k, "range": true}``): a window chosen from the
+decides on its own: :func:`robust_decimals`) and which columns are dropped as identifiers, free
+text or empty; nothing else. Every column is nullable. Bounds are public windows inside which the
+range and bins are learned with DP (``{"quantiles": k, "range": true}``): a window chosen from the
 column's name where the name has a meaning (engine/schema_draft/meanings.py: latitude, year,
 age, hour...), else a generic one (±10^15; 1900 … 2099). Categories are discovered with DP,
 from a public candidate list where the name fixes one (US states, countries, months, weekdays),
@@ -138,7 +138,7 @@ class SchemaDraft:
         if decimals:
             parts.append(
                 f"the decimals of {named(decimals)} (the fewest that all values need but 1 % of "
-                "them, or but one: no single value decides them)"
+                "them, or but one: no single value decides them on its own)"
             )
         if dropped:
             parts.append(

@@ -172,6 +172,8 @@ def test_a_narrow_range_in_a_wide_window_is_zoomed_into() -> None:
     window = Window(-2_208_988_800.5, 4_102_444_799.5, step=1.0, linear=True)  # 1900 … 2099
     coarse, found = _learn(values, window, Fraction(1, 10), seed=17)
     assert coarse.zoomed and coarse.upper - coarse.lower < 120 * 86_400
+    # Both looks are charged; the outside cells' noise (for warnings) is the first look's.
+    assert coarse.cost.rho == Fraction(1, 20) and coarse.look_rho == Fraction(1, 40)
     assert coarse.lower <= values.min() and coarse.upper >= values.max()
     assert found.reliable and found.bins == 16
     assert start - 86_400 <= found.edges[0] and found.edges[-1] <= start + 8 * 86_400

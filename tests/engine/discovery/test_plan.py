@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -298,6 +299,44 @@ def test_values_outside_a_window_by_meaning_are_a_warning() -> None:
     fine = FineCounts(first.fine_grids)
     fine.add_numbers("day", values)
     assert not release_second(first, fine, source=random.Random(8)).warnings
+
+
+def _learn_one(values: np.ndarray, window: Window, seed: int) -> Any:
+    budget = allocate(
+        [RangeRequest("x", window, 16)], budget_rho=Fraction(5, 2), rho_quantum=Fraction(1, 10**12)
+    )
+    counts = Counts(list(budget.requests))
+    counts.add_rows(values.size)
+    counts.add_numbers("x", values)
+    first = release_first(budget, counts, source=random.Random(seed))
+    fine = FineCounts(first.fine_grids)
+    if first.fine_grids:
+        fine.add_numbers("x", values)
+    return release_second(first, fine, source=random.Random(seed + 1))
+
+
+def test_large_decimal_values_get_a_domain_not_an_error() -> None:
+    """Two-decimal values around 2e11 (more steps than a grid aligns on): an unaligned fine
+    grid, not a ValueError (it was an HTTP 500 at upload, found by a second reader)."""
+    rng = np.random.default_rng(10)
+    window = Window(-1e15 - 0.005, 1e15 + 0.005, step=0.01)
+    for seed in range(4):
+        values = np.round(rng.lognormal(np.log(2e11), 0.3, 5000), 2)
+        learned = _learn_one(values, window, seed).learned["x"]
+        assert learned.edges[0] >= values.min() and learned.edges[-1] <= values.max()
+
+
+def test_values_outside_the_window_land_on_its_end() -> None:
+    """The rows outside the window take part in the range as its outer neighbours: all of them
+    below [0, 100] put the range at 0 (they were clamped to wherever the noise pointed), 30 %
+    above it stretch the range to 100."""
+    rng = np.random.default_rng(11)
+    found = _learn_one(rng.uniform(-2e4, -1e4, 5000), Window(0.0, 100.0), 1)
+    assert found.learned["x"].edges[0] == 0.0 and found.learned["x"].edges[-1] < 1.0
+    assert [w.code for w in found.warnings] == ["outside_window"]
+    mixed = np.concatenate([rng.uniform(10, 20, 3500), rng.uniform(200, 300, 1500)])
+    found = _learn_one(mixed, Window(0.0, 100.0), 2)
+    assert found.learned["x"].edges[-1] > 99.0
 
 
 def test_detail_bound_covers_a_learned_range_at_extreme_parameters() -> None:
