@@ -92,6 +92,8 @@ ZOOM = 64
 inside the range's cells: the window resolved into 4,096 parts before the fine stage)."""
 ZOOM_CELLS = 2
 """The coarse range is zoomed into when it spans at most this many window cells."""
+ZOOM_KEEP = 0.9
+"""A zoom's range is kept only if it holds this share of the zoomed cells' noisy rows."""
 TAIL_SHARE = 0.005
 """The outer edges aim at the 0.5 % and 99.5 % quantiles ..."""
 TAIL_MARGIN = 1.5
@@ -102,6 +104,11 @@ NOISE_PER_LEVEL = 0.33
 0.33, 0.31, 0.31, 0.30 ·L; tests/engine/discovery/test_learned.py checks it)."""
 MAX_FINE_CELLS = 1024
 MIN_FINE_CELLS = 64
+SMALLEST_FINE_CELLS = 16
+"""The fewest fine cells a noisy budget brings the grid down to (:data:`CDF_NOISE_TARGET`)."""
+CDF_NOISE_TARGET = 0.1
+"""The fine grid is made shallower until its noisy CDF's standard deviation is at most this share
+of the column's (noisy) values, or it has :data:`SMALLEST_FINE_CELLS` cells."""
 UNIT_CELLS_FACTOR = 4
 """A stepped column whose coarse range holds at most this many times the fine cells' number of
 values gets one fine cell per value instead (a deeper tree, but point masses stay exact)."""
@@ -220,7 +227,7 @@ class CoarseRange:
     cost: DiscoveryCost
     # The noisy counts of every cell (below, the window's cells, above), for a second look.
     noisy: tuple[float, ...] = ()
-    # A second look spent the column's whole ρ here: there is no fine stage.
+    # A second look measured the window's cells again (with the share a zoom would have had).
     remeasured: bool = False
     # The window cells the range spans (first, last), and whether it was zoomed into.
     cells: tuple[int, int] = (0, 0)
@@ -362,7 +369,7 @@ def remeasure_coarse_range(
     source: random.Random | None = None,
 ) -> CoarseRange:
     """A second look when the first found nothing strong: the same histogram measured again at
-    ``rho`` (the column's fine stage's budget, which the column then no longer has), combined
+    ``rho`` (the share a zoom would have had), combined
     with the first by inverse-variance weights, and the hull found again on the combination
     (sub-Gaussian thresholds: σ² = 1/(2(ρ₁ + ρ))). Privacy: a second histogram over the same public
     partition, ρ-zCDP, chosen adaptively from the first's public output (Bun & Steinke 2016,
@@ -420,14 +427,20 @@ def zoom_coarse_range(
     sigma2 = sigma2_for_rho(1, budget)
     noisy = inside + discrete_gaussian_noise(sigma2, inside.size, source)
     bounds = window.sub_boundaries[first * ZOOM : (last + 1) * ZOOM + 1]
-    low, high, reliable, _ = _hull_bounds(noisy.astype(np.float64), bounds, sigma2, exact=True)
+    values = noisy.astype(np.float64)
+    start, stop, reliable, _ = _cells(values, sigma2, exact=True)
     cost = DiscoveryCost(
         coarse.cost.mechanism,
         coarse.cost.rho + budget,
         parameters={**coarse.cost.parameters, "zoom": ZOOM},
     )
-    if not reliable:
+    # The zoomed range must hold nearly all the (noisy) rows of the cells it zooms into: data
+    # spread thinly over the subcells can clear a threshold in one short run only, and a range
+    # cut to that run would clamp most of the column.
+    kept = float(values[start : stop + 1].sum())
+    if not reliable or kept < ZOOM_KEEP * float(values.sum()):
         return replace(coarse, cost=cost, zoomed=True)
+    low, high = float(bounds[start]), float(bounds[stop + 1])
     return replace(coarse, lower=low, upper=high, cost=cost, zoomed=True)
 
 
@@ -446,13 +459,6 @@ def _cells(
     first -= _mass_extension(inside[:first][::-1], sigma)
     last += _mass_extension(inside[last + 1 :], sigma)
     return first, last, reliable, (strong_tau, extend[0])
-
-
-def _hull_bounds(
-    inside: FloatArray, bounds: FloatArray, sigma2: Fraction, *, exact: bool
-) -> tuple[float, float, bool, tuple[int, int]]:
-    first, last, reliable, thresholds = _cells(inside, sigma2, exact=exact)
-    return float(bounds[first]), float(bounds[last + 1]), reliable, thresholds
 
 
 def _coarse(
@@ -493,15 +499,6 @@ def _coarse(
     )
 
 
-def coarse_bins(coarse: CoarseRange, window: Window, rows: float, bins: int) -> LearnedBins:
-    """The bins of a column whose whole ρ went to its coarse range (a second look): equal widths
-    over the range on the fine grid's own scale, no profile; a function of public outputs only,
-    at no further cost."""
-    grid = FineGrid.over(coarse, window, rows)
-    cost = DiscoveryCost(MECHANISM, Fraction(0), parameters={"fine_cells": 0, "bins": bins})
-    return _fallback(grid, grid.boundaries, bins, cost)
-
-
 @dataclass(frozen=True)
 class FineGrid:
     """Stage 2's public cells over a coarse range: equal-width, or equal in asinh(x / s) with
@@ -534,13 +531,23 @@ class FineGrid:
         object.__setattr__(self, "upper", hi)
 
     @classmethod
-    def over(cls, coarse: CoarseRange, window: Window, rows: float) -> FineGrid:
-        """The grid over stage 1's range; ``rows`` is a noisy row count (public), which sets
-        the number of cells (:data:`ROWS_PER_FINE_CELL`)."""
+    def over(
+        cls, coarse: CoarseRange, window: Window, rows: float, rho: Fraction | None = None
+    ) -> FineGrid:
+        """The grid over stage 1's range. ``rows`` (a noisy count of the column's values) and
+        ``rho`` (the fine stage's budget), both public, set the number of cells: about one per
+        :data:`ROWS_PER_FINE_CELL` rows, and no more than keeps the noisy CDF's standard
+        deviation (:func:`noisy_cdf_sd`, which grows with the tree's depth) under
+        :data:`CDF_NOISE_TARGET` of the rows: a sparse column on a small budget gets a shallow
+        tree whose quantiles still mean something, instead of a deep one that is all noise."""
         wanted = max(rows, 0.0) / ROWS_PER_FINE_CELL
         cells = MIN_FINE_CELLS
         while cells < MAX_FINE_CELLS and cells * 2 <= wanted:
             cells *= 2
+        if rho is not None:
+            limit = CDF_NOISE_TARGET * max(rows, 0.0)
+            while cells > SMALLEST_FINE_CELLS and noisy_cdf_sd(_levels(cells), rho) > limit:
+                cells //= 2
         lo, hi, step = coarse.lower, coarse.upper, window.step
         if step is not None and max(abs(lo), abs(hi)) / step > MAX_STEPS / 2:
             step = None  # beyond exact steps: an unaligned grid
@@ -619,6 +626,10 @@ class LearnedBins:
     @property
     def bins(self) -> int:
         return len(self.edges) - 1
+
+
+def _levels(cells: int) -> int:
+    return (cells - 1).bit_length() + 1
 
 
 def noisy_cdf_sd(levels: int, rho: Fraction) -> float:
@@ -760,7 +771,6 @@ __all__ = [
     "FineGrid",
     "LearnedBins",
     "Window",
-    "coarse_bins",
     "learn_bins",
     "learn_coarse_range",
     "noisy_cdf_sd",

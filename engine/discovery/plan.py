@@ -70,7 +70,6 @@ from engine.discovery.learned import (
     FineGrid,
     LearnedBins,
     Window,
-    coarse_bins,
     learn_bins,
     learn_coarse_range,
     noisy_cdf_sd,
@@ -488,8 +487,7 @@ class Discovered:
                 if a.request.column == name and isinstance(a.request, RangeRequest)
             )
             # The coarse stage's ρ is the column's ρ times COARSE_SHARE, plus ZOOM_SHARE when it
-            # zoomed (not repeated), or all of it when nothing stood out and a second look took
-            # the fine stage's share.
+            # zoomed or took a second look (not repeated); the fine tree has the rest.
             parameters: dict[str, JsonScalar] = {
                 "lower": window.lower,
                 "upper": window.upper,
@@ -626,18 +624,20 @@ def release_first(
                     source=source,
                 )
             if not coarse.reliable:
-                # Nothing stood out: the fine stage's ρ buys a second look at the same cells
-                # instead (a range of the right magnitude before bins inside it).
+                # Nothing stood out: the zoom's ρ buys a second look at the same cells instead
+                # (a range of the right magnitude before the fine stage's bins inside it).
                 coarse = remeasure_coarse_range(
                     counts.cells[request.column],
                     window=request.window,
                     first=coarse,
-                    rho=allocation.rho - coarse.cost.rho,
+                    rho=allocation.rho * ZOOM_SHARE,
                     source=source,
                 )
+                estimate = _present(coarse, rows)
             ranges[request.column] = coarse
-            if not coarse.remeasured:
-                grids[request.column] = FineGrid.over(coarse, request.window, float(estimate))
+            grids[request.column] = FineGrid.over(
+                coarse, request.window, float(estimate), allocation.rho - coarse.cost.rho
+            )
         elif isinstance(request, QuantileRequest):
             edges[request.column] = dp_quantile_edges_from_counts(
                 counts.cells[request.column],
@@ -688,12 +688,6 @@ def release_second(
         if not isinstance(request, RangeRequest):
             continue
         coarse = first.ranges[request.column]
-        if coarse.remeasured:
-            estimate = _present(coarse, first.rows)
-            learned[request.column] = coarse_bins(
-                coarse, request.window, float(estimate), request.bins
-            )
-            continue
         learned[request.column] = learn_bins(
             fine.cells[request.column],
             grid=first.fine_grids[request.column],
