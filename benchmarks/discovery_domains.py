@@ -38,7 +38,7 @@ from scipy.stats import ks_2samp
 import engine.discovery.plan as plan
 from app.datasets.discovery import discover_and_resolve
 from app.datasets.ingest import IngestLimits, ingest_table, read_encoded_table
-from benchmarks.sections import git_commit, markdown_table, replace_section
+from benchmarks.sections import git_commit, markdown_table, update_or_print
 from engine.accounting import rho_from_epsilon_delta
 from engine.columns.categorical import CategoricalColumn
 from engine.columns.numeric import NumericColumn
@@ -344,11 +344,7 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 results.append(result)
         section, heading = render(results, command), HEADING
-    if args.update is not None:
-        document = args.update.read_text(encoding="utf-8")
-        args.update.write_text(replace_section(document, heading, section), encoding="utf-8")
-    else:
-        print(section)
+    update_or_print(args.update, heading, section)
 
 
 if __name__ == "__main__":

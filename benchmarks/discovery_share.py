@@ -28,7 +28,7 @@ import numpy as np
 
 import engine.discovery.plan as plan
 from benchmarks import raw_fidelity as rf
-from benchmarks.sections import git_commit, markdown_table, replace_section
+from benchmarks.sections import git_commit, markdown_table, update_or_print
 
 HEADING = "## Discovery share of the budget"
 RUNS = (
@@ -142,11 +142,7 @@ def main(argv: list[str] | None = None) -> None:
         ),
     ]
     section = "\n".join(lines) + "\n"
-    if args.update is not None:
-        document = args.update.read_text(encoding="utf-8")
-        args.update.write_text(replace_section(document, HEADING, section), encoding="utf-8")
-    else:
-        print(section)
+    update_or_print(args.update, HEADING, section)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,16 @@ def replace_section(document: str, heading: str, section: str) -> str:
     return document[:start] + section + gap + document[end + 1 :]
 
 
+def update_or_print(path: Path | None, heading: str, section: str) -> None:
+    """Replace the section under ``heading`` in the Markdown file at ``path``, or print the
+    section when there is no file (the benchmark scripts' ``--update``)."""
+    if path is None:
+        print(section)
+        return
+    document = path.read_text(encoding="utf-8")
+    path.write_text(replace_section(document, heading, section), encoding="utf-8")
+
+
 def headings(document: str) -> list[str]:
     """The level-2 headings of ``document``, in order."""
     return [line for line in document.splitlines() if line.startswith("## ")]

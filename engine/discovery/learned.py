@@ -136,6 +136,17 @@ def _threshold(sigma2: Fraction, probability: Fraction) -> int:
     return smallest_tail_threshold(sigma2, probability)
 
 
+def _present_values(values: npt.ArrayLike) -> FloatArray:
+    """``values`` as a one-dimensional float array; NaN is refused (callers drop missing
+    values first), counted in the message, never shown."""
+    data = np.asarray(values, dtype=np.float64)
+    if data.ndim != 1:
+        raise ValueError("values must be one-dimensional")
+    if np.isnan(data).any():
+        raise ValueError("values contain missing (NaN) rows; drop them first")
+    return data
+
+
 @dataclass(frozen=True)
 class Window:
     """The public window a range is learned in, in the column's units (numbers; for dates and
@@ -191,11 +202,7 @@ class Window:
     def count(self, values: npt.ArrayLike) -> IntArray:
         """Rows per subcell: ``[below the window, subcell 0, …, above the window]`` for finite
         ``values`` (NaN refused: the caller drops missing values). Not released."""
-        data = np.asarray(values, dtype=np.float64)
-        if data.ndim != 1:
-            raise ValueError("values must be one-dimensional")
-        if np.isnan(data).any():
-            raise ValueError("values contain missing (NaN) rows; drop them first")
+        data = _present_values(values)
         bounds = self.sub_boundaries
         index = np.searchsorted(bounds, data, side="right")  # 0 below, parts+1 above
         index[data == bounds[-1]] = bounds.size - 1  # the last cell includes the upper bound
@@ -584,11 +591,7 @@ class FineGrid:
     def count(self, values: npt.ArrayLike) -> IntArray:
         """Rows per cell of finite ``values``, clamped into the grid's range (as the upload
         clamps them into the learned range). Not released."""
-        data = np.asarray(values, dtype=np.float64)
-        if data.ndim != 1:
-            raise ValueError("values must be one-dimensional")
-        if np.isnan(data).any():
-            raise ValueError("values contain missing (NaN) rows; drop them first")
+        data = _present_values(values)
         bounds = self.boundaries
         cells = bounds.size - 1
         index = np.searchsorted(bounds, np.clip(data, bounds[0], bounds[-1]), side="right") - 1
