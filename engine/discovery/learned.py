@@ -396,13 +396,18 @@ def remeasure_coarse_range(
     return replace(found, remeasured=True)
 
 
-def zooms(rows: float) -> bool:
-    """Whether a range of at most :data:`ZOOM_CELLS` window cells is zoomed into at ``rows``
-    noisy rows (public): when the fine grid has fewer than :data:`MAX_FINE_CELLS` cells (under
-    8,192 rows) it would be too coarse over a whole window cell; with all its cells it resolves
-    a factor-3 cell to 0.1 % and a linear window to 1/65,536, and the zoom's ρ serves the fine
-    stage better."""
-    return rows < ROWS_PER_FINE_CELL * MAX_FINE_CELLS
+def zooms(grid: FineGrid) -> bool:
+    """Whether a range of at most :data:`ZOOM_CELLS` window cells is zoomed into, given the fine
+    grid it would get without a zoom (public: from the coarse release, the noisy count and the
+    budget): yes when that grid has fewer than :data:`MAX_FINE_CELLS` cells (few rows, or a
+    budget too noisy for a deep tree, so a window cell would be cut too coarsely: a 3-year cell
+    of the date window into 18-day cells, a factor-3 cell into 3.5 % steps), unless its cells
+    already hold one value each (subcells narrower than a value would only lose values). With
+    all its cells, the grid resolves a factor-3 cell to 0.1 % and a linear window to 1/65,536,
+    and the zoom's ρ serves the fine stage better."""
+    if grid.step is not None and bool(np.all(np.diff(grid.boundaries) <= grid.step * (1 + 1e-6))):
+        return False
+    return grid.cells < MAX_FINE_CELLS
 
 
 def zoom_coarse_range(

@@ -613,9 +613,12 @@ def release_first(
             )
             first_cell, last_cell = coarse.cells
             estimate = _present(coarse, rows)
-            if coarse.reliable and last_cell - first_cell < ZOOM_CELLS and zooms(estimate):
-                # A narrow range on a small table: a zoom into its cells' subcells before the
-                # fine stage, whose grid would otherwise be too coarse for it.
+            unzoomed = FineGrid.over(
+                coarse, request.window, float(estimate), allocation.rho * (1 - COARSE_SHARE)
+            )
+            if coarse.reliable and last_cell - first_cell < ZOOM_CELLS and zooms(unzoomed):
+                # A narrow range whose fine grid would be too coarse for it (few rows, or a
+                # noisy budget, and not one cell per value): a zoom into its cells' subcells.
                 coarse = zoom_coarse_range(
                     counts.cells[request.column],
                     window=request.window,

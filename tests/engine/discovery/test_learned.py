@@ -48,11 +48,12 @@ def _learn(
         counts, window=window, rho=rho * learned.COARSE_SHARE, source=source
     )
     first, last = coarse.cells
-    if coarse.reliable and last - first < learned.ZOOM_CELLS and learned.zooms(values.size):
+    unzoomed = FineGrid.over(coarse, window, float(values.size), rho * (1 - learned.COARSE_SHARE))
+    if coarse.reliable and last - first < learned.ZOOM_CELLS and learned.zooms(unzoomed):
         coarse = learned.zoom_coarse_range(
             counts, window=window, coarse=coarse, rho=rho * learned.ZOOM_SHARE, source=source
         )
-    grid = FineGrid.over(coarse, window, float(values.size))
+    grid = FineGrid.over(coarse, window, float(values.size), rho - coarse.cost.rho)
     found = learn_bins(
         grid.count(values), grid=grid, bins=bins, rho=rho - coarse.cost.rho, source=source
     )
