@@ -174,6 +174,8 @@ class NoisePreview(_Wire):
 
 class EpsilonAtDelta(_Wire):
     delta: str
+    conversion_delta: str
+    discovery_delta: str
     epsilon: str
 
 
@@ -203,6 +205,7 @@ class JobPreview(_Wire):
     epsilon: str | None
     delta: str | None
     privacy_profile: list[EpsilonAtDelta]
+    discovery_delta: str
     remaining_rho: Amount
     remaining_rho_after: Amount | None
     would_exceed_budget: bool

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.budget import repository as budget_repository
 from app.budget import service as budget_service
 from app.config import JOB_SOFT_GRACE_SECONDS, Settings
 from app.datasets import repository as dataset_repository
@@ -536,6 +537,9 @@ def _synthesize(
         schema = TableSchema.from_json(dataset.schema)
         table_key = dataset.storage_key
         values_key = dataset_values_key(dataset.id)  # for the owner tier, after publication
+        # The δ discovery spent on the published domain: part of every release's (ε, δ).
+        account = budget_repository.get_account(session, claim.dataset_id)
+        discovery_delta = float(account.spent_delta) if account is not None else 0.0
     mechanism = get_mechanism(claim.method)
     params = mechanism.validate_params(claim.params)
     # Seeds drive post-processing only; DP noise comes from the CSPRNG inside the engine.
@@ -579,7 +583,9 @@ def _synthesize(
     record = record_from_result(
         result, schema.domain(), mechanism.name, params, Fraction(claim.rho)
     )
-    write_release_artefacts(writer, schema, record, result.model, synthetic, title)
+    write_release_artefacts(
+        writer, schema, record, result.model, synthetic, title, discovery_delta=discovery_delta
+    )
     del record, result
     return _Produced(
         int(synthetic.shape[0]), schema, table_key, synthetic, title, output_key, values_key

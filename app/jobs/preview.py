@@ -62,9 +62,14 @@ def preview_job(
     exceeds = budget.rho > remaining
 
     deltas = sorted({*PROFILE_DELTAS, *([budget.delta] if budget.delta is not None else [])})
+    # The release uses the domain discovery published, whose δ (the ledger's spent_delta) adds
+    # to every conversion δ: (ε(ρ, δ_conv), δ_conv + spent_delta)-DP.
+    discovery_delta = account.spent_delta
     profile = [
         EpsilonAtDeltaOut(
-            delta=decimal_text(delta) or "0",
+            delta=decimal_text(delta + discovery_delta) or "0",
+            conversion_delta=decimal_text(delta) or "0",
+            discovery_delta=decimal_text(discovery_delta) or "0",
             epsilon=decimal_text(epsilon_from_rho_delta(budget.rho, delta)) or "0",
         )
         for delta in deltas
@@ -106,6 +111,7 @@ def preview_job(
         epsilon=decimal_text(budget.epsilon),
         delta=decimal_text(budget.delta),
         privacy_profile=profile,
+        discovery_delta=decimal_text(discovery_delta) or "0",
         remaining_rho=remaining,
         remaining_rho_after=None if exceeds else remaining - budget.rho,
         would_exceed_budget=exceeds,

@@ -155,8 +155,15 @@ class NoisePreviewOut(BaseModel):
 
 
 class EpsilonAtDeltaOut(BaseModel):
-    delta: str
-    epsilon: str = Field(description="the smallest ε the job's ρ guarantees at this δ (CKS)")
+    delta: str = Field(
+        description="the release's whole δ: conversion_delta + discovery_delta (the release "
+        "uses the domain the dataset's discovery published)"
+    )
+    conversion_delta: str = Field(description="the δ of the conversion from ρ to ε")
+    discovery_delta: str = Field(description="the δ the dataset's discovery spent (its ledger)")
+    epsilon: str = Field(
+        description="the smallest ε the job's ρ guarantees at conversion_delta (CKS)"
+    )
 
 
 class CostPredictionOut(BaseModel):
@@ -193,7 +200,10 @@ class JobPreview(BaseModel):
     epsilon: str | None = Field(description="the ε the budget was given in, if any")
     delta: str | None = Field(description="the δ the budget was given in, if any")
     privacy_profile: list[EpsilonAtDeltaOut] = Field(
-        description="the (ε, δ) guarantees of ρ at several δ"
+        description="the (ε, δ) guarantees of ρ at several δ, each with the discovery's δ added"
+    )
+    discovery_delta: str = Field(
+        description="the δ the dataset's discovery spent (ledger spent_delta), part of every δ"
     )
     remaining_rho: RhoOut = Field(description="the dataset's remaining ρ now")
     remaining_rho_after: RhoOut | None = Field(

@@ -109,8 +109,11 @@ def write_release_artefacts(
     model: FittedModel | None,
     synthetic: npt.NDArray[np.integer[Any]],
     title: str,
+    *,
+    discovery_delta: float = 0.0,
 ) -> None:
-    """The record, the model, the measurements as tables and the release tier of the report."""
+    """The record, the model, the measurements as tables and the release tier of the report
+    (its privacy profile adds ``discovery_delta``, the dataset's discovery δ, to each δ)."""
     writer.put_bytes(RECORD, record.to_bytes())
     if model is not None:
         # The CLI's model file (model + public schema): `rhosynth sample` reads a download.
@@ -138,6 +141,7 @@ def write_release_artefacts(
             record,
             synthetic,
             model_marginal=model.marginal if model is not None else None,
+            discovery_delta=discovery_delta,
         )
         writer.put_json(RELEASE_JSON, built)
         writer.put_text(RELEASE_HTML, render_html(built, title=title))

@@ -110,7 +110,20 @@ def _release(report: Mapping[str, Any]) -> list[str]:
     if params:
         out += ["<h3>Parameters</h3>", _table(["parameter", "value"], params)]
     out += ["<h3>(ε, δ) privacy profile</h3>", _explain(report, "privacy_profile")]
-    out.append(_table(["δ", "ε"], [[p["delta"], p["epsilon"]] for p in report["privacy_profile"]]))
+    out.append(
+        _table(
+            ["δ (total)", "conversion δ", "discovery δ", "ε"],
+            [
+                [
+                    p["delta"],
+                    p.get("conversion_delta", p["delta"]),
+                    p.get("discovery_delta", 0),
+                    p["epsilon"],
+                ]
+                for p in report["privacy_profile"]
+            ],
+        )
+    )
     out += [
         "<h2>Measurements</h2>",
         _explain(report, "sigma", "σ"),

@@ -55,9 +55,12 @@ MAX_GROUP_LABELS = 3
 EXPLANATIONS: dict[str, str] = {
     "rho": "The privacy budget this release spent, in zero-concentrated DP (ρ). Smaller is more "
     "private; the whole release, including this report, is covered by it.",
-    "privacy_profile": "The same guarantee as (ε, δ)-differential privacy at several δ: with "
-    "probability at least 1 − δ, no one row changes any outcome's probability by more than a "
-    "factor e^ε. Smaller ε is more private; δ should be far below 1 / (number of rows).",
+    "privacy_profile": "The same guarantee as (ε, δ)-differential privacy at several δ: for "
+    "any two tables that differ in one row and any set S of outcomes, P[release ∈ S] ≤ e^ε · "
+    "P[release' ∈ S] + δ. δ is the conversion's δ (from ρ to ε) plus the δ the dataset's "
+    "discovery spent on its published domain (categories found in the data); ε is the "
+    "conversion's at its δ. Smaller ε is more private; δ should be far below 1 / (number of "
+    "rows).",
     "estimated_total": "The mechanism's noisy estimate of the number of rows (a DP number, not "
     "the exact count).",
     "sigma": "Standard deviation of the noise added to each cell of this measurement, in rows. "
@@ -307,12 +310,15 @@ def build_release_report(
     *,
     model_marginal: Callable[[tuple[str, ...]], npt.NDArray[np.float64]] | None = None,
     deltas: Sequence[float] = (1e-5, 1e-6, 1e-7, 1e-8, 1e-9),
+    discovery_delta: float = 0.0,
 ) -> dict[str, Any]:
     """The release-tier report (JSON-able) of one release; DP post-processing only.
 
     ``synthetic`` holds the released rows' codes (rows × columns, domain order);
     ``model_marginal(attrs)`` returns the fitted model's distribution over ``attrs`` (shape: the
     attributes' sizes, original codes). Without it, the synthetic rows' marginals stand in.
+    ``discovery_delta``: the δ the dataset's discovery spent (its ledger's ``spent_delta``),
+    added to each conversion δ of the privacy profile: the release uses the discovered domain.
     Raises ValueError when the record's domain is not the schema's.
     """
     domain = schema.domain()
@@ -323,9 +329,13 @@ def build_release_report(
     labels = column_labels(schema)
     noisy_sum = max((float(m.noisy_counts.sum()) for m in record.marginals), default=0.0)
     n_hat = record.estimated_total if record.estimated_total > 0 else max(noisy_sum, 1.0)
+    if not 0 <= discovery_delta < 1:
+        raise ValueError("discovery_delta must be in [0, 1)")
     profile = [
         {
-            "delta": float(delta),
+            "delta": float(delta) + discovery_delta,
+            "conversion_delta": float(delta),
+            "discovery_delta": discovery_delta,
             "epsilon": rounded(float(epsilon_from_rho_delta(record.rho, delta))),
         }
         for delta in deltas

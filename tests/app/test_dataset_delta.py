@@ -140,3 +140,32 @@ def test_openapi_documents_delta(api_stack: Stack) -> None:
     assert "discover" in schemas["LedgerEntryOut"]["properties"]["kind"]["enum"]
     form = spec["paths"]["/v1/datasets"]["post"]["requestBody"]["content"]["multipart/form-data"]
     assert "budget_delta" in form["schema"]["properties"]
+
+
+def test_dry_run_adds_the_discovery_delta_to_every_delta(
+    api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str
+) -> None:
+    # Issue 24 §3: a release uses the domain discovery published, so its (ε, δ) carries the
+    # discovery's δ on top of the conversion's.
+    dataset = create_dataset(
+        tenant.owner, people_csv, people_schema, budget_rho="1", budget_delta="0.000001"
+    )
+    body = {"method": "independent", "budget": {"rho": "0.1"}, "rows": 10}
+    before = tenant.analyst.post(
+        f"/v1/datasets/{dataset['id']}/jobs", json=body, params={"dry_run": "true"}
+    ).json()
+    assert before["discovery_delta"] == "0"
+    assert all(p["delta"] == p["conversion_delta"] for p in before["privacy_profile"])
+    detail = {"mechanism": "open_set_categories", "columns": {"city": {"rho": "0.2"}}}
+    with api_stack.session() as session:
+        budget_service.spend_discovery(
+            session, uuid.UUID(dataset["id"]), D("0.2"), D("0.0000004"), detail, "system"
+        )
+    after = tenant.analyst.post(
+        f"/v1/datasets/{dataset['id']}/jobs", json=body, params={"dry_run": "true"}
+    ).json()
+    assert after["discovery_delta"] == "0.0000004"
+    for old, new in zip(before["privacy_profile"], after["privacy_profile"], strict=True):
+        assert new["epsilon"] == old["epsilon"]  # ε is the conversion's: ρ only
+        assert new["conversion_delta"] == old["conversion_delta"]
+        assert D(new["delta"]) == D(new["conversion_delta"]) + D("0.0000004")

@@ -42,7 +42,32 @@ def _tiny() -> tuple[TableSchema, ReleaseRecord, np.ndarray]:
 
 def test_the_builder_takes_no_real_data() -> None:
     parameters = inspect.signature(build_release_report).parameters
-    assert list(parameters) == ["schema", "record", "synthetic", "model_marginal", "deltas"]
+    assert list(parameters) == [
+        "schema",
+        "record",
+        "synthetic",
+        "model_marginal",
+        "deltas",
+        "discovery_delta",
+    ]
+
+
+def test_the_profile_adds_the_discovery_delta_and_states_dp_correctly() -> None:
+    # Issue 24 §3: (ε(ρ, δ_conv), δ_conv + discovery δ), and (ε, δ)-DP worded as the inequality,
+    # not as "with probability 1 − δ" (probabilistic DP, which the conversion does not give).
+    schema, record, synthetic = _tiny()
+    plain = build_release_report(schema, record, synthetic, deltas=(1e-6,))
+    report = build_release_report(schema, record, synthetic, deltas=(1e-6,), discovery_delta=4e-7)
+    [entry] = report["privacy_profile"]
+    assert entry["conversion_delta"] == 1e-6 and entry["discovery_delta"] == 4e-7
+    assert entry["delta"] == pytest.approx(1.4e-6)
+    assert entry["epsilon"] == plain["privacy_profile"][0]["epsilon"]
+    wording = report["explanations"]["privacy_profile"]
+    assert "1 − δ" not in wording and "e^ε · P" in wording and "discovery" in wording
+    html = render_html(report, title="t")
+    assert "discovery δ" in html and "conversion δ" in html
+    with pytest.raises(ValueError, match="discovery_delta"):
+        build_release_report(schema, record, synthetic, discovery_delta=1.0)
 
 
 def test_numbers_match_hand_values() -> None:
@@ -65,6 +90,8 @@ def test_numbers_match_hand_values() -> None:
     assert report["distributions"][1]["noisy"] is None
     assert report["privacy_profile"][0] == {
         "delta": 1e-5,
+        "conversion_delta": 1e-5,
+        "discovery_delta": 0.0,
         "epsilon": pytest.approx(float(epsilon_from_rho_delta(Fraction(3, 8), 1e-5)), rel=1e-5),
     }
     pairs = report["pairs"]
