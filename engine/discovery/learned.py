@@ -93,7 +93,10 @@ inside the range's cells: the window resolved into 4,096 parts before the fine s
 ZOOM_CELLS = 2
 """The coarse range is zoomed into when it spans at most this many window cells."""
 ZOOM_KEEP = 0.9
-"""A zoom's range is kept only if it holds this share of the zoomed cells' noisy rows."""
+"""A zoom's range is kept unless the noisy rows it leaves out exceed this share's complement of
+the zoomed cells' noisy rows by more than :data:`ZOOM_NOISE_SDS` standard deviations of their
+noise (the left-out subcells' noise alone must not drop a right zoom)."""
+ZOOM_NOISE_SDS = 3.0
 TAIL_SHARE = 0.005
 """The outer edges aim at the 0.5 % and 99.5 % quantiles ..."""
 TAIL_MARGIN = 1.5
@@ -448,9 +451,14 @@ def zoom_coarse_range(
     )
     # The zoomed range must hold nearly all the (noisy) rows of the cells it zooms into: data
     # spread thinly over the subcells can clear a threshold in one short run only, and a range
-    # cut to that run would clamp most of the column.
+    # cut to that run would clamp most of the column. What it leaves out is a sum of many
+    # subcells' noise, so only a clear excess (beyond 3 σ of that sum) drops the zoom.
     kept = float(values[start : stop + 1].sum())
-    if not reliable or kept < ZOOM_KEEP * float(values.sum()):
+    left_out = float(values.sum()) - kept
+    allowed = (1 - ZOOM_KEEP) * max(float(values.sum()), 0.0) + ZOOM_NOISE_SDS * math.sqrt(
+        float(sigma2) * (values.size - (stop + 1 - start))
+    )
+    if not reliable or left_out > allowed:
         return replace(coarse, cost=cost, zoomed=True)
     low, high = float(bounds[start]), float(bounds[stop + 1])
     return replace(coarse, lower=low, upper=high, cost=cost, zoomed=True)
@@ -489,6 +497,12 @@ def _coarse(
     inside = noisy[1:-1]
     first, last, reliable, (strong_tau, extend_tau) = _cells(noisy, sigma2, exact=exact)
     first, last = min(max(first - 1, 0), window.cells - 1), min(max(last - 1, 0), window.cells - 1)
+    if not reliable and window.scale == "linear" and not window.linear:
+        # Nothing stands out in a narrow window (one by meaning, such as ages in [0, 120], or a
+        # declared one): the best guess would be noise, so the range is the whole window, where
+        # every value lies. Wide and calendar windows keep the best guess (a window of 10^15 or
+        # two centuries would spread the column over it); both are warned.
+        first, last = 0, window.cells - 1
     bounds = window.boundaries
     parameters: dict[str, JsonScalar] = {
         "cells": window.cells,
