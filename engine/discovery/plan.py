@@ -759,12 +759,14 @@ def _warnings(first: FirstRelease, learned: Mapping[str, LearnedBins]) -> tuple[
                 )
             )
         if not coarse.reliable:
+            whole = coarse.cells == (0, int(coarse.cost.parameters.get("cells", 0) or 0) - 1)
+            taken = "its whole public window" if whole else "a best guess"
             out.append(
                 DomainWarning(
                     "unreliable_range",
                     name,
                     f"column {name!r}: no part of its window held enough rows to locate the "
-                    "range at this budget, even on a second look (its range is a best guess); "
+                    f"range at this budget, even on a second look (its range is {taken}); "
                     "declare min and max, or give discovery more ρ",
                 )
             )

@@ -351,3 +351,32 @@ def test_detail_bound_covers_a_learned_range_at_extreme_parameters() -> None:
     found = release_second(first, FineCounts(first.fine_grids), source=random.Random(2))
     size = len(json.dumps(found.describe()))
     assert size <= detail_bound(budget)
+
+
+def test_an_unlocated_range_says_whether_it_is_the_window_or_a_guess() -> None:
+    """Two hundred ages at a budget where nothing stands out even on a second look: in the
+    narrow window by meaning the range is the whole window and the warning says so; in the
+    generic wide window it is a best guess, and the warning says that instead."""
+    ages = np.random.default_rng(12).integers(18, 91, 200).astype(float)
+    for window, taken in (
+        (Window(-0.5, 120.5, step=1.0), "its whole public window"),
+        (Window(-1e15 - 0.5, 1e15 + 0.5, step=1.0), "a best guess"),
+    ):
+        budget = allocate(
+            [RangeRequest("age", window, 16)],
+            budget_rho=Fraction(1, 20_000),
+            rho_quantum=Fraction(1, 10**12),
+        )
+        counts = Counts(list(budget.requests))
+        counts.add_rows(ages.size)
+        counts.add_numbers("age", ages)
+        first = release_first(budget, counts, source=random.Random(13))
+        assert not first.ranges["age"].reliable
+        fine = FineCounts(first.fine_grids)
+        fine.add_numbers("age", ages)
+        found = release_second(first, fine, source=random.Random(14))
+        (warning,) = [w for w in found.warnings if w.code == "unreliable_range"]
+        assert taken in warning.message
+        if taken.startswith("its whole"):
+            assert found.learned["age"].edges[0] == -0.5
+            assert found.learned["age"].edges[-1] == 120.5
