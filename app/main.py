@@ -17,6 +17,7 @@ from starlette.types import Scope
 from app.api.docs import install_docs
 from app.api.errors import validation_error_handler
 from app.api.limits import BodySizeLimitMiddleware
+from app.api.strict_json import StrictJSONMiddleware
 from app.auth.endpoints import router as auth_router
 from app.config import Settings, get_settings
 from app.console import endpoints as console
@@ -86,6 +87,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return min(draft, settings.max_upload_bytes)
         return settings.max_json_body_bytes
 
+    # Inside the body limit (added first: Starlette's last-added middleware is the outermost),
+    # so it reads only bodies within the cap.
+    app.add_middleware(StrictJSONMiddleware)
     app.add_middleware(BodySizeLimitMiddleware, limit_for=body_limit)
     # After the body limit, so the console's headers middleware wraps it and its 413s too.
     console.install(app)
