@@ -45,7 +45,9 @@ from app.jobs.limits import (
     JobTimeLimitExceeded,
     caused_by_memory_error,
     enforced_memory_limit_mb,
+    input_allowance_bytes,
     memory_limit_error,
+    raised_memory_limit,
     time_limit_error,
 )
 from app.jobs.progress import PHASES, ProgressPoint, engine_point
@@ -61,6 +63,7 @@ from app.reports.artefacts import (
 )
 from app.storage import Storage, dataset_values_key, discard, job_output_key, open_storage
 from engine.domain import Dataset as EngineDataset
+from engine.domain import narrowest_unsigned
 from engine.encoding import TableSchema
 from engine.mechanisms import get_mechanism
 from engine.mechanisms.base import SynthesisCancelled
@@ -540,6 +543,43 @@ def _synthesize(
         # The δ discovery spent on the published domain: part of every release's (ε, δ).
         account = budget_repository.get_account(session, claim.dataset_id)
         discovery_delta = float(account.spent_delta) if account is not None else 0.0
+        # The input table's own address space (private: its exact rows), added to this job's
+        # memory limit so that whether the job fits depends on the public estimate only.
+        domain = schema.domain()
+        width = narrowest_unsigned(max((domain.size(a) for a in domain.attributes), default=1))
+        allowance = input_allowance_bytes(
+            dataset.n_rows,
+            len(domain),
+            width.itemsize,
+            get_mechanism(claim.method).counting_cache_bytes,
+        )
+    with raised_memory_limit(allowance):
+        return _run_engine(
+            settings,
+            storage,
+            claim,
+            progress,
+            output_key,
+            writer,
+            schema,
+            table_key,
+            values_key,
+            discovery_delta,
+        )
+
+
+def _run_engine(
+    settings: Settings,
+    storage: Storage,
+    claim: Claim,
+    progress: _Progress,
+    output_key: str,
+    writer: ArtefactWriter,
+    schema: TableSchema,
+    table_key: str,
+    values_key: str,
+    discovery_delta: float,
+) -> _Produced:
     mechanism = get_mechanism(claim.method)
     params = mechanism.validate_params(claim.params)
     # Seeds drive post-processing only; DP noise comes from the CSPRNG inside the engine.

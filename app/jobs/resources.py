@@ -9,8 +9,8 @@ data, so a refusal reveals nothing about it.
 
 The memory limit is the one the worker enforces (its address-space limit). The estimate bounds
 the model, tables and output from per-cell costs measured here; it leaves out the input table,
-whose length is private, so a job it accepts can still fail on the worker's limit when the table
-itself is large (docs/operations.md, "leave room for it"). The work bound is not a prediction
+whose length is private: the worker adds the table's own allowance to each job's limit
+(:func:`app.jobs.limits.input_allowance_bytes`), so whether a job fits does not depend on it. The work bound is not a prediction
 of the run time: it assumes the model at its cap in every iteration of every round, which real
 runs rarely approach, so the time check only refuses parameters far beyond anything that can
 finish (the review's `aim` with 100,000 rounds and iterations); the worker's wall-time limit

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.accounting import exact_share, split_rho
 from engine.domain import Dataset, Domain
 from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate
-from engine.marginals import MarginalCache, Measurement, measure_marginal
+from engine.marginals import FLAT_CACHE_BYTES, MarginalCache, Measurement, measure_marginal
 from engine.mechanisms.base import (
     GRAPHICAL_OUTPUT,
     DomainRefused,
@@ -241,6 +241,7 @@ class AIMMechanism(Mechanism):
     )
     Params = AIMParams
     resamplable = True
+    counting_cache_bytes = FLAT_CACHE_BYTES  # its MarginalCache's cap
     milestones = ADAPTIVE_MILESTONES
 
     def check_domain(self, domain: Domain, params: BaseModel) -> None:

@@ -563,6 +563,10 @@ class Mechanism(abc.ABC):
     resamplable: ClassVar[bool] = False
     """Whether a run returns a re-samplable :class:`~engine.release.model.FittedModel` in
     ``SynthesisResult.model`` (checked by :meth:`run`); see docs/methods.md."""
+    counting_cache_bytes: ClassVar[int] = 0
+    """The most a run keeps of per-row counting indices between rounds (its
+    :class:`~engine.marginals.MarginalCache`'s ``kept_bytes``; 0 without one): grows with the
+    input rows up to this cap, so the worker's input allowance includes it (issue 24 §1)."""
     milestones: ClassVar[tuple[Milestone, ...]] = (Milestone("synthesize", 0.0),)
     """The public progress schedule: the stages an observer of the run may see, in order, each at
     a fixed fraction. A constant of the class (checked when the class is defined); the mechanism

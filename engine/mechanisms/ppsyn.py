@@ -17,6 +17,7 @@ from engine.accounting import exact_share, gaussian_rho
 from engine.domain import Dataset, Domain
 from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate
 from engine.marginals import (
+    FLAT_CACHE_BYTES,
     MARGINAL_SENSITIVITY,
     MarginalCache,
     Measurement,
@@ -261,6 +262,7 @@ class PPSynMechanism(Mechanism):
     )
     Params = PPSynParams
     resamplable = True
+    counting_cache_bytes = FLAT_CACHE_BYTES  # its MarginalCache's cap
     milestones = ADAPTIVE_MILESTONES
 
     def check_domain(self, domain: Domain, params: BaseModel) -> None:

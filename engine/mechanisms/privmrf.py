@@ -22,6 +22,7 @@ from engine.estimation import (
     estimate_total,
 )
 from engine.marginals import (
+    FLAT_CACHE_BYTES,
     MARGINAL_SENSITIVITY,
     MarginalCache,
     Measurement,
@@ -277,6 +278,7 @@ class PrivMRFMechanism(Mechanism):
     )
     Params = PrivMRFParams
     resamplable = True
+    counting_cache_bytes = FLAT_CACHE_BYTES  # its MarginalCache's cap
     milestones = (
         Milestone("measure_one_way", 0.0),
         Milestone("dependency_scores", 0.01),
