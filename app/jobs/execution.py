@@ -327,8 +327,8 @@ def _run_attempt(
     job_id = claim.job_id
     storage = open_storage(settings)
     output_key = job_output_key(job_id, claim.attempt)
-    writer = ArtefactWriter(storage, job_id, claim.attempt)
     with _Lease(factory, settings, claim) as lease:
+        writer = ArtefactWriter(storage, job_id, claim.attempt, past_deadline=lease.past_deadline)
         progress = _Progress(factory, settings, claim, lease)
         try:
             produced = _synthesize(factory, settings, storage, claim, progress, output_key, writer)
@@ -347,7 +347,7 @@ def _run_attempt(
                 _owner_tier(factory, storage, claim, writer, produced)
                 return AttemptOutcome(job_id, "succeeded")
             discard(storage, output_key, writer.prefix)
-            return _finish_unpublished(factory, claim)
+            return _finish_unpublished(factory, settings, claim)
         except SynthesisCancelled:
             discard(storage, output_key, writer.prefix)
             _finish(factory, claim, "cancelled", None)
@@ -507,20 +507,31 @@ def _finish(factory: sessionmaker[Session], claim: Claim, status: str, error: st
         )
 
 
-def _finish_unpublished(factory: sessionmaker[Session], claim: Claim) -> AttemptOutcome:
-    """The output was ready but could not be published: cancelled meanwhile, or lost."""
+def _finish_unpublished(
+    factory: sessionmaker[Session], settings: Settings, claim: Claim
+) -> AttemptOutcome:
+    """The output was ready but could not be published: cancelled meanwhile, past its deadline
+    (the publish transaction checks it), or lost."""
     with transaction(factory) as session:
+        now = utcnow()
         job = repository.get(session, claim.job_id)
-        if (
-            job is not None
-            and job.status == "running"
-            and job.attempt == claim.attempt
-            and job.cancel_requested
-        ):
+        if job is None or job.status != "running" or job.attempt != claim.attempt:
+            return AttemptOutcome(claim.job_id, "lost")
+        if job.cancel_requested:
             repository.finish(
-                session, claim.job_id, claim.attempt, status="cancelled", error=None, now=utcnow()
+                session, claim.job_id, claim.attempt, status="cancelled", error=None, now=now
             )
             return AttemptOutcome(claim.job_id, "cancelled")
+        if job.deadline_at is not None and job.deadline_at < now:
+            repository.finish(
+                session,
+                claim.job_id,
+                claim.attempt,
+                status="failed",
+                error=time_limit_error(settings.job_time_limit_seconds),
+                now=now,
+            )
+            return AttemptOutcome(claim.job_id, "failed")
     return AttemptOutcome(claim.job_id, "lost")
 
 

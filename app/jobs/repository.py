@@ -19,7 +19,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, tuple_, update
+from sqlalchemy import ColumnElement, func, or_, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, aliased
@@ -381,7 +381,8 @@ def complete(
     artefacts: Sequence[str] = (),
 ) -> bool:
     """Publish the output and the names of its artefacts, only if this attempt still owns the
-    job and no cancel arrived."""
+    job, no cancel arrived and its deadline has not passed (a run that overran its time limit
+    without a progress report in between is not published late: issue 24 §9)."""
     row = session.execute(
         update(Job)
         .where(
@@ -389,6 +390,7 @@ def complete(
             Job.attempt == attempt,
             Job.status == "running",
             Job.cancel_requested.is_(False),
+            or_(Job.deadline_at.is_(None), Job.deadline_at >= now),
         )
         .values(
             status="succeeded",

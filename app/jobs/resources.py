@@ -10,11 +10,11 @@ data, so a refusal reveals nothing about it.
 The memory limit is the one the worker enforces (its address-space limit). The estimate bounds
 the model, tables and output from per-cell costs measured here; it leaves out the input table,
 whose length is private: the worker adds the table's own allowance to each job's limit
-(:func:`app.jobs.limits.input_allowance_bytes`), so whether a job fits does not depend on it. The work bound is not a prediction
-of the run time: it assumes the model at its cap in every iteration of every round, which real
-runs rarely approach, so the time check only refuses parameters far beyond anything that can
-finish (the review's `aim` with 100,000 rounds and iterations); the worker's wall-time limit
-stops the rest.
+(:func:`app.jobs.limits.input_allowance_bytes`), so whether a job fits does not depend on it.
+The work bound is not a prediction of the run time: it assumes the model at its cap in every
+iteration of every round, which real runs rarely approach, so the time check only refuses
+parameters far beyond anything that can finish (the review's `aim` with 100,000 rounds and
+iterations); the worker's wall-time limit stops the rest.
 
 Without ``rows`` the output size is the mechanism's noisy row count, which the submission cannot
 know: it is capped at :func:`output_rows_limit`, the number of rows that fit in the memory limit

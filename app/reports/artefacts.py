@@ -59,10 +59,17 @@ logger = logging.getLogger(__name__)
 class ArtefactWriter:
     """Writes one attempt's artefacts; each goes to a temporary file, then into place."""
 
-    def __init__(self, storage: Storage, job_id: uuid.UUID, attempt: int) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        job_id: uuid.UUID,
+        attempt: int,
+        past_deadline: Callable[[], bool] | None = None,
+    ) -> None:
         self._storage = storage
         self._job_id = job_id
         self._attempt = attempt
+        self._past_deadline = past_deadline
         self.written: list[str] = []
 
     def put_file(self, name: str, write: Callable[[Any], None], suffix: str) -> None:
@@ -84,12 +91,17 @@ class ArtefactWriter:
         self.put_text(name, json.dumps(value, allow_nan=False, separators=(",", ":")))
 
     def attempt(self, what: str, build: Callable[[], None]) -> bool:
-        """Run ``build``; a failure is logged for the operator and leaves the artefact out."""
+        """Run ``build``; a failure is logged for the operator and leaves the artefact out,
+        except past the attempt's deadline (``past_deadline``): then the failure (Celery's soft
+        time limit, or anything else raised there) is the time limit's and goes to the caller,
+        which ends the job failed instead of publishing it without the artefact."""
         try:
             build()
         except MemoryError:
             raise  # the caller decides (the owner tier catches it after publication)
         except Exception:
+            if self._past_deadline is not None and self._past_deadline():
+                raise
             logger.exception(
                 "job %s attempt %d: could not build the %s", self._job_id, self._attempt, what
             )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +192,61 @@ def test_a_dataset_stored_before_raw_values_were_kept_falls_back_to_bins(
     assert report["verdict"]["headline"].startswith("Values not compared.")
     assert set(report["correlations"]["source"].values()) == {"codes"}
     assert report["marginals"]["k_marginal_score"] is not None, "the rest is as before"
+
+
+@pytest.mark.parametrize("report_raises", [True, False])
+def test_a_run_past_its_deadline_is_failed_not_published(
+    api_stack: Stack,
+    tenant: Tenant,
+    people_csv: bytes,
+    people_schema: str,
+    monkeypatch: pytest.MonkeyPatch,
+    report_raises: bool,
+) -> None:
+    """Issue 24 §9: a run that passes its deadline while its report is built (Celery's soft time
+    limit fires inside the builder, which caught it as an ordinary error) or just before it
+    publishes (no progress report in between) ends failed with the time limit's text; it was
+    published `succeeded` past its deadline, without its release report."""
+    from billiard.exceptions import SoftTimeLimitExceeded
+    from sqlalchemy import update
+
+    from app.jobs.limits import time_limit_error
+    from app.jobs.models import Job
+
+    settings = api_stack.settings
+    factory = get_session_factory(settings.sqlalchemy_url)
+    dataset = create_dataset(tenant.owner, people_csv, people_schema)
+    job_id = uuid.UUID(submit(tenant.analyst, dataset["id"], rho="0.1").json()["id"])
+    claim = claim_and_charge(factory, settings, job_id)
+    assert claim is not None
+    late = {"now": False}
+    monkeypatch.setattr(execution._Lease, "past_deadline", lambda _self: late["now"])
+    write = execution.write_release_artefacts
+
+    def overrunning(writer: ArtefactWriter, *args: Any, **kwargs: Any) -> None:
+        with transaction(factory) as session:
+            session.execute(
+                update(Job)
+                .where(Job.id == job_id)
+                .values(deadline_at=utcnow() - timedelta(seconds=1))
+            )
+        late["now"] = True
+        if report_raises:
+            writer.attempt("release report", _raise(SoftTimeLimitExceeded()))
+        else:
+            write(writer, *args, **kwargs)
+
+    monkeypatch.setattr(execution, "write_release_artefacts", overrunning)
+    outcome = execution._run_attempt(factory, settings, claim)
+    assert outcome.status == "failed"
+    job = tenant.analyst.get(f"/v1/jobs/{job_id}").json()
+    assert job["status"] == "failed", job
+    assert job["error"] == time_limit_error(settings.job_time_limit_seconds)
+    assert tenant.analyst.get(f"/v1/jobs/{job_id}/download").status_code in (404, 409)
+
+
+def _raise(error: BaseException) -> Any:
+    def build() -> None:
+        raise error
+
+    return build
