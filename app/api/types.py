@@ -92,14 +92,22 @@ RhoIn = Annotated[
 
 DecimalIn = Annotated[Decimal, BeforeValidator(parse_decimal)]
 
-# δ of approximate zCDP (spent by discovery at upload): 0 ≤ δ < 1, at most 18 decimal places.
+MAX_DELTA = Decimal("0.001")
+"""The largest δ any request may give (a job's (ε, δ) budget, an upload's ``budget_delta``, a
+grant's ``add_delta``): a δ near 1 states no privacy at all, and δ should be far below 1/n
+(issue 24 §11: δ = 0.9999999999999999 was accepted)."""
+
+# δ of approximate zCDP (spent by discovery at upload): 0 ≤ δ ≤ MAX_DELTA, at most 18 decimal
+# places.
 DeltaOut = RhoOut
 DeltaIn = Annotated[
     Decimal,
     BeforeValidator(parse_decimal),
-    Field(ge=0, lt=1),
+    Field(ge=0, le=MAX_DELTA),
     decimal_json_schema(
-        "a decimal δ, 0 ≤ δ < 1, with at most 18 decimal places", below=1, zero_allowed=True
+        "a decimal δ, 0 ≤ δ ≤ 0.001, with at most 18 decimal places",
+        maximum=float(MAX_DELTA),
+        zero_allowed=True,
     ),
 ]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.api.types import check_delta_scale, check_rho_scale, parse_decimal
+from app.api.types import MAX_DELTA, check_delta_scale, check_rho_scale, parse_decimal
 from app.auth.service import Principal
 from app.budget import repository as budget_repository
 from app.budget import service as budget_service
@@ -76,7 +76,8 @@ def parse_budget(raw: str, settings: Settings, field: str = "budget_rho") -> Dec
 
 
 def parse_budget_delta(raw: str) -> Decimal:
-    """A dataset's total δ from the optional form field: 0 ≤ δ < 1, at most 18 decimal places.
+    """A dataset's total δ from the optional form field: 0 ≤ δ ≤ MAX_DELTA (0.001), at most 18
+    decimal places.
 
     δ is spent only by discovery at upload ((ρ, δ)-approximate zCDP); with 0 (the default) a
     discovery that needs δ (open-set categories) does not fit and is refused.
@@ -85,8 +86,8 @@ def parse_budget_delta(raw: str) -> Decimal:
         value = check_delta_scale(parse_decimal(raw))
     except ValueError as error:
         raise UploadRejected(422, f"budget_delta: {error}") from None
-    if not 0 <= value < 1:
-        raise UploadRejected(422, "budget_delta must be a decimal number with 0 ≤ δ < 1")
+    if not 0 <= value <= MAX_DELTA:
+        raise UploadRejected(422, f"budget_delta must be a decimal number with 0 ≤ δ ≤ {MAX_DELTA}")
     return value
 
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.api.types import (
+    MAX_DELTA,
     DecimalIn,
     RhoIn,
     RhoOut,
@@ -50,8 +51,10 @@ class EpsilonDeltaBudgetIn(BaseModel):
     ]
     delta: Annotated[
         DecimalIn,
-        Field(ge=MIN_EPSILON_DELTA, lt=1),
-        decimal_json_schema("1e-30 ≤ δ < 1", minimum=MIN_EPSILON_DELTA, below=1),
+        Field(ge=MIN_EPSILON_DELTA, le=MAX_DELTA),
+        decimal_json_schema(
+            "1e-30 ≤ δ ≤ 0.001", minimum=MIN_EPSILON_DELTA, maximum=float(MAX_DELTA)
+        ),
     ]
 
     @field_validator("epsilon", "delta")

@@ -94,6 +94,8 @@ def test_over_budget_is_refused_without_ledger_change(
         {"method": "independent", "budget": {"epsilon": 1, "delta": 0}},
         {"method": "independent", "budget": {"epsilon": 1, "delta": 1}},
         {"method": "independent", "budget": {"epsilon": 1, "delta": 1.5}},
+        {"method": "independent", "budget": {"epsilon": 1, "delta": "0.9999999999999999"}},
+        {"method": "independent", "budget": {"epsilon": 1, "delta": 0.0011}},
         {"method": "independent", "budget": {"epsilon": 0, "delta": 1e-6}},
         {"method": "independent", "budget": {"epsilon": 1}},
         {"method": "independent", "budget": {"rho": 0.1, "epsilon": 1, "delta": 1e-6}},
