@@ -22,7 +22,7 @@ from app.auth.endpoints import router as auth_router
 from app.config import Settings, get_settings
 from app.console import endpoints as console
 from app.datasets.endpoints import router as datasets_router
-from app.db.session import get_health_engine
+from app.db.session import get_health_engine, note_pool_timeout, pool_health
 from app.drafts.endpoints import router as drafts_router
 from app.jobs.endpoints import router as jobs_router
 from app.reports.endpoints import router as reports_router
@@ -103,6 +103,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # during COMMIT the outcome is unknown); a retry with the same Idempotency-Key is safe.
         # exc_info=error, not True: Starlette calls this handler outside the except block, where
         # exc_info=True would log "NoneType: None" instead of the cause.
+        if isinstance(error, exc.TimeoutError):
+            note_pool_timeout()  # /healthz reports the pool while this lasts
         logger.warning(
             "database unavailable, answering 503: %s: %s",
             type(error).__name__,
@@ -144,8 +146,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         responses={
             200: {"description": "ready"},
             503: {
-                "description": "database or storage unreachable or not answering within 1 s "
-                "(the body says which)"
+                "description": "database or storage unreachable or not answering within 1 s, "
+                "or the request pool exhausted (requests answered 503 for want of a "
+                "connection in the last 5 s); the body says which"
             },
         },
     )
@@ -174,6 +177,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         except TimeoutError:
             logger.warning("health check: no answer within %s s", HEALTH_DEADLINE_SECONDS)
         result = {name: checks.get(name, "unavailable") for name in ("database", "storage")}
+        # The request pool (its own counters, no I/O): exhausted while every connection is out
+        # and requests are being answered 503 for want of one.
+        result["pool"] = pool_health(settings.sqlalchemy_url)
         if any(value != "ok" for value in result.values()):
             return JSONResponse({"status": "unavailable", **result}, status_code=503)
         return JSONResponse({"status": "ok", **result})

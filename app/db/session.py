@@ -159,6 +159,34 @@ def get_engine(url: str, pool: PoolOptions | None = None) -> Engine:
         return engine
 
 
+POOL_HEALTH_WINDOW_SECONDS = 5.0
+"""/healthz reports the pool exhausted while every connection is checked out and a request
+timed out waiting for one (answered 503) within this many seconds."""
+_last_pool_timeout: float | None = None
+
+
+def note_pool_timeout() -> None:
+    """A request waited for a pooled connection past its timeout (and was answered 503)."""
+    global _last_pool_timeout
+    _last_pool_timeout = time.monotonic()
+
+
+def pool_health(url: str) -> str:
+    """``"exhausted"`` when the process's pool for ``url`` has every connection checked out and
+    a request timed out waiting for one within :data:`POOL_HEALTH_WINDOW_SECONDS`; else
+    ``"ok"``. No I/O (the pool's own counters)."""
+    engine = _engines.get(url)
+    if engine is None or _last_pool_timeout is None:
+        return "ok"
+    if time.monotonic() - _last_pool_timeout > POOL_HEALTH_WINDOW_SECONDS:
+        return "ok"
+    pool = engine.pool
+    size, checked_out = getattr(pool, "size", None), getattr(pool, "checkedout", None)
+    if not callable(size) or not callable(checked_out):
+        return "ok"
+    return "exhausted" if checked_out() >= size() else "ok"
+
+
 _health_engines: dict[str, Engine] = {}
 HEALTH_CONNECT_TIMEOUT_SECONDS = 2
 

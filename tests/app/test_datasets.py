@@ -373,6 +373,7 @@ def test_healthz_and_docs(api_stack: Stack) -> None:
             "status": "ok",
             "database": "ok",
             "storage": "ok",
+            "pool": "ok",
         }
         assert client.get("/docs").status_code == 200
         spec = client.get("/openapi.json").json()

@@ -237,3 +237,39 @@ def test_full_disk_while_storing_is_503_and_leaves_nothing(
     assert [p for p in root.rglob("*") if p.is_file()] == []
     assert list((root / "datasets").iterdir()) == []
     assert tenant.owner.get("/v1/datasets").json()["items"] == []
+
+
+def test_healthz_reports_an_exhausted_pool(
+    api_stack: Stack, tenant: Tenant, tmp_path: Path
+) -> None:
+    """Issue 24 §11: /healthz said 200 while every pooled connection was taken and every other
+    request got 503. With the pool of an in-process API held and a request timed out waiting
+    for it, /healthz answers 503 with "pool": "exhausted"; once a connection is back, 200."""
+    from app.db.session import get_engine
+
+    settings = api_stack.settings.model_copy(
+        update={
+            "storage_dir": tmp_path / "storage",
+            "db_pool_size": 2,
+            "db_pool_timeout_seconds": 0.5,
+            # Its own URL, so this process's pool is the one this API builds (pools are per URL).
+            "database_url": api_stack.settings.sqlalchemy_url + "?application_name=pooltest",
+        }
+    )
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        client.headers["Authorization"] = tenant.owner.headers["Authorization"]
+        assert client.get("/v1/datasets").status_code == 200
+        assert client.get("/healthz").json()["pool"] == "ok"
+        engine = get_engine(settings.sqlalchemy_url)
+        held = [engine.connect() for _ in range(2)]
+        try:
+            busy = client.get("/v1/datasets")
+            assert busy.status_code == 503, busy.text
+            health = client.get("/healthz")
+            assert health.status_code == 503
+            assert health.json()["pool"] == "exhausted"
+        finally:
+            for connection in held:
+                connection.close()
+        health = client.get("/healthz")
+        assert health.status_code == 200 and health.json()["pool"] == "ok"

@@ -283,6 +283,7 @@ def test_api_answers_503_while_the_object_store_is_unreachable(
             "status": "unavailable",
             "database": "ok",
             "storage": "unavailable",
+            "pool": "ok",
         }
 
         client.headers["Authorization"] = tenant.owner.headers["Authorization"]
