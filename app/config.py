@@ -121,6 +121,11 @@ class Settings(BaseSettings):
     # Threads serving the API's blocking work (sync routes, authentication): AnyIO's default.
     api_threads: int = Field(default=40, ge=2, le=1000)
 
+    # Failed key checks per client address (app/auth/throttle.py): a burst, then this many per
+    # second; past it, 429 with Retry-After before the key is checked.
+    auth_failure_burst: int = Field(default=30, ge=1)
+    auth_failures_per_second: float = Field(default=1.0, gt=0)
+
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @model_validator(mode="after")

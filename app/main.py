@@ -19,6 +19,7 @@ from app.api.errors import validation_error_handler
 from app.api.limits import BodySizeLimitMiddleware
 from app.api.strict_json import StrictJSONMiddleware
 from app.auth.endpoints import router as auth_router
+from app.auth.throttle import FailedAuthThrottle
 from app.config import Settings, get_settings
 from app.console import endpoints as console
 from app.datasets.endpoints import router as datasets_router
@@ -70,6 +71,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
+    # Failed key checks per client address (app/auth/throttle.py), per API process.
+    app.state.auth_throttle = FailedAuthThrottle(
+        settings.auth_failure_burst, settings.auth_failures_per_second
+    )
     install_docs(app)
     app.include_router(datasets_router)
     app.include_router(drafts_router)

@@ -28,6 +28,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.auth.service import Principal, authenticate
+from app.auth.throttle import FailedAuthThrottle
 from app.config import Settings
 from app.db.session import PoolOptions, get_session_factory, read_only_session, transaction
 from app.storage import Storage, open_storage
@@ -86,10 +87,32 @@ StorageDep = Annotated[Storage, Depends(_storage)]
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer rhs_...`")
 
 
+def client_address(request: Request) -> str:
+    """The connection's peer address (the throttle's key)."""
+    return request.client.host if request.client is not None else "unknown"
+
+
+def throttled(request: Request) -> HTTPException | None:
+    """429 with Retry-After when the client's address has used up its failed key checks."""
+    throttle: FailedAuthThrottle = request.app.state.auth_throttle
+    wait = throttle.retry_after(client_address(request))
+    if wait is None:
+        return None
+    return HTTPException(
+        status.HTTP_429_TOO_MANY_REQUESTS,
+        "too many failed key checks from this address; retry after the Retry-After delay",
+        headers={"Retry-After": str(wait)},
+    )
+
+
 def _principal(
+    request: Request,
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
+    if (refused := throttled(request)) is not None:
+        raise refused
+    throttle: FailedAuthThrottle = request.app.state.auth_throttle
     if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
@@ -101,6 +124,7 @@ def _principal(
     with read_only_session(_factory(settings)) as session:
         principal = authenticate(session, settings.secret_key_bytes(), credentials.credentials)
     if principal is None:
+        throttle.failed(client_address(request))
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED, "invalid API key", headers={"WWW-Authenticate": "Bearer"}
         )

@@ -20,7 +20,14 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
-from app.api.deps import DatabaseDep, SettingsDep, StorageDep, require_owner
+from app.api.deps import (
+    DatabaseDep,
+    SettingsDep,
+    StorageDep,
+    client_address,
+    require_owner,
+    throttled,
+)
 from app.api.types import format_decimal
 from app.console import service
 from app.console.domains import column_domain
@@ -248,6 +255,10 @@ async def login(request: Request, db: DatabaseDep, settings: SettingsDep) -> Res
             request, "the sign-in form expired; sign in again", status.HTTP_403_FORBIDDEN
         )
     key = form.get("api_key")
+    if (refused := throttled(request)) is not None:  # failed sign-ins per address
+        page = _login_page(request, refused.detail, status.HTTP_429_TOO_MANY_REQUESTS)
+        page.headers.update(refused.headers or {})
+        return page
 
     def create() -> tuple[str, service.SignedIn] | None:
         if not isinstance(key, str) or not key.strip() or len(key) > 200:
@@ -259,6 +270,7 @@ async def login(request: Request, db: DatabaseDep, settings: SettingsDep) -> Res
 
     created = await run_in_threadpool(create)
     if created is None:
+        request.app.state.auth_throttle.failed(client_address(request))
         return _login_page(request, "invalid API key", status.HTTP_401_UNAUTHORIZED)
     token, _signed = created
     response = _redirect(f"{PREFIX}/datasets")

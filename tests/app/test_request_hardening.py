@@ -273,3 +273,35 @@ def test_healthz_reports_an_exhausted_pool(
                 connection.close()
         health = client.get("/healthz")
         assert health.status_code == 200 and health.json()["pool"] == "ok"
+
+
+def test_failed_key_checks_are_throttled_per_address(
+    api_stack: Stack, tenant: Tenant, tmp_path: Path
+) -> None:
+    """Issue 24 §11: 300 bad keys answered 401 in 2.1 s. Past a burst of failures an address is
+    answered 429 with Retry-After before its key is checked; requests with no key and valid
+    keys from another address are not throttled."""
+    settings = api_stack.settings.model_copy(
+        update={
+            "storage_dir": tmp_path / "storage",
+            "auth_failure_burst": 5,
+            "auth_failures_per_second": 0.5,
+        }
+    )
+    app = create_app(settings)
+    owner = tenant.owner.headers["Authorization"]
+    with (
+        TestClient(app, raise_server_exceptions=False) as client,
+        TestClient(app, raise_server_exceptions=False, client=("10.0.0.9", 5000)) as other,
+    ):
+        codes = [
+            client.get("/v1/datasets", headers={"Authorization": f"Bearer rhs_bad{i}"}).status_code
+            for i in range(12)
+        ]
+        assert codes[:5] == [401] * 5 and set(codes[5:]) == {429}, codes
+        refused = client.get("/v1/datasets", headers={"Authorization": "Bearer rhs_bad"})
+        assert 1 <= int(refused.headers["Retry-After"]) <= 3
+        # The same address with a valid key waits too; another address is unaffected.
+        assert client.get("/v1/datasets", headers={"Authorization": owner}).status_code == 429
+        assert other.get("/v1/datasets", headers={"Authorization": owner}).status_code == 200
+        assert other.get("/v1/datasets").status_code == 401  # no key: not counted

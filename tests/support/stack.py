@@ -38,6 +38,10 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "requeue_after_seconds": 3.0,
     "job_max_attempts": 3,
     "log_level": "INFO",
+    # The suite's many deliberate bad keys all come from 127.0.0.1 and one server per stack;
+    # the throttle itself is tested with its defaults' shape on an app of its own
+    # (tests/app/test_request_hardening.py).
+    "auth_failure_burst": 100_000,
 }
 
 

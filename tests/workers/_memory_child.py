@@ -20,7 +20,7 @@ from engine.domain import Dataset, Domain
 from engine.mechanisms import get_mechanism
 from workers.limits import apply_memory_limit
 
-SIZES = (9, 16, 7, 5, 12, 2, 3, 14)
+SIZES = (9, 16, 7, 5, 12, 2, 3, 10)
 DOMAIN = Domain(tuple(f"c{j}" for j in range(len(SIZES))), SIZES)
 
 
