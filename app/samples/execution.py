@@ -2,19 +2,25 @@
 
 A sample reads no data: only the job's published model (a DP output) and the public schema. So
 unlike a job it has no charge, and a lost attempt is simply retried (the recovery loop puts it
-back in the queue); the same seed draws the same rows, whichever attempt publishes.
+back in the queue); the same seed draws the same rows, whichever attempt publishes. Like a job,
+a running sample holds a short lease (``RHOSYNTH_JOB_LEASE_SECONDS``) renewed by a heartbeat
+thread every ``RHOSYNTH_JOB_HEARTBEAT_SECONDS``, so a sample whose process died is back in the
+queue within a lease, not after the time limit (issue 24 §6: a SIGKILLed sample held its
+tenant's slot for 61 minutes).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
 import numpy as np
+from sqlalchemy.orm import Session, sessionmaker
 
-from app.config import JOB_SOFT_GRACE_SECONDS, Settings
+from app.config import Settings
 from app.datasets import repository as dataset_repository
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
@@ -49,7 +55,7 @@ def execute_sample(settings: Settings, sample_id: uuid.UUID) -> str:
     factory = get_session_factory(settings.sqlalchemy_url)
     storage = open_storage(settings)
     now = utcnow()
-    lease = timedelta(seconds=settings.job_time_limit_seconds + JOB_SOFT_GRACE_SECONDS)
+    lease = timedelta(seconds=settings.job_lease_seconds)
     with transaction(factory) as session:
         sample = repository.claim(session, sample_id, now=now, lease_until=now + lease)
         if sample is None:
@@ -72,7 +78,8 @@ def execute_sample(settings: Settings, sample_id: uuid.UUID) -> str:
         return "failed"
     output_key = sample_output_key(sample_id, claimed.attempt)
     try:
-        rows = _draw(storage, claimed, claimed.schema, output_key)
+        with _Heartbeat(factory, settings, claimed):
+            rows = _draw(storage, claimed, claimed.schema, output_key)
         with transaction(factory) as session:
             published = repository.complete(
                 session,
@@ -101,6 +108,43 @@ def execute_sample(settings: Settings, sample_id: uuid.UUID) -> str:
                 now=utcnow(),
             )
         return "failed"
+
+
+class _Heartbeat:
+    """Renews a running sample's lease every ``job_heartbeat_seconds`` while it draws."""
+
+    def __init__(self, factory: sessionmaker[Session], settings: Settings, claimed: _Claimed):
+        self._factory = factory
+        self._settings = settings
+        self._claimed = claimed
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"sample-lease-{claimed.sample_id}", daemon=True
+        )
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self._settings.job_heartbeat_seconds * 2)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._settings.job_heartbeat_seconds):
+            lease_until = utcnow() + timedelta(seconds=self._settings.job_lease_seconds)
+            try:
+                with transaction(self._factory) as session:
+                    owned = repository.renew_lease(
+                        session, self._claimed.sample_id, self._claimed.attempt, lease_until
+                    )
+            except Exception:
+                logger.warning(
+                    "lease renewal failed for sample %s", self._claimed.sample_id, exc_info=True
+                )
+                continue
+            if not owned:  # recovered elsewhere; its publish will fail as not owned
+                return
 
 
 def _draw(storage: Storage, claimed: _Claimed, schema: TableSchema, output_key: str) -> int:

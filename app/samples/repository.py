@@ -69,6 +69,19 @@ def claim(
     return None if claimed is None else session.get(Sample, sample_id, populate_existing=True)
 
 
+def renew_lease(
+    session: Session, sample_id: uuid.UUID, attempt: int, lease_until: datetime
+) -> bool:
+    """Extend a running sample's lease; False if this attempt no longer owns it."""
+    row = session.execute(
+        update(Sample)
+        .where(Sample.id == sample_id, Sample.attempt == attempt, Sample.status == "running")
+        .values(lease_expires_at=lease_until)
+        .returning(Sample.id)
+    ).one_or_none()
+    return row is not None
+
+
 def complete(
     session: Session,
     sample_id: uuid.UUID,

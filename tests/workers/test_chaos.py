@@ -189,3 +189,48 @@ def test_cancel_after_claim_stays_charged_without_output(
         tenant.owner.get(f"/v1/datasets/{dataset['id']}").json()["budget"]["remaining_rho"] == "0.5"
     )
     assert_reconciled(stack, dataset["id"])
+
+
+def test_a_sigkilled_sample_is_back_in_the_queue_within_a_lease(
+    chaos: tuple[Stack, Tenant], people_csv: bytes, people_schema: str
+) -> None:
+    """Issue 24 §6: a SIGKILLed pool process left its sample `running` (holding one of the
+    tenant's live-sample slots) for the time limit + 30 s, 61 minutes. Samples now hold a
+    renewed lease like jobs: a fresh worker finishes the sample within a few leases."""
+    from app.samples.models import Sample
+
+    stack, tenant = chaos
+    dataset = create_dataset(tenant.owner, people_csv, people_schema)
+    worker = stack.start_worker()
+    job = wait_for(tenant.analyst, submit(tenant.analyst, dataset["id"], rho="0.5").json()["id"])
+    assert job["status"] == "succeeded", stack.logs()
+    drawn = tenant.analyst.post(
+        f"/v1/jobs/{job['id']}/samples", json={"rows": SLOW_ROWS, "seed": 3}
+    )
+    assert drawn.status_code == 202, drawn.text
+    sample_id = uuid.UUID(drawn.json()["id"])
+
+    def row() -> Sample:
+        with stack.session() as session:
+            sample = session.get(Sample, sample_id)
+            assert sample is not None
+            session.expunge(sample)
+            return sample
+
+    deadline = time.monotonic() + 60
+    while row().status != "running":
+        assert time.monotonic() < deadline, stack.logs()
+        time.sleep(0.05)
+    time.sleep(0.3)
+    stack.kill(worker)
+    killed_at = time.monotonic()
+    # While no worker runs, the lease runs out within a lease (4 s here), not the time limit.
+    lease = stack.settings.job_lease_seconds
+    assert stack.settings.job_time_limit_seconds > 10 * lease
+    stack.start_worker()
+    deadline = killed_at + 60
+    while (current := row()).status != "succeeded":
+        assert time.monotonic() < deadline, (current.status, current.attempt, stack.logs())
+        time.sleep(0.1)
+    assert current.attempt == 2
+    print(f"\nsample SIGKILL -> succeeded in {time.monotonic() - killed_at:.1f}s, lease {lease}s")
