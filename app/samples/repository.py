@@ -9,6 +9,7 @@ from datetime import datetime
 from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.orm import Session
 
+from app.auth.models import Tenant
 from app.samples.models import Sample
 
 
@@ -38,6 +39,17 @@ def list_for_job(session: Session, job_id: uuid.UUID, *, limit: int, offset: int
             .offset(offset)
         )
     )
+
+
+def lock_tenant(session: Session, tenant_id: uuid.UUID) -> None:
+    """Lock the tenant's row FOR NO KEY UPDATE until the transaction ends. Race: two requests
+    that each count the tenant's live samples below the cap and both insert (40 simultaneous
+    requests passed a cap of 20 with 26). Under this lock the second counts after the first
+    committed. NO KEY: inserting jobs and samples (FOR KEY SHARE through their foreign keys) is
+    not held up. SQLite (embedded mode) has no row locks; its writes are serialised."""
+    session.execute(
+        select(Tenant.id).where(Tenant.id == tenant_id).with_for_update(key_share=True)
+    ).first()
 
 
 def count_live(session: Session, tenant_id: uuid.UUID) -> int:

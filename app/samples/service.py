@@ -77,7 +77,8 @@ def create_sample(
             f"rows = {rows} is above the limit of {limit} rows for {job.method!r} on this "
             f"dataset (RHOSYNTH_MAX_OUTPUT_ROWS and the per-job memory limit)"
         )
-    # Counted under no lock: a burst can pass the cap by a few; it bounds work, not privacy.
+    # Counted under the tenant's row lock (repository.lock_tenant): a burst cannot pass the cap.
+    repository.lock_tenant(session, principal.tenant_id)
     if repository.count_live(session, principal.tenant_id) >= settings.tenant_max_live_samples:
         raise TooManySamples(settings.tenant_max_live_samples)
     seed = request.seed if request.seed is not None else secrets.randbelow(2**53)
