@@ -180,14 +180,14 @@ def test_ml_efficacy_rewards_a_table_that_keeps_the_relation() -> None:
     assert ml_efficacy(real, real.drop(columns=["y"]), kinds, "y") is None
 
 
-def _row(system: str, status: str = "ok", **values: float | None) -> Row:
+def _row(system: str, status: str = "ok", table: str = "t", **values: float | None) -> Row:
     metrics = {
         "outside_worst": values.get("outside", 0.0),
         "ks_mean": values.get("ks"),
         "pair_tvd": values.get("tvd"),
     }
     return Row(
-        "t",
+        table,
         1.0,
         system,
         status,
@@ -214,6 +214,22 @@ def test_targets_compare_with_the_best_peer_and_each_peers_time() -> None:
     assert cells[6].endswith(": met") and "> 180.0×" in cells[6]
     rows[1].synth_s = 90.0
     assert targets(rows)[0][6].endswith(": not met")
+
+
+def test_targets_compare_with_the_peers_of_the_same_table_only() -> None:
+    """A peer's run on another table is no yardstick (the targets once compared loans with the
+    best KS of flights); a peer that failed on this table is left out of the speed comparison."""
+    rows = [
+        _row("rhosynth-mst", table="a", ks=0.05, tvd=0.2, r2=0.3, s=10.0),
+        _row("smartnoise-mst", table="a", status="failed"),
+        _row("dpmm-mst", table="a", ks=0.06, tvd=0.3, r2=0.2, s=200.0),
+        _row("dpmm-mst", table="b", ks=0.01, tvd=0.1, r2=0.9, s=20.0),
+    ]
+    [cells] = targets(rows)
+    assert cells[3] == "0.050 vs 0.060: met"
+    assert cells[4] == "0.200 vs 0.300: met"
+    assert cells[5] == "0.300 vs 0.200: met"
+    assert "dpmm 20.0×" in cells[6] and cells[6].endswith(": met")
 
 
 def test_update_replaces_only_its_section(tmp_path: Path) -> None:
