@@ -121,6 +121,10 @@ class Settings(BaseSettings):
     # Threads serving the API's blocking work (sync routes, authentication): AnyIO's default.
     api_threads: int = Field(default=40, ge=2, le=1000)
 
+    # Memory the API process may give to uploads and drafts reading at once: each may add up to
+    # 512 MiB (docs/operations.md, "Upload memory"), so the default lets two run; one more is
+    # answered 503 with Retry-After.
+    upload_memory_budget_mb: int = Field(default=1024, ge=512)
     # Failed key checks per client address (app/auth/throttle.py): a burst, then this many per
     # second; past it, 429 with Retry-After before the key is checked.
     auth_failure_burst: int = Field(default=30, ge=1)

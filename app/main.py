@@ -18,6 +18,7 @@ from app.api.docs import install_docs
 from app.api.errors import validation_error_handler
 from app.api.limits import BodySizeLimitMiddleware
 from app.api.strict_json import StrictJSONMiddleware
+from app.api.uploads import UploadSlots
 from app.auth.endpoints import router as auth_router
 from app.auth.throttle import FailedAuthThrottle
 from app.config import Settings, get_settings
@@ -71,6 +72,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
+    # Uploads and drafts reading at once, by the process's memory budget (app/api/uploads.py).
+    app.state.upload_slots = UploadSlots(settings.upload_memory_budget_mb)
     # Failed key checks per client address (app/auth/throttle.py), per API process.
     app.state.auth_throttle = FailedAuthThrottle(
         settings.auth_failure_burst, settings.auth_failures_per_second

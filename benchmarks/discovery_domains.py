@@ -28,6 +28,7 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from engine.accounting import rho_from_epsilon_delta
 from engine.columns.categorical import CategoricalColumn
 from engine.columns.numeric import NumericColumn
 from engine.columns.temporal import DateColumn, DatetimeColumn
+from engine.discovery.plan import DEFAULT_DISCOVERY_SHARE
 from engine.encoding import SchemaSpec, TableSchema
 from engine.schema_draft import draft_schema
 
@@ -142,7 +144,11 @@ def measure(path: Path, epsilon: float) -> TableResult:
                 continue
             low, high = _edges(column)
             q_low, q_high = np.quantile(values, [0.005, 0.995])
-            span = max(q_high - q_low, 1e-12)
+            # A column whose central 99 % is one value (mostly zero, say) has no span: its
+            # gaps are read against the whole real range, or in units when that is one value.
+            span = q_high - q_low
+            if span <= 0:
+                span = float(values.max() - values.min()) or 1.0
             result.numeric.append(
                 ColumnResult(
                     column.name,
@@ -169,6 +175,10 @@ def measure(path: Path, epsilon: float) -> TableResult:
     return result
 
 
+def _share(value: Fraction) -> str:
+    return {Fraction(1, 5): "fifth", Fraction(1, 10): "tenth"}.get(value, f"{float(value):.0%}")
+
+
 def _percent(value: float) -> str:
     return f"{100 * value:.1f} %"
 
@@ -182,10 +192,12 @@ def render(results: list[TableResult], command: str) -> str:
         f"Measured by `{command}` on {now}, commit `{commit}`, CPython "
         f"{platform.python_version()}, 2 CPUs. The draft accepted as is; the upload's discovery "
         "at the budget of a whole (ε, δ = 1e-6) release (`budget_rho` = ρ(ε, 5e-7), "
-        "`budget_delta` = 5e-7, discovery its default tenth of ρ), then the upload's encoding. "
+        "`budget_delta` = 5e-7, discovery its default "
+        f"{_share(DEFAULT_DISCOVERY_SHARE)} of ρ), then the upload's encoding. "
         "Per learned numeric or date column: the real rows clamped below the lower learned edge "
         "and above the upper one, each outer edge's distance from the real 0.5 % / 99.5 % "
-        "quantile as a share of the span between those quantiles (negative: inside), and the "
+        "quantile as a share of the span between those quantiles (negative: inside; the whole "
+        "real range when the quantiles are equal, units when it is one value), and the "
         "Kolmogorov–Smirnov distance between the real values and the real table's own codes "
         "decoded with the learned bins and profile (what a perfect model would give back: the "
         "error of the domain alone). Per discovered category column: the share of real rows "

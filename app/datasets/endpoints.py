@@ -15,7 +15,7 @@ from starlette.datastructures import UploadFile
 from app.api.deps import AnalystKey, Database, DatabaseDep, OwnerKey, SettingsDep, StorageDep
 from app.api.errors import error_responses
 from app.api.limits import FiniteJSONRoute
-from app.api.uploads import spooled_file, storage_unavailable
+from app.api.uploads import UploadSlots, spooled_file, storage_unavailable
 from app.auth.service import Principal
 from app.budget import repository as budget_repository
 from app.budget.service import BudgetLimitExceeded
@@ -132,20 +132,22 @@ async def create_dataset(
                 budget_delta,
                 discovery_rho,
             )
-            async with spooled_file(storage, upload, ".upload") as spooled:
-                return await run_in_threadpool(
-                    _store_upload,
-                    db,
-                    settings,
-                    storage,
-                    principal,
-                    name=parsed.name,
-                    total_rho=parsed.total_rho,
-                    total_delta=parsed.total_delta,
-                    discovery_rho=parsed.discovery_rho,
-                    schema=parsed.schema,
-                    upload=spooled,
-                )
+            slots: UploadSlots = request.app.state.upload_slots
+            with slots.hold():  # 503 + Retry-After when the process's upload budget is full
+                async with spooled_file(storage, upload, ".upload") as spooled:
+                    return await run_in_threadpool(
+                        _store_upload,
+                        db,
+                        settings,
+                        storage,
+                        principal,
+                        name=parsed.name,
+                        total_rho=parsed.total_rho,
+                        total_delta=parsed.total_delta,
+                        discovery_rho=parsed.discovery_rho,
+                        schema=parsed.schema,
+                        upload=spooled,
+                    )
     except UploadRejected as rejected:
         raise HTTPException(rejected.status_code, rejected.message) from None
     except OSError as error:

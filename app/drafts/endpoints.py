@@ -11,7 +11,7 @@ from starlette.datastructures import UploadFile
 
 from app.api.deps import OwnerKey, SettingsDep, StorageDep
 from app.api.errors import error_responses
-from app.api.uploads import spooled_file, storage_unavailable
+from app.api.uploads import UploadSlots, spooled_file, storage_unavailable
 from app.datasets.ingest import UploadRejected
 from app.drafts import service
 from app.drafts.schemas import SchemaDraftOut
@@ -78,14 +78,16 @@ async def create_draft(
             missing_values = service.parse_missing_values(
                 missing_field if isinstance(missing_field, str) else None
             )
-            async with spooled_file(storage, upload, ".draft") as spooled:
-                return await run_in_threadpool(
-                    service.draft_for_upload,
-                    spooled,
-                    settings,
-                    missing_values=missing_values,
-                    show_values=show_field == "true",
-                )
+            slots: UploadSlots = request.app.state.upload_slots
+            with slots.hold():  # 503 + Retry-After when the process's upload budget is full
+                async with spooled_file(storage, upload, ".draft") as spooled:
+                    return await run_in_threadpool(
+                        service.draft_for_upload,
+                        spooled,
+                        settings,
+                        missing_values=missing_values,
+                        show_values=show_field == "true",
+                    )
     except UploadRejected as rejected:
         raise HTTPException(rejected.status_code, rejected.message) from None
     except OSError as error:
