@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     # Schema drafts read the whole file in the API process (CPU, off the event loop): a smaller
     # cap than uploads. The local `rhosynth schema draft` has none.
     max_draft_bytes: int = Field(default=256 * 1024**2, ge=1024)
+    # A draft reads the file's first rows up to this many bytes of decoded values (a bounded
+    # sample: a 1.7 MB Parquet file of repeated long values decodes into gigabytes).
+    draft_sample_bytes: int = Field(default=64 * 1024**2, ge=1024)
     max_json_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_domain_size: int = Field(default=100_000, ge=2)
     # Codes of all columns together: every numeric bin is a stored edge and every category a

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
@@ -81,14 +83,28 @@ async def create_draft(
             slots: UploadSlots = request.app.state.upload_slots
             with slots.hold():  # 503 + Retry-After when the process's upload budget is full
                 async with spooled_file(storage, upload, ".draft") as spooled:
-                    return await run_in_threadpool(
-                        service.draft_for_upload,
-                        spooled,
-                        settings,
-                        missing_values=missing_values,
-                        show_values=show_field == "true",
-                    )
+                    # The draft stops between batches once the client has left.
+                    left = threading.Event()
+                    watcher = asyncio.create_task(_watch_disconnect(request, left))
+                    try:
+                        return await run_in_threadpool(
+                            service.draft_for_upload,
+                            spooled,
+                            settings,
+                            missing_values=missing_values,
+                            show_values=show_field == "true",
+                            stop=left.is_set,
+                        )
+                    finally:
+                        watcher.cancel()
     except UploadRejected as rejected:
         raise HTTPException(rejected.status_code, rejected.message) from None
     except OSError as error:
         raise storage_unavailable("schema draft", error) from None
+
+
+async def _watch_disconnect(request: Request, left: threading.Event) -> None:
+    """Set ``left`` when the client disconnects (polled twice a second)."""
+    while not await request.is_disconnected():
+        await asyncio.sleep(0.5)
+    left.set()

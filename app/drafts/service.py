@@ -10,6 +10,7 @@ reads it), so a file that would blow up the API process is refused before decodi
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -54,9 +55,16 @@ def parse_missing_values(raw: str | None) -> tuple[str, ...]:
 
 
 def draft_for_upload(
-    path: Path, settings: Settings, *, missing_values: tuple[str, ...], show_values: bool
+    path: Path,
+    settings: Settings,
+    *,
+    missing_values: tuple[str, ...],
+    show_values: bool,
+    stop: Callable[[], bool] | None = None,
 ) -> SchemaDraftOut:
-    """Draft a schema for the file at ``path`` (CPU work: call it off the event loop)."""
+    """Draft a schema for the file at ``path`` (CPU work: call it off the event loop), from its
+    first ``RHOSYNTH_DRAFT_SAMPLE_BYTES`` of decoded values; ``stop`` (the client left) is asked
+    between batches."""
     if path.stat().st_size > settings.max_draft_bytes:
         raise UploadRejected(
             413,
@@ -73,7 +81,12 @@ def draft_for_upload(
             raise UploadRejected(422, f"the file has more than {settings.max_columns} columns")
     try:
         draft = draft_schema(
-            path, missing_values=missing_values, show_values=show_values, parquet_batches=plan
+            path,
+            missing_values=missing_values,
+            show_values=show_values,
+            parquet_batches=plan,
+            max_sample_bytes=settings.draft_sample_bytes,
+            stop=stop,
         )
     except DraftError as error:
         raise UploadRejected(422, str(error)) from None

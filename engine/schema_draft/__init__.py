@@ -17,8 +17,15 @@ every analyst.
 from engine.schema_draft.inference import (
     DEFAULT_MISSING_VALUES,
     ColumnDraft,
+    DraftCancelled,
     SchemaDraft,
     draft_schema,
 )
 
-__all__ = ["DEFAULT_MISSING_VALUES", "ColumnDraft", "SchemaDraft", "draft_schema"]
+__all__ = [
+    "DEFAULT_MISSING_VALUES",
+    "ColumnDraft",
+    "DraftCancelled",
+    "SchemaDraft",
+    "draft_schema",
+]

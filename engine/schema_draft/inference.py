@@ -24,7 +24,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,7 @@ class SchemaDraft:
     missing_values: tuple[str, ...]
     rows: int
     show_values: bool
+    sampled: bool = False  # read only the file's first rows (draft_schema's max_sample_bytes)
 
     def __post_init__(self) -> None:
         if not self.columns:
@@ -129,9 +130,14 @@ class SchemaDraft:
         formats = [e["name"] for e in entries if "format" in e]
         decimals = [e["name"] for e in entries if "decimals" in e]
         dropped = [e["name"] for e in entries if e["type"] == "ignore"]
+        read = (
+            f"read from the file's first {self.rows:,} rows (the draft reads a bounded sample: a "
+            "kind, format or value seen only further down is not in it)"
+            if self.sampled
+            else "read from all of its values"
+        )
         parts = [
-            "each column's kind (its type, and for numbers whether they are integers), "
-            "read from all of its values"
+            "each column's kind (its type, and for numbers whether they are integers), " + read
         ]
         if formats:
             parts.append(f"the date format of {named(formats)}")
@@ -367,8 +373,15 @@ def draft_schema(
     missing_values: tuple[str, ...] = DEFAULT_MISSING_VALUES,
     show_values: bool = False,
     parquet_batches: Sequence[tuple[int, int]] | None = None,
+    max_sample_bytes: int | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> SchemaDraft:
     """Read ``path`` (CSV or Parquet, decided by its content) once and propose a schema.
+
+    ``max_sample_bytes``: stop reading after the batch that brings the decoded values read to
+    this many bytes (the draft is then of the file's first rows, ``sampled``; the service bounds
+    a draft's CPU work so, issue 24 §7). ``stop``: asked between batches; when it answers true
+    the draft ends with :class:`DraftCancelled` (the client left).
 
     ``parquet_batches`` (row group, batch rows) bounds how a Parquet file is read; the service
     computes it from the file's checked page headers (app/datasets/ingest.py), the local command
@@ -379,17 +392,42 @@ def draft_schema(
     with open(path, "rb") as handle:
         is_parquet = handle.read(4) == b"PAR1"
     missing = frozenset(missing_values)
+    budget = _Budget(max_sample_bytes, stop)
     if is_parquet:
-        stats, rows = _parquet_stats(path, missing, parquet_batches)
+        stats, rows = _parquet_stats(path, missing, parquet_batches, budget)
     else:
-        stats, rows = _csv_stats(path, missing)
+        stats, rows = _csv_stats(path, missing, budget)
         if first_row_is_data(stats, missing):
             raise DraftError(HEADER_LOOKS_LIKE_DATA)
         if len({column.name for column in stats}) != len(stats):
             raise DraftError("the CSV header names a column twice")
     names = [column.name for column in stats]
     columns = tuple(_propose(column, show_values, names) for column in stats)
-    return SchemaDraft(columns, tuple(missing_values), rows, show_values)
+    return SchemaDraft(columns, tuple(missing_values), rows, show_values, budget.sampled)
+
+
+class DraftCancelled(DraftError):
+    """The draft was stopped between batches (its client left)."""
+
+
+@dataclass
+class _Budget:
+    """How much of the file a draft may read, and whether to stop (post-batch checks)."""
+
+    max_bytes: int | None
+    stop: Callable[[], bool] | None
+    read: int = 0
+    sampled: bool = False
+
+    def done_after(self, batch_bytes: int) -> bool:
+        """Count a batch's decoded bytes; true when the draft has read enough."""
+        if self.stop is not None and self.stop():
+            raise DraftCancelled("the draft was cancelled")
+        self.read += batch_bytes
+        if self.max_bytes is not None and self.read >= self.max_bytes:
+            self.sampled = True
+            return True
+        return False
 
 
 HEADER_LOOKS_LIKE_DATA = (
@@ -451,7 +489,9 @@ def _csv_header(path: Path) -> list[str]:
     return rows[0]
 
 
-def _csv_stats(path: Path, missing: frozenset[str]) -> tuple[list[_Stats], int]:
+def _csv_stats(
+    path: Path, missing: frozenset[str], budget: _Budget | None = None
+) -> tuple[list[_Stats], int]:
     names = _csv_header(path)
     stats = [_Stats(name) for name in names]
     # Read by position: a header that names a column twice (or a data row taken for a header)
@@ -475,6 +515,8 @@ def _csv_stats(path: Path, missing: frozenset[str]) -> tuple[list[_Stats], int]:
             rows += batch.num_rows
             for column, values in zip(stats, batch.columns, strict=True):
                 column.add_text(values, missing)
+            if budget is not None and budget.done_after(batch.nbytes):
+                break
     except pa.ArrowInvalid:
         # pyarrow's messages can quote a row: never forwarded.
         raise DraftError("the CSV could not be parsed (rows of different lengths?)") from None
@@ -482,7 +524,10 @@ def _csv_stats(path: Path, missing: frozenset[str]) -> tuple[list[_Stats], int]:
 
 
 def _parquet_stats(
-    path: Path, missing: frozenset[str], plan: Sequence[tuple[int, int]] | None
+    path: Path,
+    missing: frozenset[str],
+    plan: Sequence[tuple[int, int]] | None,
+    budget: _Budget | None = None,
 ) -> tuple[list[_Stats], int]:
     try:
         parquet = pq.ParquetFile(path)
@@ -492,21 +537,29 @@ def _parquet_stats(
         for group, batch_rows in groups:
             for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=[group]):
                 rows += batch.num_rows
-                _add_batch(stats, batch, missing)
+                decoded = _add_batch(stats, batch, missing)
+                if budget is not None and budget.done_after(decoded):
+                    break
+            if budget is not None and budget.sampled:
+                break
     except (pa.ArrowException, OSError):
         raise DraftError("the Parquet file could not be read") from None
     return stats, rows
 
 
-def _add_batch(stats: list[_Stats], batch: pa.RecordBatch, missing: frozenset[str]) -> None:
+def _add_batch(stats: list[_Stats], batch: pa.RecordBatch, missing: frozenset[str]) -> int:
+    """Add a batch's values to the stats; the bytes of its decoded values."""
+    decoded = 0
     for column, values in zip(stats, batch.columns, strict=True):
         if pa.types.is_dictionary(values.type):
             values = values.dictionary_decode()
+        decoded += values.nbytes
         if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
             column.missing += values.null_count
             column.add_text(values.drop_null(), missing)
         else:
             column.add_typed(values)
+    return decoded
 
 
 def _propose(stats: _Stats, show_values: bool, names: Sequence[str]) -> ColumnDraft:

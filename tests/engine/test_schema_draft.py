@@ -626,3 +626,34 @@ def test_the_disclosure_names_what_was_read_from_the_data(raw_csv: Path) -> None
             assert value not in text, name
     shown = draft_schema(raw_csv, show_values=True).disclosure()
     assert "Nothing else" not in shown and "the data's own" in shown
+
+
+def test_a_draft_reads_a_bounded_sample_and_says_so(tmp_path: Path) -> None:
+    """Issue 24 §7: a draft's work is bounded by the decoded bytes it reads (a 1.7 MB Parquet
+    file of repeated long values took 116 s); past the budget it is of the first rows, and its
+    warning says the kinds were read from them."""
+    path = tmp_path / "t.csv"
+    path.write_text("a,b\n" + "".join(f"{i},x{i % 7}\n" for i in range(800_000)))  # 3 blocks
+    whole = draft_schema(path)
+    assert whole.rows == 800_000 and not whole.sampled
+    assert "read from all of its values" in whole.disclosure()
+    sample = draft_schema(path, max_sample_bytes=64 * 1024)
+    assert sample.sampled and 0 < sample.rows < 800_000
+    assert f"first {sample.rows:,} rows" in sample.disclosure()
+    assert [c.entry["type"] for c in sample.columns] == [c.entry["type"] for c in whole.columns]
+
+
+def test_a_draft_stops_when_asked_between_batches(tmp_path: Path) -> None:
+    from engine.schema_draft import DraftCancelled
+
+    path = tmp_path / "t.csv"
+    path.write_text("a\n" + "1\n" * 3_000_000)  # several 4 MiB blocks
+    asked: list[int] = []
+
+    def stop() -> bool:
+        asked.append(1)
+        return True
+
+    with pytest.raises(DraftCancelled):
+        draft_schema(path, stop=stop)
+    assert asked == [1]  # stopped after the first batch
