@@ -8,7 +8,9 @@ import time
 import uuid
 from typing import Any
 
+from celery import Task
 from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
+from sqlalchemy import exc
 
 from app.config import get_settings
 from app.db.session import dispose_engines
@@ -30,19 +32,52 @@ _stop_recovery = threading.Event()
 _pool_size = 1
 
 
-@celery_app.task(name=RUN_JOB_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def run_job(job_id: str) -> str:
+DATABASE_RETRIES = 30
+"""A message that found the database unreachable is tried again this many times, after
+:func:`database_backoff` seconds each (about 14 minutes in all), instead of being acknowledged
+and left to the recovery loop's resend (issue 24 §10: jobs waited 300 s after a short outage)."""
+
+
+def database_backoff(retries: int) -> float:
+    """1, 2, 4, 8, 16, then 30 s between tries."""
+    return float(min(2**retries, 30))
+
+
+_UNREACHABLE = (exc.OperationalError, exc.InterfaceError, exc.TimeoutError)
+
+
+@celery_app.task(
+    name=RUN_JOB_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True
+)
+def run_job(self: Task, job_id: str) -> str:  # type: ignore[type-arg]
     """Run one attempt of a job. Returns the outcome; safe to deliver any number of times."""
-    outcome = execute_job(get_settings(), uuid.UUID(job_id))
+    try:
+        outcome = execute_job(get_settings(), uuid.UUID(job_id))
+    except _UNREACHABLE as error:
+        # Safe to run again: the database decides what a message does (claims, leases).
+        logger.warning("job %s: database unreachable (%s); retrying", job_id, type(error).__name__)
+        countdown = database_backoff(self.request.retries)
+        raise self.retry(exc=error, countdown=countdown, max_retries=DATABASE_RETRIES) from None
     return outcome.status
 
 
 @celery_app.task(
-    name=RUN_SAMPLE_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True
+    name=RUN_SAMPLE_TASK,
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
 )
-def run_sample(sample_id: str) -> str:
+def run_sample(self: Task, sample_id: str) -> str:  # type: ignore[type-arg]
     """Draw one derived sample from a job's model (no privacy cost). Safe to deliver again."""
-    return execute_sample(get_settings(), uuid.UUID(sample_id))
+    try:
+        return execute_sample(get_settings(), uuid.UUID(sample_id))
+    except _UNREACHABLE as error:
+        logger.warning(
+            "sample %s: database unreachable (%s); retrying", sample_id, type(error).__name__
+        )
+        countdown = database_backoff(self.request.retries)
+        raise self.retry(exc=error, countdown=countdown, max_retries=DATABASE_RETRIES) from None
 
 
 @worker_init.connect
