@@ -535,6 +535,42 @@ def _finish_unpublished(
     return AttemptOutcome(claim.job_id, "lost")
 
 
+@dataclass(frozen=True)
+class _Source:
+    """What a run reads of its dataset's record before it loads the table."""
+
+    schema: TableSchema
+    table_key: str
+    values_key: str  # the raw values, for the owner tier after publication
+    discovery_delta: float  # the δ discovery spent on the published domain
+    allowance: int  # the input table's address space, added to the memory limit
+
+
+def _source(factory: sessionmaker[Session], claim: Claim) -> _Source:
+    with transaction(factory) as session:
+        dataset = dataset_repository.get(session, claim.dataset_id)
+        if dataset is None or dataset.storage_key is None:
+            raise SynthesisCancelled(claim.job_id)  # erased after submission
+        schema = TableSchema.from_json(dataset.schema)
+        account = budget_repository.get_account(session, claim.dataset_id)
+        # The input table's own address space (private: its exact rows), added to this job's
+        # memory limit so that whether the job fits depends on the public estimate only.
+        domain = schema.domain()
+        width = narrowest_unsigned(max((domain.size(a) for a in domain.attributes), default=1))
+        return _Source(
+            schema,
+            dataset.storage_key,
+            dataset_values_key(dataset.id),
+            float(account.spent_delta) if account is not None else 0.0,
+            input_allowance_bytes(
+                dataset.n_rows,
+                len(domain),
+                width.itemsize,
+                get_mechanism(claim.method).counting_cache_bytes,
+            ),
+        )
+
+
 def _synthesize(
     factory: sessionmaker[Session],
     settings: Settings,
@@ -544,100 +580,69 @@ def _synthesize(
     output_key: str,
     writer: ArtefactWriter,
 ) -> _Produced:
-    with transaction(factory) as session:
-        dataset = dataset_repository.get(session, claim.dataset_id)
-        if dataset is None or dataset.storage_key is None:
-            raise SynthesisCancelled(claim.job_id)  # erased after submission
-        schema = TableSchema.from_json(dataset.schema)
-        table_key = dataset.storage_key
-        values_key = dataset_values_key(dataset.id)  # for the owner tier, after publication
-        # The δ discovery spent on the published domain: part of every release's (ε, δ).
-        account = budget_repository.get_account(session, claim.dataset_id)
-        discovery_delta = float(account.spent_delta) if account is not None else 0.0
-        # The input table's own address space (private: its exact rows), added to this job's
-        # memory limit so that whether the job fits depends on the public estimate only.
-        domain = schema.domain()
-        width = narrowest_unsigned(max((domain.size(a) for a in domain.attributes), default=1))
-        allowance = input_allowance_bytes(
-            dataset.n_rows,
-            len(domain),
-            width.itemsize,
-            get_mechanism(claim.method).counting_cache_bytes,
+    source = _source(factory, claim)
+    # The job's memory limit is raised by its input table's allowance while it runs.
+    with raised_memory_limit(source.allowance):
+        schema, table_key = source.schema, source.table_key
+        mechanism = get_mechanism(claim.method)
+        params = mechanism.validate_params(claim.params)
+        # Seeds drive post-processing only; DP noise comes from the CSPRNG inside the engine.
+        rng = np.random.default_rng(claim.seed)
+
+        progress.phase("load")
+        # The engine's run takes the codes at their stored width: at 10 M rows × 14 columns, 134 MB
+        # instead of 1.1 GB of int64.
+        codes = _read_table(storage, table_key, schema, narrow=True)
+        codes.flags.writeable = False  # the engine keeps a read-only view instead of copying it
+        data = EngineDataset(schema.domain(), codes)
+        del codes
+        result = mechanism.run(
+            data,
+            Fraction(claim.rho),
+            params,
+            rng=rng,
+            rows=claim.rows,
+            # Public caps. Rows the analyst asked for were checked at submission against the
+            # output and memory limits and are produced as asked; a row count taken from the noisy
+            # estimate is capped at RHOSYNTH_MAX_OUTPUT_ROWS and at the rows that fit the per-job
+            # memory limit.
+            max_rows=(
+                settings.max_output_rows
+                if claim.rows is not None
+                else output_rows_limit(settings, mechanism, data.domain, params)
+            ),
+            progress=progress,
+            on_milestone=progress.milestone,
         )
-    with raised_memory_limit(allowance):
-        return _run_engine(
-            settings,
-            storage,
-            claim,
-            progress,
-            output_key,
+        del data
+        progress.phase("write")
+        synthetic = result.codes
+        store_table(storage, schema, synthetic, rng, output_key)
+
+        # The release's artefacts: post-processing of what was released (app/reports/artefacts.py).
+        # The owner tier, which reads the real table, is built after publication (_owner_tier).
+        progress.phase("report")
+        rho_text = format(Decimal(claim.rho).normalize(), "f")
+        title = f"rhosynth release {claim.job_id} ({claim.method}, ρ = {rho_text})"
+        record = record_from_result(
+            result, schema.domain(), mechanism.name, params, Fraction(claim.rho)
+        )
+        write_release_artefacts(
             writer,
             schema,
-            table_key,
-            values_key,
-            discovery_delta,
+            record,
+            result.model,
+            synthetic,
+            title,
+            discovery_delta=source.discovery_delta,
         )
-
-
-def _run_engine(
-    settings: Settings,
-    storage: Storage,
-    claim: Claim,
-    progress: _Progress,
-    output_key: str,
-    writer: ArtefactWriter,
-    schema: TableSchema,
-    table_key: str,
-    values_key: str,
-    discovery_delta: float,
-) -> _Produced:
-    mechanism = get_mechanism(claim.method)
-    params = mechanism.validate_params(claim.params)
-    # Seeds drive post-processing only; DP noise comes from the CSPRNG inside the engine.
-    rng = np.random.default_rng(claim.seed)
-
-    progress.phase("load")
-    # The engine's run takes the codes at their stored width: at 10 M rows × 14 columns, 134 MB
-    # instead of 1.1 GB of int64.
-    codes = _read_table(storage, table_key, schema, narrow=True)
-    codes.flags.writeable = False  # the engine keeps a read-only view instead of copying it
-    data = EngineDataset(schema.domain(), codes)
-    del codes
-    result = mechanism.run(
-        data,
-        Fraction(claim.rho),
-        params,
-        rng=rng,
-        rows=claim.rows,
-        # Public caps. Rows the analyst asked for were checked at submission against the
-        # output and memory limits and are produced as asked; a row count taken from the noisy
-        # estimate is capped at RHOSYNTH_MAX_OUTPUT_ROWS and at the rows that fit the per-job
-        # memory limit.
-        max_rows=(
-            settings.max_output_rows
-            if claim.rows is not None
-            else output_rows_limit(settings, mechanism, data.domain, params)
-        ),
-        progress=progress,
-        on_milestone=progress.milestone,
-    )
-    del data
-    progress.phase("write")
-    synthetic = result.codes
-    store_table(storage, schema, synthetic, rng, output_key)
-
-    # The release's artefacts: post-processing of what was released (app/reports/artefacts.py).
-    # The owner tier, which reads the real table, is built after publication (_owner_tier).
-    progress.phase("report")
-    rho_text = format(Decimal(claim.rho).normalize(), "f")
-    title = f"rhosynth release {claim.job_id} ({claim.method}, ρ = {rho_text})"
-    record = record_from_result(
-        result, schema.domain(), mechanism.name, params, Fraction(claim.rho)
-    )
-    write_release_artefacts(
-        writer, schema, record, result.model, synthetic, title, discovery_delta=discovery_delta
-    )
-    del record, result
-    return _Produced(
-        int(synthetic.shape[0]), schema, table_key, synthetic, title, output_key, values_key
-    )
+        del record, result
+        return _Produced(
+            int(synthetic.shape[0]),
+            schema,
+            table_key,
+            synthetic,
+            title,
+            output_key,
+            source.values_key,
+        )
