@@ -43,7 +43,7 @@ from typing import Final
 
 from pydantic import BaseModel
 
-from engine.domain import Domain, narrowest_unsigned
+from engine.domain import Domain
 from engine.mechanisms.base import Mechanism, resource_estimate
 
 RHO_REFERENCE: Final[Fraction] = Fraction("0.014973057673")
@@ -274,7 +274,7 @@ def predict_cost(
         # predicted, 1.3 GB measured). A prediction never exceeds MEMORY_CAP_FACTOR times the
         # method's deliberate bound plus the input table, held twice (as loaded and re-coded)
         # at its code width.
-        width = narrowest_unsigned(max(domain.sizes, default=1)).itemsize
+        width = domain.code_dtype.itemsize
         bound = mechanism.estimate_resources(domain, params, rows).memory_bytes
         peak = min(peak, MEMORY_CAP_FACTOR * (bound + 2 * rows * len(domain) * width))
     except OverflowError:

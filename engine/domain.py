@@ -117,6 +117,12 @@ class Domain:
             return math.prod(self.sizes)
         return math.prod(self.size(attr) for attr in _checked_subset(self, attrs))
 
+    @property
+    def code_dtype(self) -> np.dtype[np.unsignedinteger[Any]]:
+        """The narrowest unsigned type that holds every attribute's codes: how the worker loads
+        a table (app/datasets/ingest.py ``read_encoded_table``) and the samplers draw one."""
+        return narrowest_unsigned(max(self.sizes, default=1))
+
     def __len__(self) -> int:
         return len(self.attributes)
 

@@ -32,52 +32,41 @@ _stop_recovery = threading.Event()
 _pool_size = 1
 
 
-DATABASE_RETRIES = 30
-"""A message that found the database unreachable is tried again this many times, after
-:func:`database_backoff` seconds each (about 14 minutes in all), instead of being acknowledged
-and left to the recovery loop's resend (issue 24 §10: jobs waited 300 s after a short outage)."""
+class _RetriedWhileDatabaseIsDown(Task):  # type: ignore[type-arg]
+    """A message that finds the database unreachable is tried again with Celery's own
+    exponential backoff (1, 2, 4, 8, 16, then 30 s; 30 tries, about 14 minutes) instead of
+    being acknowledged and left to the recovery loop's resend (issue 24 §10: jobs waited 300 s
+    after a short outage). Safe: the database, not the message, decides what a delivery does
+    (claims, leases)."""
+
+    autoretry_for = (exc.OperationalError, exc.InterfaceError, exc.TimeoutError)
+    retry_backoff = 1
+    retry_backoff_max = 30
+    retry_jitter = False
+    max_retries = 30
+    acks_late = True
+    reject_on_worker_lost = True
+    ignore_result = True
+
+    def on_retry(
+        self, error: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
+        logger.warning(
+            "%s %s: database unreachable (%s); retrying", self.name, args, type(error).__name__
+        )
 
 
-def database_backoff(retries: int) -> float:
-    """1, 2, 4, 8, 16, then 30 s between tries."""
-    return float(min(2**retries, 30))
-
-
-_UNREACHABLE = (exc.OperationalError, exc.InterfaceError, exc.TimeoutError)
-
-
-@celery_app.task(
-    name=RUN_JOB_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True
-)
-def run_job(self: Task, job_id: str) -> str:  # type: ignore[type-arg]
+@celery_app.task(name=RUN_JOB_TASK, base=_RetriedWhileDatabaseIsDown)
+def run_job(job_id: str) -> str:
     """Run one attempt of a job. Returns the outcome; safe to deliver any number of times."""
-    try:
-        outcome = execute_job(get_settings(), uuid.UUID(job_id))
-    except _UNREACHABLE as error:
-        # Safe to run again: the database decides what a message does (claims, leases).
-        logger.warning("job %s: database unreachable (%s); retrying", job_id, type(error).__name__)
-        countdown = database_backoff(self.request.retries)
-        raise self.retry(exc=error, countdown=countdown, max_retries=DATABASE_RETRIES) from None
+    outcome = execute_job(get_settings(), uuid.UUID(job_id))
     return outcome.status
 
 
-@celery_app.task(
-    name=RUN_SAMPLE_TASK,
-    bind=True,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    ignore_result=True,
-)
-def run_sample(self: Task, sample_id: str) -> str:  # type: ignore[type-arg]
+@celery_app.task(name=RUN_SAMPLE_TASK, base=_RetriedWhileDatabaseIsDown)
+def run_sample(sample_id: str) -> str:
     """Draw one derived sample from a job's model (no privacy cost). Safe to deliver again."""
-    try:
-        return execute_sample(get_settings(), uuid.UUID(sample_id))
-    except _UNREACHABLE as error:
-        logger.warning(
-            "sample %s: database unreachable (%s); retrying", sample_id, type(error).__name__
-        )
-        countdown = database_backoff(self.request.retries)
-        raise self.retry(exc=error, countdown=countdown, max_retries=DATABASE_RETRIES) from None
+    return execute_sample(get_settings(), uuid.UUID(sample_id))
 
 
 @worker_init.connect

@@ -63,7 +63,6 @@ from app.reports.artefacts import (
 )
 from app.storage import Storage, dataset_values_key, discard, job_output_key, open_storage
 from engine.domain import Dataset as EngineDataset
-from engine.domain import narrowest_unsigned
 from engine.encoding import TableSchema
 from engine.mechanisms import get_mechanism
 from engine.mechanisms.base import SynthesisCancelled
@@ -556,7 +555,6 @@ def _source(factory: sessionmaker[Session], claim: Claim) -> _Source:
         # The input table's own address space (private: its exact rows), added to this job's
         # memory limit so that whether the job fits depends on the public estimate only.
         domain = schema.domain()
-        width = narrowest_unsigned(max((domain.size(a) for a in domain.attributes), default=1))
         return _Source(
             schema,
             dataset.storage_key,
@@ -565,7 +563,7 @@ def _source(factory: sessionmaker[Session], claim: Claim) -> _Source:
             input_allowance_bytes(
                 dataset.n_rows,
                 len(domain),
-                width.itemsize,
+                domain.code_dtype.itemsize,
                 get_mechanism(claim.method).counting_cache_bytes,
             ),
         )

@@ -244,6 +244,8 @@ class CoarseRange:
     zoomed: bool = False
     # The ρ behind ``noisy`` (the outside cells' noise): the first look's, or both looks'.
     look_rho: Fraction = Fraction(0)
+    # Nothing stood out and the range is the whole (narrow) window, not a best guess.
+    whole_window: bool = False
 
 
 SCALES = (1, 2, 4, 8, 16)
@@ -497,7 +499,8 @@ def _coarse(
     inside = noisy[1:-1]
     first, last, reliable, (strong_tau, extend_tau) = _cells(noisy, sigma2, exact=exact)
     first, last = min(max(first - 1, 0), window.cells - 1), min(max(last - 1, 0), window.cells - 1)
-    if not reliable and window.scale == "linear" and not window.linear:
+    whole_window = not reliable and window.scale == "linear" and not window.linear
+    if whole_window:
         # Nothing stands out in a narrow window (one by meaning, such as ages in [0, 120], or a
         # declared one): the best guess would be noise, so the range is the whole window, where
         # every value lies. Wide and calendar windows keep the best guess (a window of 10^15 or
@@ -522,6 +525,7 @@ def _coarse(
         tuple(float(v) for v in noisy),
         cells=(first, last),
         look_rho=budget if look_rho is None else look_rho,
+        whole_window=whole_window,
     )
 
 

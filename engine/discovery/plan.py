@@ -611,12 +611,15 @@ def release_first(
                 rho=allocation.rho * COARSE_SHARE,
                 source=source,
             )
+            first_look = coarse
             first_cell, last_cell = coarse.cells
             estimate = _present(coarse, rows)
-            unzoomed = FineGrid.over(
-                coarse, request.window, float(estimate), allocation.rho * (1 - COARSE_SHARE)
+            # The fine grid the first look's range gets (the column's ρ after the coarse stage);
+            # it decides the zoom, and stays the grid when nothing else is measured.
+            grid = FineGrid.over(
+                coarse, request.window, float(estimate), allocation.rho - coarse.cost.rho
             )
-            if coarse.reliable and last_cell - first_cell < ZOOM_CELLS and zooms(unzoomed):
+            if coarse.reliable and last_cell - first_cell < ZOOM_CELLS and zooms(grid):
                 # A narrow range whose fine grid would be too coarse for it (few rows, or a
                 # noisy budget, and not one cell per value): a zoom into its cells' subcells.
                 coarse = zoom_coarse_range(
@@ -638,9 +641,11 @@ def release_first(
                 )
                 estimate = _present(coarse, rows)
             ranges[request.column] = coarse
-            grids[request.column] = FineGrid.over(
-                coarse, request.window, float(estimate), allocation.rho - coarse.cost.rho
-            )
+            if coarse is not first_look:  # zoomed or looked at again: the rest of the ρ
+                grid = FineGrid.over(
+                    coarse, request.window, float(estimate), allocation.rho - coarse.cost.rho
+                )
+            grids[request.column] = grid
         elif isinstance(request, QuantileRequest):
             edges[request.column] = dp_quantile_edges_from_counts(
                 counts.cells[request.column],
@@ -759,8 +764,7 @@ def _warnings(first: FirstRelease, learned: Mapping[str, LearnedBins]) -> tuple[
                 )
             )
         if not coarse.reliable:
-            whole = coarse.cells == (0, int(coarse.cost.parameters.get("cells", 0) or 0) - 1)
-            taken = "its whole public window" if whole else "a best guess"
+            taken = "its whole public window" if coarse.whole_window else "a best guess"
             out.append(
                 DomainWarning(
                     "unreliable_range",

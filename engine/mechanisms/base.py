@@ -26,7 +26,7 @@ import numpy.typing as npt
 from pydantic import BaseModel
 
 from engine.accounting import gaussian_rho
-from engine.domain import Dataset, Domain, narrowest_unsigned
+from engine.domain import Dataset, Domain
 from engine.marginals import Measurement
 from engine.mechanisms.preview import NoisePreview
 from engine.release.model import FittedModel
@@ -113,7 +113,7 @@ class OutputCost:
         """The bytes for ``rows`` rows over ``domain`` (0 for none)."""
         if rows <= 0:
             return 0
-        width = narrowest_unsigned(max(domain.sizes, default=1)).itemsize
+        width = domain.code_dtype.itemsize
         columns = len(domain)
         batch = min(rows, self.batch_rows) * columns * width * 3
         cells = rows * columns * (self.per_cell + self.per_code_byte * width)

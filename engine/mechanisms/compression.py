@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from engine.domain import Dataset, Domain, narrowest_unsigned
+from engine.domain import Dataset, Domain
 from engine.estimation import NoisyMarginal
 from engine.estimation.synthesis import draw_balanced
 from engine.marginals import Measurement
@@ -104,7 +104,7 @@ class Compression:
         """The re-coded table: column-major (each column written and later counted as contiguous
         memory), in the narrowest unsigned type of the compressed domain (a byte per cell for
         most tables: at 10 M rows × 14 columns 140 MB instead of 1.1 GB of int64)."""
-        dtype = narrowest_unsigned(max(self.domain.sizes, default=1))
+        dtype = self.domain.code_dtype
         out = np.empty(codes.shape, dtype=dtype, order="F")
         for j in range(codes.shape[1]):
             out[:, j] = self.mapping(j).astype(dtype)[codes[:, j]]
@@ -122,7 +122,7 @@ class Compression:
     def original_dtype(self) -> np.dtype[np.unsignedinteger[Any]]:
         """The narrowest unsigned type of the original domain's codes (:meth:`decompress_codes`
         writes them in it)."""
-        return narrowest_unsigned(max(self.original.sizes, default=1))
+        return self.original.code_dtype
 
     def decompress_codes(
         self,

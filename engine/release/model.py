@@ -40,7 +40,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from engine.domain import Domain, narrowest_unsigned
+from engine.domain import Domain
 
 FORMAT_VERSION = 1
 _HEADER = "model.json"
@@ -209,9 +209,7 @@ class FittedModel:
         if rows and (drawn.min() < 0 or np.any(drawn.max(axis=0) >= sizes)):
             raise RuntimeError(f"a {self.kind} model drew codes outside the domain")
         # Checked before the cast, which would wrap a code past the type.
-        codes: CodeArray = np.asarray(
-            drawn, dtype=narrowest_unsigned(max(self.domain.sizes, default=1))
-        )
+        codes: CodeArray = np.asarray(drawn, dtype=self.domain.code_dtype)
         return codes
 
     def marginal(self, attributes: Sequence[str]) -> FloatArray:
