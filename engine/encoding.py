@@ -53,6 +53,7 @@ from engine.columns.arrow_text import (
     is_arrow_text,
 )
 from engine.columns.base import MAX_COLUMN_NAME_LENGTH, MAX_SPELLINGS, check_spellings
+from engine.columns.coupling import Coupling, fit_coupling
 from engine.columns.spec import Entry, declared_lists, declared_size, parse_column
 from engine.discovery.learned import LearnedBins
 from engine.domain import Domain, narrowest_unsigned
@@ -390,7 +391,7 @@ class TableSchema:
         (:meth:`decode_batches`) gives the same values as decoding at once.
         """
         self._check_codes(codes)
-        return self._decode(codes, self.column_generators(rng))
+        return self._decode(codes, self.column_generators(rng), self.coupling(codes))
 
     def column_generators(self, rng: np.random.Generator) -> list[np.random.Generator]:
         """One generator per column, seeded from ``rng`` (one draw per column)."""
@@ -406,17 +407,44 @@ class TableSchema:
             raise ValueError("batch_rows must be positive")
         self._check_codes(codes)
         generators = self.column_generators(rng)
+        coupling = self.coupling(codes)
         for start in range(0, codes.shape[0], batch_rows):
-            yield self.to_arrow(self._decode(codes[start : start + batch_rows], generators))
+            batch = codes[start : start + batch_rows]
+            yield self.to_arrow(self._decode(batch, generators, coupling))
+
+    def coupling(self, codes: np.ndarray) -> Coupling | None:
+        """The copula that draws values inside the bins of linked numeric, date and datetime
+        columns jointly (engine.columns.coupling), estimated from the synthetic ``codes``
+        (post-processing); None when fewer than two columns are linked. Read in blocks of
+        :data:`DECODE_BATCH_ROWS` whatever the decoding batch, so the estimate (and so every
+        draw) does not depend on it."""
+        step = DECODE_BATCH_ROWS
+        leveled = [
+            column if isinstance(column, NumericColumn | DateColumn | DatetimeColumn) else None
+            for column in self.columns
+        ]
+        blocks = (codes[start : start + step] for start in range(0, codes.shape[0], step))
+        return fit_coupling(leveled, blocks)
 
     def _check_codes(self, codes: np.ndarray) -> None:
         if codes.ndim != 2 or codes.shape[1] != len(self.columns):
             raise ValueError("codes must be a 2-D array with one column per schema column")
 
-    def _decode(self, codes: np.ndarray, generators: Sequence[np.random.Generator]) -> pd.DataFrame:
+    def _decode(
+        self,
+        codes: np.ndarray,
+        generators: Sequence[np.random.Generator],
+        coupling: Coupling | None,
+    ) -> pd.DataFrame:
         data: dict[str, Any] = {}
+        draws = {} if coupling is None else coupling.draws(codes, generators)
         for j, (column, generator) in enumerate(zip(self.columns, generators, strict=True)):
-            data[column.name] = column.decode(np.asarray(codes[:, j], dtype=np.int64), generator)
+            col = np.asarray(codes[:, j], dtype=np.int64)
+            if j in draws:
+                assert isinstance(column, NumericColumn | DateColumn | DatetimeColumn)
+                data[column.name] = column.decode(col, generator, draws[j])
+            else:
+                data[column.name] = column.decode(col, generator)
         return pd.DataFrame(data, columns=list(self.names))
 
     def arrow_schema(self) -> pa.Schema:

@@ -35,7 +35,7 @@ from engine.columns.base import (
     values_word,
 )
 from engine.columns.categorical import as_float
-from engine.columns.profile import check_profile, profile_draws
+from engine.columns.profile import bin_levels, check_profile, profile_draws
 from engine.domain import narrowest_unsigned
 
 MAX_DECIMALS = 12
@@ -121,12 +121,22 @@ class NumericColumn(BinnedCodes):
             bin_codes(numbers, edges, self.clip), missing_mask(values, missing), self.absent_code
         )
 
-    def decode(self, codes: np.ndarray, rng: np.random.Generator) -> pd.Series:
+    def bin_levels(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per bin, the level of the value distribution decoding draws from (the profile, or
+        uniform over the range) just below its lower and its upper edge (engine.columns.profile)."""
+        profile = None if self.profile is None else np.asarray(self.profile, dtype=np.float64)
+        return bin_levels(np.asarray(self.edges, dtype=np.float64), profile)
+
+    def decode(
+        self, codes: np.ndarray, rng: np.random.Generator, draws: np.ndarray | None = None
+    ) -> pd.Series:
+        """Values drawn inside each row's bin; ``draws`` (uniforms in [0, 1), one per row, the
+        position inside the bin's share of :meth:`bin_levels`) replace the rng's own."""
         col = check_codes(codes, self.size, self.name)
         nulls = null_positions(col, self.null_code)
         bins = np.where(nulls, 0, col)
         edges = np.asarray(self.edges, dtype=np.float64)
-        draws = rng.random(col.size)
+        draws = rng.random(col.size) if draws is None else draws
         step = self.step
         profiled = None
         if self.profile is not None:

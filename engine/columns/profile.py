@@ -53,6 +53,22 @@ def _below(points: FloatArray, levels: FloatArray, x: FloatArray) -> FloatArray:
     return out
 
 
+def bin_levels(edges: FloatArray, profile: FloatArray | None) -> tuple[FloatArray, FloatArray]:
+    """Per bin, the profile's distribution function just below its lower and its upper edge
+    (the last bin's upper level is 1: the mass on the last edge is in it). Without a profile
+    the distribution is uniform from the first edge to the last, as decoding draws then."""
+    edges = np.asarray(edges, dtype=np.float64)
+    if profile is None:
+        points = np.array([edges[0], edges[-1]], dtype=np.float64)
+    else:
+        points = np.asarray(profile, dtype=np.float64)
+    levels = np.linspace(0.0, 1.0, points.size)
+    lower = _below(points, levels, edges[:-1])
+    upper = _below(points, levels, edges[1:])
+    upper[-1] = 1.0
+    return lower, upper
+
+
 def profile_draws(
     edges: FloatArray, profile: FloatArray, bins: npt.NDArray[np.int64], draws: FloatArray
 ) -> FloatArray:
@@ -60,9 +76,7 @@ def profile_draws(
     profile restricted to that bin; ``draws`` are uniforms in [0, 1) from the job's rng."""
     points = np.asarray(profile, dtype=np.float64)
     levels = np.linspace(0.0, 1.0, points.size)
-    lower = _below(points, levels, edges[:-1])
-    upper = _below(points, levels, edges[1:])
-    upper[-1] = 1.0  # the last bin is closed: the mass on the last edge is in it
+    lower, upper = bin_levels(edges, points)
     low, high = lower[bins], upper[bins]
     u = low + (high - low) * draws
     values = np.interp(u, levels, points)
@@ -72,4 +86,10 @@ def profile_draws(
     return np.clip(values, left, right)
 
 
-__all__ = ["MAX_PROFILE_POINTS", "MIN_PROFILE_POINTS", "check_profile", "profile_draws"]
+__all__ = [
+    "MAX_PROFILE_POINTS",
+    "MIN_PROFILE_POINTS",
+    "bin_levels",
+    "check_profile",
+    "profile_draws",
+]

@@ -41,7 +41,7 @@ from engine.columns.base import (
     values_word,
 )
 from engine.columns.numeric import bin_codes
-from engine.columns.profile import check_profile, profile_draws
+from engine.columns.profile import bin_levels, check_profile, profile_draws
 
 CALENDAR_UNITS = ("hour", "day", "week", "month", "year")
 RESOLUTIONS = ("year", "month", "day", "hour", "minute", "second")
@@ -177,13 +177,23 @@ class _TemporalColumn(BinnedCodes):
     def _fallback(self, texts: list[str]) -> np.ndarray:
         return _parse_text(pd.Series(texts, dtype=object), self.format)
 
-    def decode(self, codes: np.ndarray, rng: np.random.Generator) -> pd.Series:
+    def bin_levels(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per bin, the level of the time distribution decoding draws from (the profile, or
+        uniform over the range) just below its lower and its upper edge (engine.columns.profile)."""
+        profile = None if self.profile is None else np.asarray(self.profile, dtype=np.float64)
+        return bin_levels(np.asarray(self.edges, dtype=np.float64), profile)
+
+    def decode(
+        self, codes: np.ndarray, rng: np.random.Generator, draws: np.ndarray | None = None
+    ) -> pd.Series:
+        """Times drawn inside each row's bin; ``draws`` (uniforms in [0, 1), one per row, the
+        position inside the bin's share of :meth:`bin_levels`) replace the rng's own."""
         col = check_codes(codes, self.size, self.name)
         nulls = null_positions(col, self.null_code)
         bins = np.where(nulls, 0, col)
         edges = np.asarray(self.edges, dtype=np.int64)
         low, width = edges[bins], np.diff(edges)[bins]
-        draws = rng.random(col.size)
+        draws = rng.random(col.size) if draws is None else draws
         if self.profile is None:
             drawn = low + np.minimum(np.floor(draws * width), width - 1).astype(np.int64)
         else:
