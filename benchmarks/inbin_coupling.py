@@ -178,7 +178,7 @@ def render(results: Sequence[Result], command: str) -> str:
         ]
         for r in results
     ]
-    lines += markdown_table(header, rows, "lllrrrrrrr")
+    lines += markdown_table(header, rows, "llrlrrrrrr")
     return "\n".join(lines) + "\n"
 
 
