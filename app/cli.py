@@ -194,14 +194,27 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
     default="prefork",
     show_default=True,
 )
-def worker(concurrency: int | None, pool: str) -> None:
-    """Run a Celery worker that executes release jobs (and recovers lost ones)."""
+@click.option(
+    "--reports",
+    is_flag=True,
+    help="build the owner tier of release reports instead of running jobs (its own queue, "
+    "RHOSYNTH_REPORTS_QUEUE: the owner tier reads the real table, so it never holds a job "
+    "worker's slot); default concurrency 1",
+)
+def worker(concurrency: int | None, pool: str, reports: bool) -> None:
+    """Run a Celery worker that executes release jobs (and recovers lost ones), or with
+    ``--reports`` one that builds the owner tier of published releases."""
     settings = _settings()
     _configure_logging(settings)
     # Before pyarrow is imported: Arrow's default allocator (mimalloc) reserves 1 GiB of address
     # space, which the job memory limit (RLIMIT_AS, workers/limits.py) would count.
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    processes = concurrency or settings.worker_concurrency
+    if reports:
+        processes = concurrency or 1
+        queue = settings.owner_tier_queue
+    else:
+        processes = concurrency or settings.worker_concurrency
+        queue = settings.queue
     _check_memory_limit(settings, processes)
     _check_storage(settings)
     from workers.tasks import celery_app
@@ -210,7 +223,7 @@ def worker(concurrency: int | None, pool: str) -> None:
         [
             "worker",
             f"--loglevel={settings.log_level}",
-            f"--queues={settings.queue}",
+            f"--queues={queue}",
             f"--concurrency={processes}",
             f"--pool={pool}",
             "--without-gossip",
@@ -259,7 +272,8 @@ def recover() -> None:
 
 @main.command()
 def run() -> None:
-    """Embedded mode: migrate, then serve the API and one worker (what `make run` starts)."""
+    """Embedded mode: migrate, then serve the API, one job worker and one reports worker (what
+    `make run` starts)."""
     settings = _settings()
     _configure_logging(settings)
     if not settings.embedded:
@@ -282,9 +296,12 @@ def run() -> None:
         settings = settings.model_copy(update={"job_memory_limit_mb": fits})
         os.environ["RHOSYNTH_JOB_MEMORY_LIMIT_MB"] = str(fits)
     worker_process = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"])
+    # The owner tier of reports is built by its own worker, so it never delays the next job.
+    reports_process = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--reports"])
     click.echo(
         f"rhosynth: API on http://{settings.host}:{settings.port} (docs at /docs), "
-        f"worker pid {worker_process.pid}, data in {settings.resolved_home}",
+        f"worker pid {worker_process.pid}, reports worker pid {reports_process.pid}, "
+        f"data in {settings.resolved_home}",
         err=True,
     )
     click.echo(
@@ -293,12 +310,14 @@ def run() -> None:
     )
 
     def stop_worker(*_args: object) -> None:
-        if worker_process.poll() is None:
-            worker_process.send_signal(signal.SIGTERM)
+        for process in (worker_process, reports_process):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in (worker_process, reports_process):
             try:
-                worker_process.wait(timeout=30)
+                process.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                worker_process.kill()
+                process.kill()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         stop_worker()

@@ -55,6 +55,10 @@ class Settings(BaseSettings):
     scratch_dir: Path | None = None
     secret_key: SecretStr | None = None
     queue: str = "rhosynth"
+    # The queue of owner-tier builds (app/jobs/owner_tier.py), consumed only by
+    # `rhosynth worker --reports` so that they never hold a job worker's slot; default
+    # "<queue>-reports".
+    reports_queue: str | None = None
 
     # Upload limits. The byte cap is enforced while the body streams in, before parsing.
     max_upload_bytes: int = Field(default=1024**3, ge=1024)
@@ -173,6 +177,11 @@ class Settings(BaseSettings):
             if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
                 raise ValueError("RHOSYNTH_STORAGE_URL: the prefix must be a plain relative path")
         return self
+
+    @property
+    def owner_tier_queue(self) -> str:
+        """The owner-tier builds' queue: ``RHOSYNTH_REPORTS_QUEUE``, else ``<queue>-reports``."""
+        return self.reports_queue or f"{self.queue}-reports"
 
     @property
     def embedded(self) -> bool:

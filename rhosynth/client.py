@@ -514,11 +514,21 @@ class Client:
 
     @overload
     def report(
-        self, job: JobRef, *, tier: Literal["release", "owner"] = ..., format: Literal["json"] = ...
+        self,
+        job: JobRef,
+        *,
+        tier: Literal["release", "owner"] = ...,
+        format: Literal["json"] = ...,
+        wait: float = ...,
     ) -> dict[str, Any]: ...
     @overload
     def report(
-        self, job: JobRef, *, tier: Literal["release", "owner"] = ..., format: Literal["html"]
+        self,
+        job: JobRef,
+        *,
+        tier: Literal["release", "owner"] = ...,
+        format: Literal["html"],
+        wait: float = ...,
     ) -> str: ...
 
     def report(
@@ -527,16 +537,28 @@ class Client:
         *,
         tier: Literal["release", "owner"] = "release",
         format: Literal["json", "html"] = "json",
+        wait: float = 120.0,
     ) -> dict[str, Any] | str:
         """A succeeded job's quality report: ``tier="release"`` (any key, built from the release
         alone) or ``"owner"`` (owner keys: compared with the real table). JSON as a dict, HTML
-        as text."""
-        response = self._send(
-            "GET",
-            f"/v1/jobs/{_id(job)}/report",
-            retry=True,
-            params={"tier": tier, "format": format},
-        )
+        as text. The owner tier is built just after the job succeeds: while the service answers
+        that it is being built, this waits (its ``Retry-After``) up to ``wait`` seconds in all,
+        then raises :class:`TimeoutError`."""
+        waited = 0.0
+        while True:
+            response = self._send(
+                "GET",
+                f"/v1/jobs/{_id(job)}/report",
+                retry=True,
+                params={"tier": tier, "format": format},
+            )
+            if response.status_code != 202:
+                break
+            pause = self._delay(0, response)
+            if waited + pause > wait:
+                raise TimeoutError(f"the {tier}-tier report is still being built after {wait} s")
+            self._sleep(pause)
+            waited += pause
         if format == "html":
             return response.text
         body: dict[str, Any] = response.json()

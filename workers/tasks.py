@@ -16,11 +16,17 @@ from app.config import get_settings
 from app.db.session import dispose_engines
 from app.jobs.execution import execute_job
 from app.jobs.limits import effective_memory_limit_mb, record_enforced_memory_limit
+from app.jobs.owner_tier import build_owner_tier, resend_owner_tiers
 from app.jobs.recovery import recover_jobs
 from app.jobs.sweep import sweep_storage
 from app.samples.execution import execute_sample
 from app.samples.recovery import recover_samples
-from workers.celery_app import RUN_JOB_TASK, RUN_SAMPLE_TASK, get_celery_app
+from workers.celery_app import (
+    BUILD_OWNER_TIER_TASK,
+    RUN_JOB_TASK,
+    RUN_SAMPLE_TASK,
+    get_celery_app,
+)
 from workers.limits import apply_memory_limit
 
 logger = logging.getLogger(__name__)
@@ -69,6 +75,13 @@ def run_sample(sample_id: str) -> str:
     return execute_sample(get_settings(), uuid.UUID(sample_id))
 
 
+@celery_app.task(name=BUILD_OWNER_TIER_TASK, base=_RetriedWhileDatabaseIsDown)
+def build_owner_tier_task(job_id: str) -> str:
+    """Build a published job's owner tier (reads the real table; the reports queue only, so it
+    never holds a job worker's slot). Safe to deliver again."""
+    return build_owner_tier(get_settings(), uuid.UUID(job_id))
+
+
 @worker_init.connect
 def _record_pool_size(sender: Any = None, **_kwargs: Any) -> None:
     global _pool_size
@@ -111,6 +124,10 @@ def _recovery_loop() -> None:
             recover_samples(settings)
         except Exception:
             logger.exception("sample recovery pass failed")
+        try:
+            resend_owner_tiers(settings)
+        except Exception:
+            logger.exception("owner-tier recovery pass failed")
         if time.monotonic() >= next_sweep:
             next_sweep = time.monotonic() + settings.storage_sweep_interval_seconds
             try:

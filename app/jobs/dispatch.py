@@ -26,13 +26,16 @@ logger = logging.getLogger(__name__)
 DOORBELL_CAPACITY = 100_000
 
 
-def enqueue_job(settings: Settings, job_id: uuid.UUID, task: str = RUN_JOB_TASK) -> bool:
+def enqueue_job(
+    settings: Settings, job_id: uuid.UUID, task: str = RUN_JOB_TASK, queue: str | None = None
+) -> bool:
     """Send the job's message now, in this thread (the recovery loop; tests). False on failure.
 
-    ``task`` is the Celery task (a job, or a derived sample: ``RUN_SAMPLE_TASK``)."""
+    ``task`` is the Celery task (a job, a derived sample: ``RUN_SAMPLE_TASK``, or an owner tier:
+    ``BUILD_OWNER_TIER_TASK``), sent to ``queue`` (default: the jobs' queue)."""
     try:
         get_celery_app(settings, publisher=True).send_task(
-            task, args=[str(job_id)], queue=settings.queue
+            task, args=[str(job_id)], queue=queue or settings.queue
         )
     except Exception as error:
         logger.warning(

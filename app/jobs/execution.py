@@ -50,15 +50,12 @@ from app.jobs.limits import (
     raised_memory_limit,
     time_limit_error,
 )
+from app.jobs.owner_tier import release_title, save_owner_input, send_owner_tier
 from app.jobs.progress import PHASES, ProgressPoint, engine_point
 from app.jobs.repository import Claim
 from app.jobs.resources import output_rows_limit
 from app.reports.artefacts import (
-    VALUES_NOT_KEPT,
     ArtefactWriter,
-    published_values,
-    stored_values,
-    write_owner_report,
     write_release_artefacts,
 )
 from app.storage import Storage, dataset_values_key, discard, job_output_key, open_storage
@@ -66,9 +63,7 @@ from engine.domain import Dataset as EngineDataset
 from engine.encoding import TableSchema
 from engine.mechanisms import get_mechanism
 from engine.mechanisms.base import SynthesisCancelled
-from engine.raw_values import value_columns
 from engine.release.from_result import record_from_result
-from engine.reports.values import ValueSource
 
 logger = logging.getLogger(__name__)
 
@@ -343,7 +338,8 @@ def _run_attempt(
                 )
             if published:
                 logger.info("job %s attempt %d succeeded", job_id, claim.attempt)
-                _owner_tier(factory, storage, claim, writer, produced)
+                # After the commit: a reports worker builds the owner tier, never this slot.
+                send_owner_tier(settings, job_id)
                 return AttemptOutcome(job_id, "succeeded")
             discard(storage, output_key, writer.prefix)
             return _finish_unpublished(factory, settings, claim)
@@ -397,71 +393,11 @@ def _run_attempt(
         return AttemptOutcome(job_id, "failed")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class _Produced:
-    """What an attempt produced before publishing, and what the owner tier needs after it."""
+    """What an attempt produced before publishing."""
 
     rows: int
-    schema: TableSchema
-    table_key: str
-    synthetic: npt.NDArray[np.integer[Any]]
-    title: str
-    # The published output (the owner tier reads its decoded values: what analysts download)
-    # and the raw values kept beside the table (none for datasets stored before they were).
-    output_key: str | None = None
-    values_key: str | None = None
-
-
-def _owner_tier(
-    factory: sessionmaker[Session],
-    storage: Storage,
-    claim: Claim,
-    writer: ArtefactWriter,
-    produced: _Produced,
-) -> None:
-    """Build the owner tier of the report after the release is published, then add its names
-    to the job's artefacts (owner keys only). It reads the real table, so nothing of it may
-    change what analysts see: building it after publication keeps its duration and any failure
-    (out of memory, the dataset erased meanwhile, a bug) out of the job's status, progress and
-    timing. A failure is logged and leaves the owner tier out."""
-    try:
-        real_values, synthetic_values, unavailable = _value_sources(storage, produced)
-        # Subsampling and the holdout split: post-processing, owners only.
-        write_owner_report(
-            writer,
-            produced.schema,
-            # Narrow, like the synthetic table: the owner tier widens a column at a time where
-            # it does arithmetic (at 10 M rows × 14 columns, 140 MB instead of 1.1 GB).
-            lambda: _read_table(storage, produced.table_key, produced.schema, narrow=True),
-            produced.synthetic,
-            np.random.default_rng(claim.seed),
-            produced.title,
-            real_values=real_values,
-            synthetic_values=synthetic_values,
-            values_unavailable=unavailable,
-        )
-        with transaction(factory) as session:
-            repository.set_artefacts(session, claim.job_id, claim.attempt, writer.written)
-    except Exception:  # MemoryError included: the release is published whatever happens here
-        logger.exception("job %s: the owner tier of its report was not built", claim.job_id)
-        gc.collect()
-
-
-def _value_sources(
-    storage: Storage, produced: _Produced
-) -> tuple[ValueSource | None, ValueSource | None, str | None]:
-    """The owner tier's values: the raw values kept beside the table, the published output's,
-    and why there are none (a dataset stored before raw values were kept). Read here, after
-    publication, and nowhere else: no mechanism reads the raw values."""
-    if not value_columns(produced.schema) or produced.output_key is None:
-        return None, None, None
-    if produced.values_key is None or not storage.exists(produced.values_key):
-        return None, None, VALUES_NOT_KEPT
-    return (
-        stored_values(storage, produced.values_key),
-        published_values(storage, produced.output_key, produced.schema),
-        None,
-    )
 
 
 def _read_table(
@@ -618,10 +554,10 @@ def _synthesize(
         store_table(storage, schema, synthetic, rng, output_key)
 
         # The release's artefacts: post-processing of what was released (app/reports/artefacts.py).
-        # The owner tier, which reads the real table, is built after publication (_owner_tier).
+        # The owner tier, which reads the real table, is built after publication by a reports
+        # worker (app/jobs/owner_tier.py).
         progress.phase("report")
-        rho_text = format(Decimal(claim.rho).normalize(), "f")
-        title = f"rhosynth release {claim.job_id} ({claim.method}, ρ = {rho_text})"
+        title = release_title(claim.job_id, claim.method, Decimal(claim.rho))
         record = record_from_result(
             result, schema.domain(), mechanism.name, params, Fraction(claim.rho)
         )
@@ -635,12 +571,7 @@ def _synthesize(
             discovery_delta=source.discovery_delta,
         )
         del record, result
-        return _Produced(
-            int(synthetic.shape[0]),
-            schema,
-            table_key,
-            synthetic,
-            title,
-            output_key,
-            source.values_key,
-        )
+        # What the owner tier compares, for the reports worker (its size is public: rows ×
+        # columns); removed once the owner tier is built (app/jobs/owner_tier.py).
+        save_owner_input(storage, claim.job_id, claim.attempt, synthetic)
+        return _Produced(int(synthetic.shape[0]))

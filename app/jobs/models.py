@@ -19,6 +19,7 @@ from sqlalchemy import (
     Index,
     String,
     Text,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -87,6 +88,11 @@ class Job(Base):
     # Names of the artefacts published with the output (app/reports/artefacts.py), stored under
     # the published attempt's artefact prefix; None for jobs that succeeded before they existed.
     artefacts: Mapped[list[str] | None] = mapped_column(JSON, default=None)
+    # The owner tier of the report, built after publication by a reports worker
+    # (app/jobs/owner_tier.py): pending, built or failed; None for jobs without one.
+    owner_tier: Mapped[str | None] = mapped_column(String(16), default=None, index=True)
+    owner_tier_tries: Mapped[int] = mapped_column(default=0, server_default=text("0"))
+    owner_tier_sent_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class IdempotencyKey(Base):

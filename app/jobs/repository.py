@@ -19,7 +19,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, or_, select, tuple_, update
+from sqlalchemy import ColumnElement, case, func, or_, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, aliased
@@ -397,6 +397,9 @@ def complete(
             output_key=output_key,
             output_rows=output_rows,
             artefacts=list(artefacts),
+            # Built by a reports worker after this commit (app/jobs/owner_tier.py).
+            owner_tier="pending",
+            owner_tier_sent_at=now,
             finished_at=now,
             lease_expires_at=None,
             progress_fraction=DONE.fraction,
@@ -409,18 +412,83 @@ def complete(
     return row is not None
 
 
-def set_artefacts(
-    session: Session, job_id: uuid.UUID, attempt: int, artefacts: Sequence[str]
+def owner_tier_built(
+    session: Session, job_id: uuid.UUID, attempt: int, names: Sequence[str]
 ) -> bool:
-    """Record the artefacts of the published attempt (the owner tier, added after publication);
-    only while the job is still the succeeded job that attempt published."""
+    """Add the owner tier's artefact names to the published attempt's and mark it built; only
+    while it is still that attempt's pending owner tier. The row lock orders two builds of the
+    same job that finish together: the second finds it built and adds nothing."""
+    job = session.execute(
+        select(Job)
+        .where(
+            Job.id == job_id,
+            Job.attempt == attempt,
+            Job.status == "succeeded",
+            Job.owner_tier == "pending",
+        )
+        .with_for_update()
+    ).scalar_one_or_none()
+    if job is None:
+        return False
+    known = list(job.artefacts or [])
+    job.artefacts = known + [name for name in names if name not in known]
+    job.owner_tier = "built"
+    return True
+
+
+def owner_tier_failed(session: Session, job_id: uuid.UUID, attempt: int, max_tries: int) -> bool:
+    """Count a failed build of the owner tier; True when that was the last try (then it is
+    marked failed, and left out of the report)."""
     row = session.execute(
         update(Job)
-        .where(Job.id == job_id, Job.attempt == attempt, Job.status == "succeeded")
-        .values(artefacts=list(artefacts))
-        .returning(Job.id)
+        .where(
+            Job.id == job_id,
+            Job.attempt == attempt,
+            Job.status == "succeeded",
+            Job.owner_tier == "pending",
+        )
+        .values(
+            owner_tier_tries=Job.owner_tier_tries + 1,
+            owner_tier=case((Job.owner_tier_tries + 1 >= max_tries, "failed"), else_="pending"),
+        )
+        .returning(Job.owner_tier)
     ).one_or_none()
-    return row is not None
+    return row is not None and row[0] == "failed"
+
+
+def stale_owner_tiers(session: Session, before: datetime, limit: int) -> list[uuid.UUID]:
+    """Jobs whose owner tier is pending and whose last message was sent before ``before``."""
+    rows = session.execute(
+        select(Job.id)
+        .where(
+            Job.status == "succeeded",
+            Job.owner_tier == "pending",
+            or_(Job.owner_tier_sent_at.is_(None), Job.owner_tier_sent_at < before),
+        )
+        .order_by(Job.finished_at)
+        .limit(limit)
+    ).scalars()
+    return list(rows)
+
+
+def mark_owner_tier_sent(
+    session: Session, job_ids: Sequence[uuid.UUID], before: datetime, now: datetime
+) -> list[uuid.UUID]:
+    """Stamp the owner-tier messages about to be resent; returns the jobs this caller stamped.
+    Guarded by the same staleness test, so two recovery loops never both resend one job."""
+    if not job_ids:
+        return []
+    rows = session.execute(
+        update(Job)
+        .where(
+            Job.id.in_(list(job_ids)),
+            Job.owner_tier == "pending",
+            or_(Job.owner_tier_sent_at.is_(None), Job.owner_tier_sent_at < before),
+        )
+        .values(owner_tier_sent_at=now)
+        .returning(Job.id)
+    ).scalars()
+    return list(rows)
 
 
 def finish(

@@ -6,9 +6,9 @@ the names of those that were written are published with the output in the same g
 
 Release artefacts (every key of the tenant) are built from the release alone: the record of the
 noisy measurements, the fitted model, the synthetic rows. They are DP post-processing and cost
-nothing. The owner tier of the report compares the release with the real table: the worker builds
-it after publication (app/jobs/execution.py, ``_owner_tier``), stores it under its own names and
-adds them to the job's artefacts, served to owner keys only (privacy rule 7). It compares values
+nothing. The owner tier of the report compares the release with the real table: a reports worker
+builds it after publication (app/jobs/owner_tier.py), stores it under its own names and adds
+them to the job's artefacts, served to owner keys only (privacy rule 7). It compares values
 from the raw values kept beside the dataset's table (``stored_values``, the only reader of that
 file) and the published output (``published_values``: what analysts download).
 

@@ -6,7 +6,7 @@ import uuid
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query, status
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from app.api.deps import AnalystKey, DatabaseDep, StorageDep
 from app.api.errors import error_responses
@@ -25,6 +25,9 @@ REPORT_CSP = (
     "default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
+OWNER_TIER_RETRY_AFTER_SECONDS = 5
+"""Retry-After of the owner tier's 202 while a reports worker builds it."""
+
 MEDIA_TYPES = {
     "json": "application/json",
     "html": "text/html; charset=utf-8",
@@ -41,7 +44,7 @@ def _serve(
     name: str,
     format: str,
     missing: str,
-) -> StreamingResponse:
+) -> Response:
     try:
         with db.transaction() as session:
             job, key = service.stored_artefact(session, storage, principal, job_id, name)
@@ -58,6 +61,16 @@ def _serve(
         raise HTTPException(
             status.HTTP_410_GONE, "the release was erased with its dataset"
         ) from None
+    except service.OwnerTierBuilding:
+        return JSONResponse(
+            {
+                "status": "building",
+                "detail": "the owner tier of this report is being built after the release; "
+                "ask again in a few seconds",
+            },
+            status_code=status.HTTP_202_ACCEPTED,
+            headers={"Retry-After": str(OWNER_TIER_RETRY_AFTER_SECONDS)},
+        )
     except service.ArtefactMissing:
         raise HTTPException(status.HTTP_404_NOT_FOUND, missing) from None
     headers = {"X-Content-Type-Options": "nosniff"}
@@ -74,7 +87,10 @@ def _serve(
 @router.get(
     "/jobs/{job_id}/report",
     response_model=None,
-    responses={200: {"content": {"application/json": {}, "text/html": {}}}},
+    responses={
+        200: {"content": {"application/json": {}, "text/html": {}}},
+        202: {"description": "owner tier: still being built (`status: building`, Retry-After)"},
+    },
 )
 def get_report(
     job_id: uuid.UUID,
@@ -83,7 +99,7 @@ def get_report(
     principal: AnalystKey,
     format: Annotated[Literal["json", "html"], Query()] = "json",
     tier: Annotated[Literal["release", "owner"], Query()] = "release",
-) -> StreamingResponse:
+) -> Response:
     """The quality report of a succeeded job. ``tier=release`` (every key): built from the
     release alone (its noisy measurements, model and rows), at no privacy cost. ``tier=owner``
     (owner keys): the release compared with the real table. docs/reports.md explains each
@@ -114,7 +130,7 @@ def get_measurements(
     storage: StorageDep,
     principal: AnalystKey,
     format: Annotated[Literal["json", "parquet", "npz"], Query()] = "json",
-) -> StreamingResponse:
+) -> Response:
     """Every noisy marginal the job measured (the contingency tables), labelled with the
     dataset's public domain: one row per cell in Parquet; per marginal in JSON; ``npz``: the
     release record itself, for ``rhosynth report --record``. These are the DP measurements
@@ -140,7 +156,7 @@ def get_measurements(
 )
 def get_model(
     job_id: uuid.UUID, db: DatabaseDep, storage: StorageDep, principal: AnalystKey
-) -> StreamingResponse:
+) -> Response:
     """The job's fitted model with the dataset's public schema: a DP output (built from the
     noisy measurements only). ``rhosynth sample MODEL --rows n --seed s`` draws rows from it
     locally, at no privacy cost, as ``POST /v1/jobs/{id}/samples`` does on the server."""

@@ -38,6 +38,16 @@ def artefact_key(job_id: uuid.UUID, attempt: int, name: str) -> str:
     return f"{job_attempt_prefix(job_id, attempt)}/{name}"
 
 
+OWNER_INPUT = "owner-input.npy"
+"""The synthetic codes the job worker leaves for the owner tier (app/jobs/owner_tier.py): in the
+attempt's folder, never listed among its artefacts nor served, removed once the owner tier is
+built or given up."""
+
+
+def owner_input_key(job_id: uuid.UUID, attempt: int) -> str:
+    return f"{job_attempt_prefix(job_id, attempt)}/{OWNER_INPUT}"
+
+
 def visible(names: list[str] | None, *, owner: bool) -> list[str]:
     """The published artefacts a key may see listed (owner-tier names for owners only)."""
     return [name for name in names or [] if owner or name not in OWNER_ONLY]

@@ -17,6 +17,10 @@ class OwnersOnly(Exception):
     """The owner tier of a report compares the release with the real table (privacy rule 7)."""
 
 
+class OwnerTierBuilding(Exception):
+    """The owner tier is still to be built by a reports worker (app/jobs/owner_tier.py)."""
+
+
 class ArtefactMissing(Exception):
     """The release has no such artefact (an older release, or one that could not be built)."""
 
@@ -27,11 +31,14 @@ def stored_artefact(
     """The key of artefact ``name`` of a succeeded job, for ``principal``.
 
     Raises JobNotFound (another tenant's job, too), OwnersOnly, JobConflict (no output yet),
-    OutputGone (erased with its dataset) or ArtefactMissing."""
+    OutputGone (erased with its dataset), OwnerTierBuilding (owner keys, while a reports worker
+    has it to build) or ArtefactMissing."""
     job, dataset = job_service.published_job(session, principal, job_id)
     if name in OWNER_ONLY and not principal.is_owner:
         raise OwnersOnly(job_id)
     if name not in (job.artefacts or []):
+        if name in OWNER_ONLY and job.owner_tier == "pending":
+            raise OwnerTierBuilding(job_id)
         raise ArtefactMissing(name)
     # A succeeded job's attempt is the one that published (the guarded UPDATE matched it).
     key = artefact_key(job.id, job.attempt, name)

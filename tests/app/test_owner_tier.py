@@ -1,5 +1,6 @@
-"""The owner tier is built after the release is published: whether it is built changes nothing
-an analyst sees (privacy rule 6), and a failure leaves the release as it was."""
+"""The owner tier is built after the release is published, by a reports worker
+(app/jobs/owner_tier.py): whether it is built changes nothing an analyst sees (privacy rule 6),
+and a failure leaves the release as it was."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ import pytest
 
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
-from app.jobs import execution, repository
-from app.jobs.execution import _owner_tier, _Produced, claim_and_charge
+from app.jobs import execution, owner_tier, repository
+from app.jobs.execution import claim_and_charge
 from app.reports import names
 from app.reports.artefacts import VALUES_NOT_KEPT, ArtefactWriter
 from app.storage import LocalStorage, dataset_table_key, dataset_values_key, job_output_key
@@ -31,7 +32,11 @@ FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def test_owner_tier_failure_leaves_the_release_and_success_adds_owner_names(
-    api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str
+    api_stack: Stack,
+    tenant: Tenant,
+    people_csv: bytes,
+    people_schema: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings = api_stack.settings
     factory = get_session_factory(settings.sqlalchemy_url)
@@ -41,6 +46,10 @@ def test_owner_tier_failure_leaves_the_release_and_success_adds_owner_names(
     claim = claim_and_charge(factory, settings, job_id)
     assert claim is not None
     published = [names.RECORD, names.RELEASE_JSON]
+    schema = TableSchema.from_json(json.loads(people_schema))
+    owner_tier.save_owner_input(
+        storage, job_id, claim.attempt, np.zeros((10, len(schema.names)), dtype=np.int64)
+    )
     with transaction(factory) as session:
         assert repository.complete(
             session,
@@ -51,25 +60,61 @@ def test_owner_tier_failure_leaves_the_release_and_success_adds_owner_names(
             artefacts=published,
             now=utcnow(),
         )
-    schema = TableSchema.from_json(json.loads(people_schema))
-    synthetic = np.zeros((10, len(schema.names)), dtype=np.int64)
-
-    def run(table_key: str) -> None:
-        writer = ArtefactWriter(storage, job_id, claim.attempt)
-        writer.written.extend(published)
-        produced = _Produced(10, schema, table_key, synthetic, "title")
-        _owner_tier(factory, storage, claim, writer, produced)
-
+    # No output file was written here: compare codes only (as for a dataset stored before raw
+    # values were kept), so the owner tier reads the table and the codes left for it.
+    (storage.root / dataset_values_key(uuid.UUID(dataset["id"]))).unlink()
     before = tenant.analyst.get(f"/v1/jobs/{job_id}").json()
-    run("datasets/missing/table.parquet")  # the table is gone: logged, nothing raised
+    table = storage.root / dataset_table_key(uuid.UUID(dataset["id"]))
+    hidden = table.with_name("hidden")
+    table.rename(hidden)  # the table is unreadable: each build fails, is logged, raises nothing
+    outcomes = [owner_tier.build_owner_tier(settings, job_id) for _ in range(2)]
+    assert outcomes == ["retry", "retry"]
     owner = tenant.owner.get(f"/v1/jobs/{job_id}").json()
     assert owner["status"] == "succeeded" and owner["artefacts"] == published
 
-    run(dataset_table_key(uuid.UUID(dataset["id"])))
+    hidden.rename(table)
+    assert owner_tier.build_owner_tier(settings, job_id) == "built"
     owner = tenant.owner.get(f"/v1/jobs/{job_id}").json()
     assert set(owner["artefacts"]) == {*published, names.OWNER_JSON, names.OWNER_HTML}
     after = tenant.analyst.get(f"/v1/jobs/{job_id}").json()
     assert after == before, "analysts see the same job whether or not the owner tier exists"
+    # Built once: a second delivery does nothing, and the codes left for it are gone.
+    assert owner_tier.build_owner_tier(settings, job_id) == "skipped"
+    assert not storage.exists(names.owner_input_key(job_id, claim.attempt))
+
+
+def test_an_owner_tier_that_keeps_failing_is_given_up(
+    api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str
+) -> None:
+    settings = api_stack.settings
+    factory = get_session_factory(settings.sqlalchemy_url)
+    dataset = create_dataset(tenant.owner, people_csv, people_schema)
+    job_id = uuid.UUID(submit(tenant.analyst, dataset["id"], rho="0.1").json()["id"])
+    claim = claim_and_charge(factory, settings, job_id)
+    assert claim is not None
+    with transaction(factory) as session:  # published without the codes the owner tier reads
+        assert repository.complete(
+            session,
+            job_id,
+            claim.attempt,
+            output_key=job_output_key(job_id, claim.attempt),
+            output_rows=10,
+            artefacts=[names.RECORD],
+            now=utcnow(),
+        )
+    report = tenant.owner.get(f"/v1/jobs/{job_id}/report", params={"tier": "owner"})
+    assert report.status_code == 202 and report.json()["status"] == "building"
+    assert report.headers["Retry-After"] == "5"
+    tries = owner_tier.MAX_OWNER_TIER_TRIES
+    outcomes = [owner_tier.build_owner_tier(settings, job_id) for _ in range(tries + 1)]
+    assert outcomes == ["retry"] * (tries - 1) + ["failed", "skipped"]
+    with transaction(factory) as session:
+        job = repository.get(session, job_id)
+        assert job is not None and job.owner_tier == "failed"
+        assert job.owner_tier_tries == tries
+    assert tenant.analyst.get(f"/v1/jobs/{job_id}").json()["status"] == "succeeded"
+    gone = tenant.owner.get(f"/v1/jobs/{job_id}/report", params={"tier": "owner"})
+    assert gone.status_code == 404, "given up: no longer being built"
 
 
 class _Recording(LocalStorage):
@@ -104,6 +149,9 @@ def _run_job(
 
     monkeypatch.setattr(execution.repository, "complete", publishing)
     assert execution._run_attempt(factory, settings, claim).status == "succeeded"
+    # What a reports worker does with the message the attempt sent.
+    monkeypatch.setattr(owner_tier, "open_storage", lambda _settings: storage)
+    assert owner_tier.build_owner_tier(settings, job_id) == "built"
     return job_id, events
 
 

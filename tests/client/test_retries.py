@@ -256,3 +256,24 @@ def test_wait_shows_a_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
 def test_the_key_is_not_in_the_clients_repr() -> None:
     with Recorder().client() as client:
         assert "rhs_secret" not in repr(client)
+
+
+def building() -> httpx.Response:
+    return httpx.Response(
+        202, json={"status": "building", "detail": "being built"}, headers={"Retry-After": "5"}
+    )
+
+
+def test_the_owner_report_is_waited_for_while_it_is_being_built() -> None:
+    mock = Recorder(building(), building(), httpx.Response(200, json={"verdict": {"ok": 1}}))
+    with mock.client() as client:
+        report = client.report(JOB, tier="owner")
+    assert report == {"verdict": {"ok": 1}}
+    assert mock.slept == [5.0, 5.0] and len(mock.requests) == 3
+
+
+def test_waiting_for_the_owner_report_gives_up_after_wait_seconds() -> None:
+    mock = Recorder(building(), building())
+    with mock.client() as client, pytest.raises(TimeoutError, match="still being built"):
+        client.report(JOB, tier="owner", wait=7)
+    assert len(mock.requests) == 2  # 5 s wait fits in 7, a second one would not

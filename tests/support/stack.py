@@ -60,6 +60,7 @@ class Stack:
     port: int
     server: subprocess.Popen[bytes] | None = None
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    reports_workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     # Settings that only the worker processes get (a worker on a smaller machine, say).
     worker_values: dict[str, Any] = field(default_factory=dict)
     _logs: list[Path] = field(default_factory=list)
@@ -71,9 +72,12 @@ class Stack:
         workdir: Path,
         *,
         workers: int = 0,
+        reports_worker: bool | None = None,
         worker_overrides: dict[str, Any] | None = None,
         **overrides: Any,
     ) -> Stack:
+        """A stack with ``workers`` job workers and (default: when there are job workers) one
+        reports worker, which builds the owner tier of reports (`rhosynth worker --reports`)."""
         tag = uuid.uuid4().hex[:8]
         database = f"rhosynth_test_{name}_{tag}"
         database_url = services.create_database(database)
@@ -100,6 +104,8 @@ class Stack:
         stack.start_server()
         for _ in range(workers):
             stack.start_worker()
+        if reports_worker if reports_worker is not None else workers > 0:
+            stack.start_reports_worker()
         return stack
 
     @property
@@ -157,6 +163,20 @@ class Stack:
             env=self._env({**self.values, **self.worker_values}),
         )
         self.workers.append(worker)
+        return self._ready(worker)
+
+    def start_reports_worker(self) -> subprocess.Popen[bytes]:
+        """A worker of the owner-tier queue only (kept apart from ``workers``)."""
+        worker = self._spawn(
+            "reports",
+            "worker",
+            "--reports",
+            env=self._env({**self.values, **self.worker_values}),
+        )
+        self.reports_workers.append(worker)
+        return self._ready(worker)
+
+    def _ready(self, worker: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
         deadline = time.monotonic() + 60
         log = self._logs[-1]
         while time.monotonic() < deadline:
@@ -175,18 +195,22 @@ class Stack:
             process.wait(timeout=30)
         if process in self.workers:
             self.workers.remove(process)
+        if process in self.reports_workers:
+            self.reports_workers.remove(process)
 
     def stop_workers(self) -> None:
         for worker in list(self.workers):
             self.kill(worker, signal.SIGTERM)
 
     def destroy(self) -> None:
-        for worker in list(self.workers):
+        for worker in [*self.workers, *self.reports_workers]:
             self.kill(worker)
         if self.server is not None:
             self.kill(self.server, signal.SIGTERM)
         with contextlib.suppress(Exception):
-            redis.Redis.from_url(services.REDIS_URL).delete(self.values["queue"])
+            redis.Redis.from_url(services.REDIS_URL).delete(
+                self.values["queue"], self.settings.owner_tier_queue
+            )
         with contextlib.suppress(Exception):
             from app.db.session import dispose_engines
 

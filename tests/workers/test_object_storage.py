@@ -50,6 +50,7 @@ def two_hosts(
             home=str(workdir / "worker-host" / "home"),
         )
         stack.start_worker()
+        stack.start_reports_worker()
         yield stack
     finally:
         stack.destroy()
