@@ -122,10 +122,9 @@ class NumericColumn(BinnedCodes):
         )
 
     def bin_levels(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per bin, the level of the value distribution decoding draws from (the profile, or
-        uniform over the range) just below its lower and its upper edge (engine.columns.profile)."""
-        profile = None if self.profile is None else np.asarray(self.profile, dtype=np.float64)
-        return bin_levels(np.asarray(self.edges, dtype=np.float64), profile)
+        """Per bin, the value distribution's level just below its lower and upper edge
+        (engine.columns.profile.bin_levels)."""
+        return bin_levels(self.edges, self.profile)
 
     def decode(
         self, codes: np.ndarray, rng: np.random.Generator, draws: np.ndarray | None = None

@@ -53,7 +53,9 @@ def _below(points: FloatArray, levels: FloatArray, x: FloatArray) -> FloatArray:
     return out
 
 
-def bin_levels(edges: FloatArray, profile: FloatArray | None) -> tuple[FloatArray, FloatArray]:
+def bin_levels(
+    edges: Sequence[float] | FloatArray, profile: Sequence[float] | FloatArray | None
+) -> tuple[FloatArray, FloatArray]:
     """Per bin, the profile's distribution function just below its lower and its upper edge
     (the last bin's upper level is 1: the mass on the last edge is in it). Without a profile
     the distribution is uniform from the first edge to the last, as decoding draws then."""

@@ -14,11 +14,14 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
 
+from app.config import Settings
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
 from app.jobs import execution, owner_tier, repository
 from app.jobs.execution import claim_and_charge
+from app.jobs.repository import Claim
 from app.reports import names
 from app.reports.artefacts import VALUES_NOT_KEPT, ArtefactWriter
 from app.storage import LocalStorage, dataset_table_key, dataset_values_key, job_output_key
@@ -31,6 +34,19 @@ from tests.support.stack import Stack
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
+def _claimed(
+    api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str
+) -> tuple[Settings, sessionmaker[Session], dict[str, Any], uuid.UUID, Claim]:
+    """A new dataset and one job of it, claimed and charged in this process (no worker)."""
+    settings = api_stack.settings
+    factory = get_session_factory(settings.sqlalchemy_url)
+    dataset = create_dataset(tenant.owner, people_csv, people_schema)
+    job_id = uuid.UUID(submit(tenant.analyst, dataset["id"], rho="0.1").json()["id"])
+    claim = claim_and_charge(factory, settings, job_id)
+    assert claim is not None
+    return settings, factory, dataset, job_id, claim
+
+
 def test_owner_tier_failure_leaves_the_release_and_success_adds_owner_names(
     api_stack: Stack,
     tenant: Tenant,
@@ -38,13 +54,10 @@ def test_owner_tier_failure_leaves_the_release_and_success_adds_owner_names(
     people_schema: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    settings = api_stack.settings
-    factory = get_session_factory(settings.sqlalchemy_url)
+    settings, factory, dataset, job_id, claim = _claimed(
+        api_stack, tenant, people_csv, people_schema
+    )
     storage = LocalStorage(settings.resolved_storage_dir)
-    dataset = create_dataset(tenant.owner, people_csv, people_schema)
-    job_id = uuid.UUID(submit(tenant.analyst, dataset["id"], rho="0.1").json()["id"])
-    claim = claim_and_charge(factory, settings, job_id)
-    assert claim is not None
     published = [names.RECORD, names.RELEASE_JSON]
     schema = TableSchema.from_json(json.loads(people_schema))
     owner_tier.save_owner_input(
@@ -86,12 +99,9 @@ def test_owner_tier_failure_leaves_the_release_and_success_adds_owner_names(
 def test_an_owner_tier_that_keeps_failing_is_given_up(
     api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str
 ) -> None:
-    settings = api_stack.settings
-    factory = get_session_factory(settings.sqlalchemy_url)
-    dataset = create_dataset(tenant.owner, people_csv, people_schema)
-    job_id = uuid.UUID(submit(tenant.analyst, dataset["id"], rho="0.1").json()["id"])
-    claim = claim_and_charge(factory, settings, job_id)
-    assert claim is not None
+    settings, factory, _dataset, job_id, claim = _claimed(
+        api_stack, tenant, people_csv, people_schema
+    )
     with transaction(factory) as session:  # published without the codes the owner tier reads
         assert repository.complete(
             session,
@@ -261,12 +271,9 @@ def test_a_run_past_its_deadline_is_failed_not_published(
     from app.jobs.limits import time_limit_error
     from app.jobs.models import Job
 
-    settings = api_stack.settings
-    factory = get_session_factory(settings.sqlalchemy_url)
-    dataset = create_dataset(tenant.owner, people_csv, people_schema)
-    job_id = uuid.UUID(submit(tenant.analyst, dataset["id"], rho="0.1").json()["id"])
-    claim = claim_and_charge(factory, settings, job_id)
-    assert claim is not None
+    settings, factory, _dataset, job_id, claim = _claimed(
+        api_stack, tenant, people_csv, people_schema
+    )
     late = {"now": False}
     monkeypatch.setattr(execution._Lease, "past_deadline", lambda _self: late["now"])
     write = execution.write_release_artefacts
