@@ -286,7 +286,8 @@ def run() -> None:
     # (a worker refuses a limit its job processes cannot have).
     from app.jobs.limits import effective_memory_limit_mb
 
-    fits = effective_memory_limit_mb(settings.job_memory_limit_mb, settings.worker_concurrency)
+    # The job processes and the reports worker's one process.
+    fits = effective_memory_limit_mb(settings.job_memory_limit_mb, settings.worker_concurrency + 1)
     if fits < settings.job_memory_limit_mb:
         click.echo(
             f"note: job memory limit {fits} MB (what fits this machine) instead of "

@@ -75,10 +75,14 @@ def run_sample(sample_id: str) -> str:
     return execute_sample(get_settings(), uuid.UUID(sample_id))
 
 
-@celery_app.task(name=BUILD_OWNER_TIER_TASK, base=_RetriedWhileDatabaseIsDown)
+@celery_app.task(
+    name=BUILD_OWNER_TIER_TASK, base=_RetriedWhileDatabaseIsDown, reject_on_worker_lost=False
+)
 def build_owner_tier_task(job_id: str) -> str:
     """Build a published job's owner tier (reads the real table; the reports queue only, so it
-    never holds a job worker's slot). Safe to deliver again."""
+    never holds a job worker's slot). Safe to deliver again. A build whose process dies is not
+    put back at once (it would die again in a loop): its try is counted and the recovery loop
+    resends it after RHOSYNTH_REQUEUE_AFTER_SECONDS."""
     return build_owner_tier(get_settings(), uuid.UUID(job_id))
 
 

@@ -14,8 +14,11 @@ never wait for it: their workers do not take that queue.
   and its dataset.
 * **Delivery.** The message is a doorbell, as for jobs: a build that finds the job not pending
   (built already, or the job erased) does nothing, and two builds of one job write the same
-  files and record them once. A build that fails counts a try; after
-  :data:`MAX_OWNER_TIER_TRIES` the job is marked ``failed`` and the owner tier left out. The
+  files and record them once. Every build that starts counts a try (one killed by the OOM
+  killer or a hard time limit too); after :data:`MAX_OWNER_TIER_TRIES` the job is marked
+  ``failed`` and the owner tier left out. A job whose dataset was erased is left with nothing
+  to build (``owner_tier`` NULL); a build that finds the dataset erased when it records
+  removes what it wrote. The
   recovery loop resends the message of every job still pending whose last message is older than
   ``RHOSYNTH_REQUEUE_AFTER_SECONDS`` (a message lost with the broker, a reports worker killed
   mid-build, the database down while it ran: issue 24 §10).
@@ -34,7 +37,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
 from app.datasets import repository as dataset_repository
@@ -49,7 +52,7 @@ from app.reports.artefacts import (
     stored_values,
     write_owner_report,
 )
-from app.reports.names import OWNER_INPUT, OWNER_JSON, owner_input_key
+from app.reports.names import OWNER_HTML, OWNER_INPUT, OWNER_JSON, artefact_key, owner_input_key
 from app.storage import Storage, dataset_values_key, open_storage
 from engine.encoding import TableSchema
 from engine.raw_values import value_columns
@@ -95,7 +98,7 @@ class _Build:
     """What one build reads of the job and its dataset (in one short transaction)."""
 
     attempt: int
-    seed: int
+    seed: int | None
     title: str
     schema: TableSchema
     table_key: str
@@ -105,13 +108,26 @@ class _Build:
 
 def build_owner_tier(settings: Settings, job_id: uuid.UUID) -> str:
     """Build the job's owner tier if it is pending; return what happened (``built``,
-    ``skipped``, ``failed``, ``retry``). Safe to call any number of times."""
+    ``skipped``, ``failed``, ``retry``). Safe to call any number of times: each start counts a
+    try (:func:`repository.begin_owner_tier`), so a build that keeps killing its process is
+    given up too."""
     factory = get_session_factory(settings.sqlalchemy_url)
-    with transaction(factory) as session:
-        build = _pending(session, job_id)
-    if build is None:
-        return "skipped"
     storage = open_storage(settings)
+    with transaction(factory) as session:
+        found = _pending(session, job_id)
+        if found is None:
+            return "skipped"
+        if isinstance(found, _Erased):
+            # Nothing to build for an erased dataset: the erasure removes the attempt's files.
+            repository.end_owner_tier(session, job_id, found.attempt, "none")
+            return "skipped"
+        build = found
+        tries = repository.begin_owner_tier(
+            session, job_id, build.attempt, MAX_OWNER_TIER_TRIES, utcnow()
+        )
+    if tries is None:  # built meanwhile, or its tries are used up (now marked failed)
+        storage.delete(owner_input_key(job_id, build.attempt))
+        return "skipped"
     writer = ArtefactWriter(storage, job_id, build.attempt)
     try:
         synthetic = _read_owner_input(storage, job_id, build.attempt)
@@ -123,33 +139,52 @@ def build_owner_tier(settings: Settings, job_id: uuid.UUID) -> str:
             # it does arithmetic (at 10 M rows × 14 columns, 140 MB instead of 1.1 GB).
             lambda: _read_table(storage, build.table_key, build.schema),
             synthetic,
-            # Subsampling and the holdout split: post-processing, owners only.
+            # Subsampling and the holdout split: post-processing, owners only (a job without
+            # a seed gets fresh entropy, as before).
             np.random.default_rng(build.seed),
             build.title,
             real_values=real_values,
             synthetic_values=synthetic_values,
             values_unavailable=unavailable,
         )
-        if OWNER_JSON not in writer.written:
+        if not {OWNER_JSON, OWNER_HTML} <= set(writer.written):
             raise RuntimeError("the owner report was not written (see the log above)")
     except Exception:  # MemoryError included: the release is published whatever happens here
         logger.exception("job %s: building the owner tier of its report failed", job_id)
+        _remove_unless_built(factory, storage, job_id, build.attempt, writer.written)
         del writer
         gc.collect()
-        with transaction(factory) as session:
-            gave_up = repository.owner_tier_failed(
-                session, job_id, build.attempt, MAX_OWNER_TIER_TRIES
-            )
-        if gave_up:
+        if tries >= MAX_OWNER_TIER_TRIES:
+            with transaction(factory) as session:
+                repository.end_owner_tier(session, job_id, build.attempt, "failed")
             storage.delete(owner_input_key(job_id, build.attempt))
             return "failed"
         return "retry"
     with transaction(factory) as session:
         recorded = repository.owner_tier_built(session, job_id, build.attempt, writer.written)
-    if recorded:
-        storage.delete(owner_input_key(job_id, build.attempt))
-    logger.info("job %s: owner tier %s", job_id, "built" if recorded else "already recorded")
+    if not recorded:  # built by a duplicate meanwhile, or the dataset was erased
+        _remove_unless_built(factory, storage, job_id, build.attempt, writer.written)
+    storage.delete(owner_input_key(job_id, build.attempt))
+    logger.info("job %s: owner tier %s", job_id, "built" if recorded else "not recorded")
     return "built" if recorded else "skipped"
+
+
+def _remove_unless_built(
+    factory: sessionmaker[Session],
+    storage: Storage,
+    job_id: uuid.UUID,
+    attempt: int,
+    written: list[str],
+) -> None:
+    """Remove the owner-tier files a build wrote and did not record (never release files),
+    unless a duplicate build recorded the same names meanwhile."""
+    with transaction(factory) as session:
+        job = repository.get(session, job_id)
+        if job is not None and job.owner_tier == "built":
+            return
+    for name in written:
+        if name in (OWNER_JSON, OWNER_HTML):
+            storage.delete(artefact_key(job_id, attempt, name))
 
 
 def resend_owner_tiers(settings: Settings) -> list[uuid.UUID]:
@@ -168,16 +203,28 @@ def resend_owner_tiers(settings: Settings) -> list[uuid.UUID]:
     return sent
 
 
-def _pending(session: Session, job_id: uuid.UUID) -> _Build | None:
+@dataclass(frozen=True)
+class _Erased:
+    """A pending owner tier whose dataset was erased meanwhile."""
+
+    attempt: int
+
+
+def _pending(session: Session, job_id: uuid.UUID) -> _Build | _Erased | None:
     job = repository.get(session, job_id)
     if job is None or job.status != "succeeded" or job.owner_tier != "pending":
         return None
     dataset = dataset_repository.get(session, job.dataset_id)
-    if dataset is None or dataset.storage_key is None or job.output_key is None:
-        return None  # erased meanwhile: the erasure removes the job's artefacts too
+    if (
+        dataset is None
+        or dataset.deleted_at is not None
+        or dataset.storage_key is None
+        or job.output_key is None
+    ):
+        return _Erased(job.attempt)
     return _Build(
         attempt=job.attempt,
-        seed=int(job.seed or 0),
+        seed=job.seed,
         title=release_title(job.id, job.method, job.rho),
         schema=TableSchema.from_json(dataset.schema),
         table_key=dataset.storage_key,

@@ -25,6 +25,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, aliased
 
 from app.auth.models import Tenant
+from app.datasets.models import Dataset
 from app.jobs.models import IdempotencyKey, Job
 from app.jobs.progress import DONE, QUEUED, REQUEUED_DETAIL, STARTING, ProgressPoint
 
@@ -416,8 +417,21 @@ def owner_tier_built(
     session: Session, job_id: uuid.UUID, attempt: int, names: Sequence[str]
 ) -> bool:
     """Add the owner tier's artefact names to the published attempt's and mark it built; only
-    while it is still that attempt's pending owner tier. The row lock orders two builds of the
-    same job that finish together: the second finds it built and adds nothing."""
+    while it is still that attempt's pending owner tier and its dataset is not erased.
+
+    Locks the dataset row shared, then the job row: an erasure (which locks the dataset
+    exclusively first) either committed before, and nothing is recorded (the caller removes
+    what it wrote), or waits until this commits and then erases the attempt's files with the
+    rest. Two builds of one job that finish together are ordered by the job row lock: the
+    second finds it built and adds nothing."""
+    dataset_id = session.execute(select(Job.dataset_id).where(Job.id == job_id)).scalar()
+    if dataset_id is None:
+        return False
+    erased = session.execute(
+        select(Dataset.deleted_at).where(Dataset.id == dataset_id).with_for_update(read=True)
+    ).one_or_none()
+    if erased is None or erased[0] is not None:
+        return False
     job = session.execute(
         select(Job)
         .where(
@@ -436,9 +450,13 @@ def owner_tier_built(
     return True
 
 
-def owner_tier_failed(session: Session, job_id: uuid.UUID, attempt: int, max_tries: int) -> bool:
-    """Count a failed build of the owner tier; True when that was the last try (then it is
-    marked failed, and left out of the report)."""
+def begin_owner_tier(
+    session: Session, job_id: uuid.UUID, attempt: int, max_tries: int, now: datetime
+) -> int | None:
+    """Count one try of building the owner tier as it starts (so a build killed by the OOM
+    killer or a hard time limit counts too) and stamp the time, so the recovery loop resends
+    only ``requeue_after`` after this start. Returns the try's number, or None when the owner
+    tier is not pending or its tries are used up (then it is marked failed)."""
     row = session.execute(
         update(Job)
         .where(
@@ -449,20 +467,37 @@ def owner_tier_failed(session: Session, job_id: uuid.UUID, attempt: int, max_tri
         )
         .values(
             owner_tier_tries=Job.owner_tier_tries + 1,
-            owner_tier=case((Job.owner_tier_tries + 1 >= max_tries, "failed"), else_="pending"),
+            owner_tier_sent_at=now,
+            owner_tier=case((Job.owner_tier_tries >= max_tries, "failed"), else_="pending"),
         )
-        .returning(Job.owner_tier)
+        .returning(Job.owner_tier, Job.owner_tier_tries)
     ).one_or_none()
-    return row is not None and row[0] == "failed"
+    if row is None or row[0] != "pending":
+        return None
+    return int(row[1])
+
+
+def end_owner_tier(session: Session, job_id: uuid.UUID, attempt: int, state: str) -> bool:
+    """Mark a pending owner tier ``failed`` (given up) or NULL (nothing to build: its dataset
+    was erased); False if it was no longer pending."""
+    row = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.attempt == attempt, Job.owner_tier == "pending")
+        .values(owner_tier=None if state == "none" else state)
+        .returning(Job.id)
+    ).one_or_none()
+    return row is not None
 
 
 def stale_owner_tiers(session: Session, before: datetime, limit: int) -> list[uuid.UUID]:
     """Jobs whose owner tier is pending and whose last message was sent before ``before``."""
     rows = session.execute(
         select(Job.id)
+        .join(Dataset, Dataset.id == Job.dataset_id)
         .where(
             Job.status == "succeeded",
             Job.owner_tier == "pending",
+            Dataset.deleted_at.is_(None),
             or_(Job.owner_tier_sent_at.is_(None), Job.owner_tier_sent_at < before),
         )
         .order_by(Job.finished_at)

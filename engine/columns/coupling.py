@@ -90,9 +90,15 @@ def _bins(column: LeveledColumn) -> _Bins:
     full_upper = np.ones(size, dtype=np.float64)
     full_lower[: lower.size] = lower
     full_upper[: upper.size] = upper
+    # Level 0 and 1 are the open ends (−inf, +inf); a bin of zero width at either end is kept
+    # finite, so a row in it cannot turn another column's conditional mean into NaN.
     with np.errstate(divide="ignore"):
         low_z = special.ndtri(full_lower)
         high_z = special.ndtri(full_upper)
+    flat = full_upper - full_lower <= _EDGE
+    limit = float(-special.ndtri(_EDGE))
+    low_z = np.where(flat, np.clip(low_z, -limit, limit), low_z)
+    high_z = np.where(flat, np.clip(high_z, -limit, limit), high_z)
     score = special.ndtri(np.clip((full_lower + full_upper) / 2.0, _EDGE, 1.0 - _EDGE))
     if column.null_code is not None:
         score[column.null_code] = 0.0

@@ -305,3 +305,28 @@ def _raise(error: BaseException) -> Any:
         raise error
 
     return build
+
+
+def test_an_erased_dataset_leaves_nothing_to_build_and_nothing_to_resend(
+    api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str
+) -> None:
+    settings, factory, dataset, job_id, claim = _claimed(
+        api_stack, tenant, people_csv, people_schema
+    )
+    with transaction(factory) as session:
+        assert repository.complete(
+            session,
+            job_id,
+            claim.attempt,
+            output_key=job_output_key(job_id, claim.attempt),
+            output_rows=10,
+            artefacts=[names.RECORD],
+            now=utcnow(),
+        )
+    assert tenant.owner.delete(f"/v1/datasets/{dataset['id']}").status_code == 200
+    assert owner_tier.build_owner_tier(settings, job_id) == "skipped"
+    with transaction(factory) as session:
+        job = repository.get(session, job_id)
+        assert job is not None and job.owner_tier is None
+        later = utcnow() + timedelta(days=1)
+        assert job_id not in repository.stale_owner_tiers(session, later, 1000)
