@@ -47,6 +47,22 @@ def _claimed(
     return settings, factory, dataset, job_id, claim
 
 
+def _publish(
+    factory: sessionmaker[Session], job_id: uuid.UUID, claim: Claim, artefacts: list[str]
+) -> None:
+    """Publish the claimed attempt as the job worker does (its owner tier left pending)."""
+    with transaction(factory) as session:
+        assert repository.complete(
+            session,
+            job_id,
+            claim.attempt,
+            output_key=job_output_key(job_id, claim.attempt),
+            output_rows=10,
+            artefacts=artefacts,
+            now=utcnow(),
+        )
+
+
 def test_owner_tier_failure_leaves_the_release_and_success_adds_owner_names(
     api_stack: Stack,
     tenant: Tenant,
@@ -63,16 +79,7 @@ def test_owner_tier_failure_leaves_the_release_and_success_adds_owner_names(
     owner_tier.save_owner_input(
         storage, job_id, claim.attempt, np.zeros((10, len(schema.names)), dtype=np.int64)
     )
-    with transaction(factory) as session:
-        assert repository.complete(
-            session,
-            job_id,
-            claim.attempt,
-            output_key=job_output_key(job_id, claim.attempt),
-            output_rows=10,
-            artefacts=published,
-            now=utcnow(),
-        )
+    _publish(factory, job_id, claim, published)
     # No output file was written here: compare codes only (as for a dataset stored before raw
     # values were kept), so the owner tier reads the table and the codes left for it.
     (storage.root / dataset_values_key(uuid.UUID(dataset["id"]))).unlink()
@@ -102,16 +109,8 @@ def test_an_owner_tier_that_keeps_failing_is_given_up(
     settings, factory, _dataset, job_id, claim = _claimed(
         api_stack, tenant, people_csv, people_schema
     )
-    with transaction(factory) as session:  # published without the codes the owner tier reads
-        assert repository.complete(
-            session,
-            job_id,
-            claim.attempt,
-            output_key=job_output_key(job_id, claim.attempt),
-            output_rows=10,
-            artefacts=[names.RECORD],
-            now=utcnow(),
-        )
+    # published without the codes the owner tier reads
+    _publish(factory, job_id, claim, [names.RECORD])
     report = tenant.owner.get(f"/v1/jobs/{job_id}/report", params={"tier": "owner"})
     assert report.status_code == 202 and report.json()["status"] == "building"
     assert report.headers["Retry-After"] == "5"
@@ -313,16 +312,7 @@ def test_an_erased_dataset_leaves_nothing_to_build_and_nothing_to_resend(
     settings, factory, dataset, job_id, claim = _claimed(
         api_stack, tenant, people_csv, people_schema
     )
-    with transaction(factory) as session:
-        assert repository.complete(
-            session,
-            job_id,
-            claim.attempt,
-            output_key=job_output_key(job_id, claim.attempt),
-            output_rows=10,
-            artefacts=[names.RECORD],
-            now=utcnow(),
-        )
+    _publish(factory, job_id, claim, [names.RECORD])
     assert tenant.owner.delete(f"/v1/datasets/{dataset['id']}").status_code == 200
     assert owner_tier.build_owner_tier(settings, job_id) == "skipped"
     with transaction(factory) as session:
