@@ -20,11 +20,9 @@ import json
 import random
 import shlex
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -53,31 +51,6 @@ class Run:
     measurements: int
     fits: list[Fit] = field(default_factory=list)
     tvd3: float = float("nan")
-
-
-def discovered(path: Path, epsilon: float) -> tuple[Any, Any, Fraction]:
-    """Schema, codes and the method's ρ after discovery, as raw_fidelity's rhosynth runs."""
-    from app.datasets.discovery import discover_and_resolve
-    from app.datasets.ingest import IngestLimits, ingest_table, read_encoded_table
-    from engine.accounting import rho_from_epsilon_delta
-    from engine.encoding import SchemaSpec
-    from engine.schema_draft import draft_schema
-
-    limits = IngestLimits(max_columns=1000, max_rows=100_000_000, max_cell_bytes=1024)
-    total = rho_from_epsilon_delta(Decimal(str(epsilon)), rf.METHOD_DELTA)
-    outcome = discover_and_resolve(
-        path,
-        SchemaSpec.from_json(draft_schema(path).to_json()),
-        limits,
-        budget_rho=total,
-        budget_delta=rf.DISCOVERY_DELTA,
-        discovery_rho=None,
-    )
-    with tempfile.TemporaryDirectory() as scratch:
-        target = Path(scratch) / "table.arrow"
-        ingest_table(path, outcome.schema, target, limits)
-        codes = read_encoded_table(target, outcome.schema, narrow=True)
-    return outcome.schema, codes, Fraction(total) - Fraction(outcome.rho)
 
 
 def tvd3(evaluator: Path, domain: Any, real: np.ndarray, synth: np.ndarray) -> float:
@@ -180,6 +153,8 @@ def render(table: str, epsilon: float, runs: Sequence[Run], command: str) -> str
 
 
 def main(argv: list[str] | None = None) -> None:
+    from engine.schema_draft import draft_schema
+
     raw = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True)
@@ -190,7 +165,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--evaluator", type=Path, default=Path("../shared/bench/marginal_error.py"))
     parser.add_argument("--update", type=Path, default=None)
     args = parser.parse_args(raw)
-    schema, codes, rho = discovered(args.data / f"{args.table}.csv", args.epsilon)
+    path = args.data / f"{args.table}.csv"
+    upload = rf.discovered(path, draft_schema(path), args.epsilon)
+    schema, codes, rho = upload.schema, upload.codes, upload.method_rho
     settings = [json.loads(p) for p in args.params] or [{}]
     runs = []
     for params in settings:

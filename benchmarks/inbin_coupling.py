@@ -20,8 +20,6 @@ import time
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from decimal import Decimal
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -61,41 +59,21 @@ def _independent_draws() -> Any:
 
 def synthetic_codes(path: Path, method: str, epsilon: float, seed: int) -> tuple[Any, Any]:
     """The schema discovery learned and the method's synthetic codes, as raw_fidelity runs it."""
-    from app.datasets.discovery import discover_and_resolve
-    from app.datasets.ingest import IngestLimits, ingest_table, read_encoded_table
-    from engine.accounting import rho_from_epsilon_delta
     from engine.domain import Dataset
-    from engine.encoding import SchemaSpec
     from engine.mechanisms import MECHANISMS
     from engine.schema_draft import draft_schema
 
-    limits = IngestLimits(max_columns=1000, max_rows=100_000_000, max_cell_bytes=1024)
-    draft = draft_schema(path)
-    total = rho_from_epsilon_delta(Decimal(str(epsilon)), rf.METHOD_DELTA)
-    outcome = discover_and_resolve(
-        path,
-        SchemaSpec.from_json(draft.to_json()),
-        limits,
-        budget_rho=total,
-        budget_delta=rf.DISCOVERY_DELTA,
-        discovery_rho=None,
-    )
-    schema = outcome.schema
-    with tempfile.TemporaryDirectory() as scratch:
-        target = Path(scratch) / "table.arrow"
-        rows = ingest_table(path, schema, target, limits)
-        codes = read_encoded_table(target, schema, narrow=True)
+    upload = rf.discovered(path, draft_schema(path), epsilon)
+    upload.codes.flags.writeable = False
     mechanism = MECHANISMS[method]
-    rho = Fraction(total) - Fraction(outcome.rho)
-    codes.flags.writeable = False
     result = mechanism.run(
-        Dataset(schema.domain(), codes),
-        rho,
+        Dataset(upload.schema.domain(), upload.codes),
+        upload.method_rho,
         mechanism.Params(),
         rng=np.random.default_rng(seed),
-        rows=rows,
+        rows=upload.rows,
     )
-    return schema, result.codes
+    return upload.schema, result.codes
 
 
 def pearson_diff(real: pd.DataFrame, synth: pd.DataFrame, kinds: Sequence[rf.ColumnKind]) -> float:

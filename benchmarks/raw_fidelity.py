@@ -540,19 +540,62 @@ def run_key(system: str, table: str, epsilon: float, seed: int) -> str:
     return f"{system}-{table}-eps{epsilon:g}-seed{seed}"
 
 
+@dataclass(frozen=True)
+class Discovered:
+    """A raw table after rhosynth's upload: the schema discovery resolved, the stored codes, the
+    row count, and what discovery spent (ρ, δ) and left for the method (``method_rho``)."""
+
+    schema: Any
+    codes: np.ndarray
+    rows: int
+    total_rho: Decimal
+    discovery_rho: Decimal
+    discovery_delta: Decimal
+    method_rho: Fraction
+
+
+def discovered(path: Path, draft: Any, epsilon: float) -> Discovered:
+    """The upload as the service does it: ``draft`` (the schema draft, accepted as is) resolved
+    by discovery under (ε, 1e-6), then ingested; raises UploadRejected as the upload would."""
+    from app.datasets.discovery import discover_and_resolve
+    from app.datasets.ingest import IngestLimits, ingest_table, read_encoded_table
+    from engine.accounting import rho_from_epsilon_delta
+    from engine.encoding import SchemaSpec
+
+    limits = IngestLimits(max_columns=1000, max_rows=100_000_000, max_cell_bytes=1024)
+    total = rho_from_epsilon_delta(Decimal(str(epsilon)), METHOD_DELTA)
+    outcome = discover_and_resolve(
+        path,
+        SchemaSpec.from_json(draft.to_json()),
+        limits,
+        budget_rho=total,
+        budget_delta=DISCOVERY_DELTA,
+        discovery_rho=None,
+    )
+    with tempfile.TemporaryDirectory() as scratch:
+        target = Path(scratch) / "table.arrow"
+        rows = ingest_table(path, outcome.schema, target, limits)
+        codes = read_encoded_table(target, outcome.schema, narrow=True)
+    return Discovered(
+        outcome.schema,
+        codes,
+        rows,
+        total,
+        outcome.rho,
+        outcome.delta,
+        Fraction(total) - Fraction(outcome.rho),
+    )
+
+
 def rhosynth_child(spec: dict[str, Any]) -> None:
     """One rhosynth release in this process (``--child``): draft → discovery → ingest → method
     → decode, writing ``spec["out"]`` (Parquet) and ``spec["meta"]`` (JSON)."""
-    from app.datasets.discovery import discover_and_resolve
-    from app.datasets.ingest import IngestLimits, UploadRejected, ingest_table, read_encoded_table
-    from engine.accounting import rho_from_epsilon_delta
+    from app.datasets.ingest import UploadRejected
     from engine.domain import Dataset
-    from engine.encoding import SchemaSpec
     from engine.mechanisms import MECHANISMS
     from engine.schema_draft import draft_schema
     from engine.synthetic_output import write_synthetic
 
-    limits = IngestLimits(max_columns=1000, max_rows=100_000_000, max_cell_bytes=1024)
     path, out, meta_path = Path(spec["data"]), Path(spec["out"]), Path(spec["meta"])
     epsilon, seed, method = float(spec["epsilon"]), int(spec["seed"]), str(spec["method"])
     meta: dict[str, Any] = {
@@ -566,34 +609,25 @@ def rhosynth_child(spec: dict[str, Any]) -> None:
     started = time.perf_counter()
     draft = draft_schema(path)
     meta["draft_s"] = time.perf_counter() - started
-    total = rho_from_epsilon_delta(Decimal(str(epsilon)), METHOD_DELTA)
     started = time.perf_counter()
     try:
-        outcome = discover_and_resolve(
-            path,
-            SchemaSpec.from_json(draft.to_json()),
-            limits,
-            budget_rho=total,
-            budget_delta=DISCOVERY_DELTA,
-            discovery_rho=None,
-        )
+        upload = discovered(path, draft, epsilon)
     except UploadRejected as rejected:
         meta.update(status="refused", error=f"422 {rejected.message}")
         meta_path.write_text(json.dumps(meta, indent=2))
         return
-    schema = outcome.schema
-    with tempfile.TemporaryDirectory() as scratch:
-        target = Path(scratch) / "table.arrow"
-        rows = ingest_table(path, schema, target, limits)
-        codes = read_encoded_table(target, schema, narrow=True)
+    schema, codes = upload.schema, upload.codes
     meta["upload_s"] = time.perf_counter() - started
     mechanism = MECHANISMS[method]
-    rho = Fraction(total) - Fraction(outcome.rho)
     codes.flags.writeable = False
     rng = np.random.default_rng(seed)  # post-processing only, as the worker seeds it
     started = time.perf_counter()
     result = mechanism.run(
-        Dataset(schema.domain(), codes), rho, mechanism.Params(), rng=rng, rows=rows
+        Dataset(schema.domain(), codes),
+        upload.method_rho,
+        mechanism.Params(),
+        rng=rng,
+        rows=upload.rows,
     )
     meta["job_s"] = time.perf_counter() - started
     started = time.perf_counter()
@@ -604,11 +638,11 @@ def rhosynth_child(spec: dict[str, Any]) -> None:
     meta["synth_s"] = meta["draft_s"] + meta["upload_s"] + meta["job_s"] + meta["decode_s"]
     meta.update(
         status="ok",
-        rows=rows,
-        total_rho=str(total),
-        discovery_rho=str(outcome.rho.normalize()),
-        discovery_delta=f"{outcome.delta:.3g}",
-        method_rho=f"{float(rho):.6f}",
+        rows=upload.rows,
+        total_rho=str(upload.total_rho),
+        discovery_rho=str(upload.discovery_rho.normalize()),
+        discovery_delta=f"{upload.discovery_delta:.3g}",
+        method_rho=f"{float(upload.method_rho):.6f}",
         peak_rss_mib=_peak_rss_mib(),
     )
     meta_path.write_text(json.dumps(meta, indent=2))

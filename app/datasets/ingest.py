@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from app.datasets.parquet_pages import ParquetRefused, ReadPlan, plan_parquet_read
+from app.storage import Storage
 from engine.buffers import column_buffers
 from engine.csv_blocks import CsvBlocks
 from engine.domain import narrowest_unsigned
@@ -695,6 +696,15 @@ def _is_text(kind: pa.DataType) -> bool:
         or pa.types.is_binary(kind)
         or pa.types.is_large_binary(kind)
     )
+
+
+def read_stored_table(
+    storage: Storage, key: str, schema: TableSchema, *, narrow: bool = False
+) -> np.ndarray:
+    """:func:`read_encoded_table` of the table stored at ``key`` (from an object store: via a
+    local copy, removed after)."""
+    with storage.local_copy(key) as path:
+        return read_encoded_table(path, schema, narrow=narrow)
 
 
 def read_encoded_table(path: Path, schema: TableSchema, *, narrow: bool = False) -> np.ndarray:

@@ -26,17 +26,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.budget import repository as budget_repository
 from app.budget import service as budget_service
 from app.config import JOB_SOFT_GRACE_SECONDS, Settings
 from app.datasets import repository as dataset_repository
-from app.datasets.ingest import read_encoded_table
+from app.datasets.ingest import read_stored_table
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
 from app.jobs import dispatch, repository
@@ -400,15 +398,6 @@ class _Produced:
     rows: int
 
 
-def _read_table(
-    storage: Storage, key: str, schema: TableSchema, *, narrow: bool = False
-) -> npt.NDArray[np.integer[Any]]:
-    """The encoded table at ``key`` (from an object store: via a local copy, removed after);
-    ``narrow``: in the smallest unsigned type (read_encoded_table)."""
-    with storage.local_copy(key) as path:
-        return read_encoded_table(path, schema, narrow=narrow)
-
-
 def _ring_for_capped_jobs(factory: sessionmaker[Session], settings: Settings) -> None:
     """With a per-tenant cap, a message that found only capped tenants' jobs did nothing and is
     gone; a slot of this tenant has just freed, so send one more message for the queue."""
@@ -526,7 +515,7 @@ def _synthesize(
         progress.phase("load")
         # The engine's run takes the codes at their stored width: at 10 M rows × 14 columns, 134 MB
         # instead of 1.1 GB of int64.
-        codes = _read_table(storage, table_key, schema, narrow=True)
+        codes = read_stored_table(storage, table_key, schema, narrow=True)
         codes.flags.writeable = False  # the engine keeps a read-only view instead of copying it
         data = EngineDataset(schema.domain(), codes)
         del codes

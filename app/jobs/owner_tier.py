@@ -27,7 +27,6 @@ never wait for it: their workers do not take that queue.
 from __future__ import annotations
 
 import gc
-import io
 import logging
 import uuid
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
 from app.datasets import repository as dataset_repository
-from app.datasets.ingest import read_encoded_table
+from app.datasets.ingest import read_stored_table
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
 from app.jobs import dispatch, repository
@@ -137,7 +136,7 @@ def build_owner_tier(settings: Settings, job_id: uuid.UUID) -> str:
             build.schema,
             # Narrow, like the synthetic table: the owner tier widens a column at a time where
             # it does arithmetic (at 10 M rows × 14 columns, 140 MB instead of 1.1 GB).
-            lambda: _read_table(storage, build.table_key, build.schema),
+            lambda: read_stored_table(storage, build.table_key, build.schema, narrow=True),
             synthetic,
             # Subsampling and the holdout split: post-processing, owners only (a job without
             # a seed gets fresh entropy, as before).
@@ -237,8 +236,7 @@ def _read_owner_input(
     storage: Storage, job_id: uuid.UUID, attempt: int
 ) -> npt.NDArray[np.integer[Any]]:
     with storage.local_copy(owner_input_key(job_id, attempt)) as path:
-        data = path.read_bytes()
-    codes: npt.NDArray[np.integer[Any]] = np.load(io.BytesIO(data), allow_pickle=False)
+        codes: npt.NDArray[np.integer[Any]] = np.load(path, allow_pickle=False)
     return codes
 
 
@@ -257,11 +255,6 @@ def _value_sources(
         published_values(storage, build.output_key, build.schema),
         None,
     )
-
-
-def _read_table(storage: Storage, key: str, schema: TableSchema) -> npt.NDArray[np.integer[Any]]:
-    with storage.local_copy(key) as path:
-        return read_encoded_table(path, schema, narrow=True)
 
 
 __all__ = [

@@ -64,11 +64,7 @@ def _publish(
 
 
 def test_owner_tier_failure_leaves_the_release_and_success_adds_owner_names(
-    api_stack: Stack,
-    tenant: Tenant,
-    people_csv: bytes,
-    people_schema: str,
-    monkeypatch: pytest.MonkeyPatch,
+    api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str
 ) -> None:
     settings, factory, dataset, job_id, claim = _claimed(
         api_stack, tenant, people_csv, people_schema

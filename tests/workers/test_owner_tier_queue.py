@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
@@ -36,11 +37,11 @@ def jobs_only_stack(_services: None, tmp_path: Path) -> Iterator[Stack]:
         stack.destroy()
 
 
-def _artefacts(client: object, job_id: str) -> list[str]:
-    return list(client.get(f"/v1/jobs/{job_id}").json()["artefacts"])  # type: ignore[attr-defined]
+def _artefacts(client: httpx.Client, job_id: str) -> list[str]:
+    return list(client.get(f"/v1/jobs/{job_id}").json()["artefacts"])
 
 
-def _wait_for_owner_tier(client: object, job_id: str, timeout: float = 90) -> None:
+def _wait_for_owner_tier(client: httpx.Client, job_id: str, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if OWNER_REPORT in _artefacts(client, job_id):
