@@ -323,14 +323,14 @@ def _run_attempt(
         writer = ArtefactWriter(storage, job_id, claim.attempt, past_deadline=lease.past_deadline)
         progress = _Progress(factory, settings, claim, lease)
         try:
-            produced = _synthesize(factory, settings, storage, claim, progress, output_key, writer)
+            rows = _synthesize(factory, settings, storage, claim, progress, output_key, writer)
             with transaction(factory) as session:
                 published = repository.complete(
                     session,
                     job_id,
                     claim.attempt,
                     output_key=output_key,
-                    output_rows=produced.rows,
+                    output_rows=rows,
                     artefacts=writer.written,
                     now=utcnow(),
                 )
@@ -389,13 +389,6 @@ def _run_attempt(
         gc.collect()
         _finish_failed(factory, claim, reason)
         return AttemptOutcome(job_id, "failed")
-
-
-@dataclass(frozen=True)
-class _Produced:
-    """What an attempt produced before publishing."""
-
-    rows: int
 
 
 def _ring_for_capped_jobs(factory: sessionmaker[Session], settings: Settings) -> None:
@@ -502,7 +495,8 @@ def _synthesize(
     progress: _Progress,
     output_key: str,
     writer: ArtefactWriter,
-) -> _Produced:
+) -> int:
+    """Run the attempt up to publication; returns the synthetic table's row count."""
     source = _source(factory, claim)
     # The job's memory limit is raised by its input table's allowance while it runs.
     with raised_memory_limit(source.allowance):
@@ -563,4 +557,4 @@ def _synthesize(
         # What the owner tier compares, for the reports worker (its size is public: rows ×
         # columns); removed once the owner tier is built (app/jobs/owner_tier.py).
         save_owner_input(storage, claim.job_id, claim.attempt, synthetic)
-        return _Produced(int(synthetic.shape[0]))
+        return int(synthetic.shape[0])
