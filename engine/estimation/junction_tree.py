@@ -214,8 +214,15 @@ class ModelSizer:
     18
 
     ``memo`` may be shared by the sizers of one domain (e.g. one per round of a mechanism): it
-    is keyed by the whole edge set (a bit mask), so a later base with the same graph, or a
-    graph some earlier base plus candidate already made, is not triangulated again.
+    is keyed by an edge set (a bit mask), so a graph some earlier base plus candidate already
+    made is not triangulated again.
+
+    Only the connected components a candidate touches are re-triangulated: greedy elimination
+    treats components independently (a vertex's cost reads its own neighbourhood only, ties
+    break by vertex id, and no elimination clique of one component lies inside another's), so
+    the size is the base's minus the touched components' plus the triangulation of their union
+    with the candidate's edges. Early in an adaptive run most components are single attributes,
+    and a candidate costs a triangulation of a handful of vertices instead of all of them.
     """
 
     def __init__(
@@ -231,6 +238,32 @@ class ModelSizer:
         for ids in self._base:
             self._mask |= self._edge_mask(ids)
         self._memo: dict[int, int] = {} if memo is None else memo
+        # Connected components of the base graph (union-find over the base cliques).
+        root = list(range(self._width))
+
+        def find(v: int) -> int:
+            while root[v] != v:
+                root[v] = root[root[v]]
+                v = root[v]
+            return v
+
+        for ids in self._base:
+            for v in ids[1:]:
+                a, b = find(ids[0]), find(v)
+                if a != b:
+                    root[max(a, b)] = min(a, b)
+        self._component = [find(v) for v in range(self._width)]
+        self._members: dict[int, list[int]] = {}
+        for v, c in enumerate(self._component):
+            self._members.setdefault(c, []).append(v)
+        self._cliques_of: dict[int, list[tuple[int, ...]]] = {c: [] for c in self._members}
+        for ids in self._base:
+            if ids:
+                self._cliques_of[self._component[ids[0]]].append(ids)
+        self._cells = {
+            c: self._part_cells(self._members[c], self._cliques_of[c]) for c in self._members
+        }
+        self._total = sum(self._cells.values())
 
     def _edge_mask(self, ids: tuple[int, ...]) -> int:
         mask = 0
@@ -238,15 +271,32 @@ class ModelSizer:
             mask |= 1 << (a * self._width + b)
         return mask
 
+    def _part_cells(self, members: Sequence[int], cliques: Sequence[tuple[int, ...]]) -> int:
+        """Triangulated cells of the subgraph on ``members`` (ascending ids, so ties break as
+        in the whole graph) with an edge inside every clique of ``cliques``."""
+        if len(members) == 1:
+            return self._labels.sizes[members[0]]
+        local = {v: i for i, v in enumerate(members)}
+        sizes = [self._labels.sizes[v] for v in members]
+        return _triangulated_cells(sizes, [tuple(local[v] for v in ids) for ids in cliques])
+
     def size_with(self, candidate: Sequence[str]) -> int:
         """``model_size(domain, [*base, candidate])``."""
         ids = self._labels.clique(candidate)
-        graph = self._mask | self._edge_mask(ids)
-        size = self._memo.get(graph)
-        if size is None:
-            size = _triangulated_cells(self._labels.sizes, [*self._base, ids])
-            self._memo[graph] = size
-        return size
+        added = self._edge_mask(ids)
+        if added & ~self._mask == 0:
+            return self._total
+        touched = sorted({self._component[v] for v in ids})
+        members = sorted(v for c in touched for v in self._members[c])
+        cliques = [ids, *(clique for c in touched for clique in self._cliques_of[c])]
+        graph = added
+        for clique in cliques:
+            graph |= self._edge_mask(clique)
+        merged = self._memo.get(graph)
+        if merged is None:
+            merged = self._part_cells(members, cliques)
+            self._memo[graph] = merged
+        return self._total - sum(self._cells[c] for c in touched) + merged
 
 
 @dataclass(frozen=True, eq=False)

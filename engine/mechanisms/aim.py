@@ -6,7 +6,8 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
 from typing import Literal
 
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.accounting import exact_share, split_rho
 from engine.domain import Dataset, Domain
 from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate
+from engine.estimation.growth import TreeGrowth
 from engine.marginals import FLAT_CACHE_BYTES, MarginalCache, Measurement, measure_marginal
 from engine.mechanisms.base import (
     GRAPHICAL_OUTPUT,
@@ -33,6 +35,7 @@ from engine.mechanisms.compression import compress_after_one_ways, measured_axis
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
 from engine.mechanisms.preview import NoisePreview, one_way_previews
 from engine.mechanisms.round_budget import RoundBudget
+from engine.noise import SecureRandom
 from engine.selection import epsilon_for_rho, exponential_mechanism
 
 Clique = tuple[str, ...]
@@ -92,6 +95,19 @@ class AIMParams(BaseModel):
     iterations: int = Field(
         default=1000, ge=1, le=100_000, description="mirror-descent steps of the final fit"
     )
+    max_candidates: int | None = Field(
+        default=1000,
+        ge=1,
+        le=10_000_000,
+        description="score at most this many candidates per round: a uniformly random subset of "
+        "those eligible, drawn from the CSPRNG independently of the data (null: all, the paper)",
+    )
+    model_growth: Literal["local", "retriangulate"] = Field(
+        default="local",
+        description="how a measured marginal enters the model: 'local' re-triangulates only the "
+        "part of the junction tree it touches (engine.estimation.growth); 'retriangulate' "
+        "triangulates every measured set again, as private-pgm does",
+    )
     compress: bool = Field(
         default=True,
         description="merge values whose first noisy count is below compress_sigmas·σ into one "
@@ -123,7 +139,11 @@ def workload_closure(
     for w in workload:
         for k in range(1, len(w) + 1):
             closure.update(itertools.combinations(w, k))
-    weights = {c: float(sum(len(set(c) & set(w)) for w in workload)) for c in closure}
+    # Σ_w |c ∩ w| = Σ_{a ∈ c} #{w : a ∈ w}: one count per attribute instead of a pass over the
+    # workload per candidate (|closure| × |workload| set intersections took 20 minutes on 54
+    # columns).
+    containing = Counter(a for w in workload for a in w)
+    weights = {c: float(sum(containing[a] for a in c)) for c in closure}
     return dict(sorted(weights.items(), key=lambda item: (len(item[0]), item[0])))
 
 
@@ -183,6 +203,47 @@ def first_one_way_rhos(domain: Domain, params: AIMParams, rho: Fraction) -> tupl
     else:
         weights = [Fraction(1)] * len(domain)
     return split_rho(one_way_total, weights)
+
+
+def _random_order(n: int, source: random.Random) -> Iterator[int]:
+    """0 … n − 1 in a uniformly random order, drawn lazily (Fisher–Yates with the swaps kept
+    in a dict): taking the first k costs O(k) draws, not a shuffle of all n."""
+    swapped: dict[int, int] = {}
+    for i in range(n):
+        j = source.randrange(i, n)
+        yield swapped.get(j, j)
+        swapped[j] = swapped.get(i, i)
+
+
+def _fits_in(
+    domain: Domain,
+    model: GraphicalModel,
+    measured: Sequence[NoisyMarginal],
+    size_limit: int,
+    growth: TreeGrowth | None,
+) -> Callable[[Clique], bool]:
+    """Whether a candidate is inside the model or keeps it under ``size_limit`` cells: with
+    ``growth``, the size of the tree grown locally by the candidate; without, of the junction
+    tree of every measured set plus the candidate (private-pgm's hypothetical model size)."""
+    if growth is not None:
+        labels = model.tree.labels
+
+        def grown(clique: Clique) -> bool:
+            ids = labels.clique(clique)
+            return growth.inside(ids) or (
+                domain.cells(clique) <= size_limit and growth.size_with(ids) <= size_limit
+            )
+
+        return grown
+    free = _downward_closure(model.cliques)
+    sizer = ModelSizer(domain, list({m.attributes for m in measured}))
+
+    def retriangulated(clique: Clique) -> bool:
+        return frozenset(clique) in free or (
+            domain.cells(clique) <= size_limit and sizer.size_with(clique) <= size_limit
+        )
+
+    return retriangulated
 
 
 def _downward_closure(cliques: Sequence[Clique]) -> set[frozenset[str]]:
@@ -284,19 +345,26 @@ class AIMMechanism(Mechanism):
 
     def estimate_resources(self, domain: Domain, params: BaseModel, rows: int) -> ResourceEstimate:
         """The model at its cap in every round; the candidates' true answers and model
-        estimates held at once (each at most the cap); T rounds of ``round_iterations``."""
+        estimates held at once (each at most the cap); T rounds of ``round_iterations``, each
+        scoring at most ``max_candidates`` candidates (that share of the candidates' cells)."""
         if not isinstance(params, AIMParams):
             raise TypeError("params must be AIMParams")
         max_cells = model_cap_cells(params.max_model_size_mb)
         rounds = params.rounds or 16 * len(domain)
         tables = marginal_cells(domain, params.degree, cap=max_cells)
+        count = sum(
+            math.comb(len(domain), k) for k in range(1, min(params.degree, len(domain)) + 1)
+        )
+        scored = tables
+        if params.max_candidates is not None and count > params.max_candidates:
+            scored = -(-tables * params.max_candidates // count)
         return resource_estimate(
             domain,
             rows,
             model_cells=max_cells,
             fit_iterations=(rounds + 1) * params.round_iterations + params.iterations,
             table_cells=tables,
-            extra_work=rounds * tables,
+            extra_work=rounds * scored,
             output=GRAPHICAL_OUTPUT,
         )
 
@@ -351,6 +419,7 @@ class AIMMechanism(Mechanism):
         progress.milestone("adaptive_rounds")
         progress(0.02, "estimate")
         model = estimate(domain, noisy, iterations=params.round_iterations, max_cells=max_cells)
+        labels = model.tree.labels
 
         # Budget state of the rounds, in exact fractions (engine.mechanisms.round_budget).
         budget = RoundBudget.start(
@@ -361,6 +430,10 @@ class AIMMechanism(Mechanism):
             min_rounds_after_anneal=anneal_min_rounds(original, params),
         )
         selections: list[SelectionCharge] = []
+        # Draws the candidates a round scores when there are more than max_candidates: a public
+        # choice, independent of the data (the OS CSPRNG, or the tests' seeded source).
+        chooser = noise_source if noise_source is not None else SecureRandom()
+        pool = list(candidates)
         step = 0
         while not budget.finished:
             step += 1
@@ -369,7 +442,11 @@ class AIMMechanism(Mechanism):
             used = budget.used
             size_limit = int(max_cells * (used / rho))
 
-            eligible = self._eligible(domain, model, noisy, candidates, size_limit)
+            local = params.model_growth == "local"
+            growth = TreeGrowth(model.tree) if local else None
+            eligible = self._eligible(
+                domain, model, noisy, pool, size_limit, params.max_candidates, chooser, growth
+            )
             estimates = model.project_many(eligible)
             sigma = math.sqrt(float(sigma2))
             scores = np.array(
@@ -402,9 +479,17 @@ class AIMMechanism(Mechanism):
             start = 0.02 + 0.86 * float((used - select_rho - measure_rho) / rho)
             end = 0.02 + 0.86 * float(used / rho)
             progress(start, "select")
+            # With local growth the model's cliques are given: the current tree grown by the
+            # chosen marginal, which is what _eligible sized.
+            structure = (
+                [model.tree.labels.names(c) for c in growth.cliques_with(labels.clique(chosen))]
+                if growth is not None
+                else []
+            )
             model = estimate(
                 domain,
                 noisy,
+                cliques=structure,
                 warm_start=model,
                 iterations=params.round_iterations,
                 max_cells=max_cells,
@@ -422,6 +507,7 @@ class AIMMechanism(Mechanism):
             noisy,
             model,
             compression,
+            cliques=model.cliques if params.model_growth == "local" else (),
             iterations=params.iterations,
             max_cells=max_cells,
             rows=rows,
@@ -446,19 +532,33 @@ class AIMMechanism(Mechanism):
         domain: Domain,
         model: GraphicalModel,
         measured: Sequence[NoisyMarginal],
-        candidates: dict[Clique, float],
+        candidates: Sequence[Clique],
         size_limit: int,
+        most: int | None = None,
+        chooser: random.Random | None = None,
+        growth: TreeGrowth | None = None,
     ) -> list[Clique]:
         """Candidates already inside the model, or whose addition keeps it under the size limit
         (a public function of the current model, so filtering costs no budget). The size is that
-        of the junction tree ``estimate`` would build from the measured sets plus the candidate."""
-        free = _downward_closure(model.cliques)
-        sizer = ModelSizer(domain, list({m.attributes for m in measured}))
-        eligible = []
-        for clique in candidates:
-            fits = frozenset(clique) in free or (
-                domain.cells(clique) <= size_limit and sizer.size_with(clique) <= size_limit
-            )
-            if fits:
-                eligible.append(clique)
-        return eligible
+        of the junction tree ``estimate`` would build from the measured sets plus the candidate.
+
+        With ``most``, at most that many: the first eligible ones in an order drawn by
+        ``chooser`` (a uniformly random subset of the eligible candidates, in the candidates'
+        order). The draw does not look at the data, so the exponential mechanism over the subset
+        is as private as over all of them; it bounds a round's work on wide tables, where the
+        3-way candidates number C(columns, 3) (26,000 on 54 columns) and sizing and scoring
+        each of them in every round took minutes."""
+        fits_in = _fits_in(domain, model, measured, size_limit, growth)
+        sampled = most is not None and len(candidates) > most
+        order = (
+            _random_order(len(candidates), chooser or SecureRandom())
+            if sampled
+            else range(len(candidates))
+        )
+        chosen: list[int] = []
+        for index in order:
+            if fits_in(candidates[index]):
+                chosen.append(index)
+                if sampled and len(chosen) == most:
+                    break
+        return [candidates[index] for index in sorted(chosen)]

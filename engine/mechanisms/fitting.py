@@ -65,10 +65,12 @@ def fit_and_sample(
     synthesis: Literal["balanced", "round", "sample"],
     progress: ProgressReporter,
     momentum: bool = False,
+    cliques: Sequence[Sequence[str]] = (),
 ) -> tuple[npt.NDArray[np.integer[Any]], float, FittedModel, dict[str, list[list[str]]]]:
     """The last stage of the model-based mechanisms (AIM, PPSyn, PrivMRF): a warm-started final
     fit on every noisy measurement (progress 0.88 → 0.97), then ``rows`` (or the model's total)
     synthetic rows in the original codes. Post-processing only: ``rng`` is the job's seed.
+    ``cliques`` are passed to ``estimate`` (AIM's locally grown structure).
     Reports the milestones ``final_fit`` and ``sample``, which the callers declare.
 
     The rows are drawn from the saved model (:func:`graphical_fitted_model`), so they are a
@@ -79,6 +81,7 @@ def fit_and_sample(
     model = estimate(
         warm.domain,
         noisy,
+        cliques=cliques,
         warm_start=warm,
         iterations=iterations,
         max_cells=max_cells,

@@ -3,6 +3,7 @@ the structure they are for (keeping correlations the independent baseline loses)
 
 from __future__ import annotations
 
+import itertools
 import random
 from fractions import Fraction
 
@@ -12,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.domain import Dataset, Domain
+from engine.estimation import estimate
 from engine.evaluation import marginal_tvd
 from engine.mechanisms import SynthesisCancelled, get_mechanism
-from engine.mechanisms.aim import AIMParams, workload_candidates
+from engine.mechanisms.aim import AIMMechanism, AIMParams, workload_candidates
 from tests.engine.estimation.support import correlated_dataset
 from tests.engine.support import correlated
 
@@ -55,9 +57,10 @@ def test_spends_exactly_rho(method: str, rho: Fraction) -> None:
     degree=st.integers(1, 3),
     rounds=st.integers(4, 40),
     size=st.floats(min_value=0.001, max_value=10),
+    most=st.one_of(st.none(), st.integers(1, 12)),
 )
 def test_aim_never_overspends_under_any_parameters(
-    rho: Fraction, degree: int, rounds: int, size: float
+    rho: Fraction, degree: int, rounds: int, size: float, most: int | None
 ) -> None:
     mechanism = get_mechanism("aim")
     params = mechanism.validate_params(
@@ -67,6 +70,7 @@ def test_aim_never_overspends_under_any_parameters(
             "max_model_size_mb": size,
             "round_iterations": 5,
             "iterations": 20,
+            "max_candidates": most,
         }
     )
     result = mechanism.run(correlated(300, 2), rho, params, rng=np.random.default_rng(1), rows=10)
@@ -151,6 +155,47 @@ def test_aim_workload_weights() -> None:
     assert candidates[("a", "b")] == 4.0  # |ab∩ab| + |ab∩ac| + |ab∩bc|
     assert ("a", "b", "c") not in candidates
     assert len(candidates) == 3 + 3
+
+
+def test_aim_workload_weights_match_the_definition_under_a_cell_filter() -> None:
+    # AIM's weight of a candidate c is Σ_w |c ∩ w| over the workload w (the marginals the cell
+    # filter keeps), computed here by brute force.
+    domain = Domain(tuple("abcdef"), (2, 9, 3, 7, 4, 5))
+    params = AIMParams(degree=3, max_workload_cells=100)
+    workload = [w for w in itertools.combinations(domain.attributes, 3) if domain.cells(w) <= 100]
+    candidates = workload_candidates(domain, params)
+    assert 0 < len(workload) < 20
+    for clique, weight in candidates.items():
+        assert weight == sum(len(set(clique) & set(w)) for w in workload)
+    assert all(domain.cells(c) <= 100 for c in candidates if len(c) == 3)
+
+
+def test_aim_scores_a_random_subset_of_the_eligible_candidates_when_there_are_many() -> None:
+    # max_candidates bounds a round's work on wide tables: the round scores that many eligible
+    # candidates, a uniformly random subset (in the candidates' order), drawn without the data.
+    domain = Domain(tuple(f"x{i}" for i in range(9)), (3,) * 9)
+    candidates = list(workload_candidates(domain, AIMParams()))  # 9 + 36 + 84
+    model = estimate(domain, [], iterations=0)  # one-way model: every 1-way is inside it
+    everything = AIMMechanism._eligible(domain, model, [], candidates, 10**6)
+    assert everything == candidates
+    # A size limit that only 1- and 2-way candidates meet (a 3-way adds 27 cells).
+    small = AIMMechanism._eligible(domain, model, [], candidates, 9 * 3 + 9)
+    assert {len(c) for c in small} == {1, 2}
+    picks = []
+    for seed in range(200):
+        chosen = AIMMechanism._eligible(
+            domain, model, [], candidates, 9 * 3 + 9, most=10, chooser=random.Random(seed)
+        )
+        assert len(chosen) == 10 and set(chosen) <= set(small)
+        assert chosen == [c for c in candidates if c in chosen]
+        picks.extend(chosen)
+    # Uniform over the 45 eligible: each is picked 200·10/45 ≈ 44 times. A candidate picked
+    # fewer than 15 or more than 80 times has probability below 1e-6 per candidate (binomial
+    # tails), so this fails falsely with probability below 1e-4 overall.
+    counts = [picks.count(c) for c in small]
+    assert min(counts) >= 15 and max(counts) <= 80
+    # Fewer candidates than the bound: all of them, no draw.
+    assert AIMMechanism._eligible(domain, model, [], candidates, 10**6, most=500) == candidates
 
 
 def test_aim_respects_the_model_size_cap() -> None:
