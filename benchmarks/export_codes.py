@@ -9,7 +9,7 @@ the same codes and the same domain. A benchmark tool, not a service feature: the
 codes of a real table are the owner's private data.
 
     python -m benchmarks.export_codes --data ../shared/data/raw --tables diamonds,loans,flights \
-        --epsilon 1 --out /tmp/codes
+        --epsilon 1 --out /tmp/codes [--nested]
 """
 
 from __future__ import annotations
@@ -24,14 +24,18 @@ import numpy as np
 from benchmarks import raw_fidelity as rf
 
 
-def export(path: Path, epsilon: float, out: Path) -> Path:
-    """Write the codes, domain and meta of the table at ``path``; returns the CSV's path."""
+def export(path: Path, epsilon: float, out: Path, nested: bool = False) -> Path:
+    """Write the codes, domain and meta of the table at ``path``; returns the CSV's path. With
+    ``nested`` into ``out/<table>/`` (the layout of ../shared/data that benchmarks.quality and
+    benchmarks.cost_model read)."""
     from engine.schema_draft import draft_schema
 
     upload = rf.discovered(path, draft_schema(path), epsilon)
     domain = upload.schema.domain()
     names = list(domain.attributes)
     table = path.stem
+    if nested:
+        out = out / table
     out.mkdir(parents=True, exist_ok=True)
     target = out / f"{table}.csv"
     codes = np.asarray(upload.codes, dtype=np.int64)
@@ -59,9 +63,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tables", default="diamonds,loans,flights")
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--nested", action="store_true", help="write OUT/<table>/<table>.csv")
     args = parser.parse_args(argv)
     for table in rf._csv(args.tables):
-        target = export(args.data / f"{table}.csv", args.epsilon, args.out)
+        target = export(args.data / f"{table}.csv", args.epsilon, args.out, args.nested)
         print(f"[export_codes] {table}: {target}", file=sys.stderr)
 
 

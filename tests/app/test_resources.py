@@ -62,7 +62,7 @@ def test_a_large_fit_does_not_take_the_output_s_memory() -> None:
     """aim's fit (its model at the cap) is released before rows are drawn: at 3 GiB its output
     cap on a narrow domain is past 10 M rows, where adding the two made it 1.4 M."""
     aim = get_mechanism("aim")
-    params = aim.validate_params({})
+    params = aim.validate_params({"max_model_size_mb": 80})
     settings = _settings(job_memory_limit_mb=3072, max_output_rows=10**9)
     bare = aim.estimate_resources(DOMAIN, params, 0).memory_bytes
     assert bare > 2**30  # the fit alone is large
