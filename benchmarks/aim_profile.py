@@ -1,8 +1,8 @@
 """Where AIM spends its time on a raw table's discovered domain (issue 25: profile first).
 
-For each raw table and ε: the draft accepted as is, discovery at the table's default share of ρ (as in
-raw_fidelity), then `aim` with its default parameters on the discovered codes, once per noise
-seed, with every model fit timed: the junction tree's cells, the mirror-descent iterations it
+For each raw table and ε: the draft accepted as is, discovery at the table's default share of
+ρ (as in raw_fidelity), then `aim` with the given parameters on the discovered codes, once per
+noise seed, with every model fit timed: the junction tree's cells, the mirror-descent iterations it
 ran and its seconds (round fits, then the final fit). The noise comes from ``random.Random(seed)``
 (reproducibility for benchmarks only; the service uses the OS CSPRNG), so two settings compared
 with the same seeds start from the same noise. 3-way TVD by ../shared/bench/marginal_error.py.

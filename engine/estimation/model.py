@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.domain import Domain
+from engine.estimation.growth import covering_piece
 from engine.estimation.inference import (
     Factor,
     FloatArray,
@@ -354,6 +355,7 @@ class _Projector:
         for c in tree.preorder[1:]:
             self.depth[c] = self.depth[tree.parent[c]] + 1
         self.cells = [math.prod(shape) for shape in tree.shapes]
+        self.sets = [frozenset(clique) for clique in tree.cliques]
         self.conditionals: dict[int, FloatArray] = {}
         self.memo: dict[tuple[frozenset[object], frozenset[int]], Factor] = {}
         self.cached_cells = 0
@@ -387,29 +389,10 @@ class _Projector:
 
     def covering_piece(self, wanted: frozenset[int]) -> set[int]:
         """A small connected set of cliques whose union contains ``wanted``."""
-        tree = self.tree
-        touching = [c for c, clique in enumerate(tree.cliques) if wanted & set(clique)]
-        # Join them: climb from each to the deepest common ancestor of all.
-        piece: set[int] = set(touching)
-        frontier = set(touching)
-        while len(frontier) > 1:
-            deepest = max(frontier, key=lambda c: (self.depth[c], c))
-            frontier.discard(deepest)
-            parent = tree.parent[deepest]
-            piece.add(parent)
-            frontier.add(parent)
-        # Prune leaves whose wanted attributes their only neighbour in the piece also has.
-        changed = True
-        while changed and len(piece) > 1:
-            changed = False
-            for c in sorted(piece):
-                inside = [e for e in self.neighbours[c] if e in piece]
-                if len(inside) == 1 and (wanted & set(tree.cliques[c])) <= set(
-                    tree.cliques[inside[0]]
-                ):
-                    piece.discard(c)
-                    changed = True
-        return piece
+        touching = [c for c, clique in enumerate(self.sets) if wanted & clique]
+        return covering_piece(
+            self.tree.parent, self.depth, self.neighbours, self.sets, touching, wanted
+        )
 
     def conditional(self, d: int) -> FloatArray:
         """``μ_D / μ_S``: clique d's marginal divided by its marginal on the parent separator."""
