@@ -102,14 +102,16 @@ def test_work_far_beyond_the_time_limit_is_refused() -> None:
     check_resources(settings, aim, DOMAIN, fast, 100)
 
 
-def test_the_time_check_leaves_the_defaults_alone_on_wide_domains() -> None:
+def test_the_time_check_leaves_a_large_model_cap_alone_on_wide_domains() -> None:
     """The work bound assumes the model at its cap in every iteration; compared with the limit
-    without slack it refused aim with its defaults on temporal-match2's domain (real runs:
-    about 150 s) at the one-hour limit."""
+    without slack it refused aim with an 80 MB model (its default until issue 25) on
+    temporal-match2's domain (real runs: about 150 s) at the one-hour limit."""
     aim = get_mechanism("aim")
     settings = _settings(job_time_limit_seconds=3600)
     wide = Domain(tuple(f"c{i}" for i in range(24)), (8,) * 12 + (30,) * 12)
-    params = aim.validate_params({})
+    params = aim.validate_params({"max_model_size_mb": 80})
+    default = aim.validate_params({})
+    assert check_resources(settings, aim, wide, default, 10_000).seconds < 3600
     estimate = check_resources(settings, aim, wide, params, 10_000)
     assert estimate.seconds > settings.job_time_limit_seconds  # the bound alone would refuse
     assert estimate.seconds <= TIME_BOUND_SLACK * settings.job_time_limit_seconds
