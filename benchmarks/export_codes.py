@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def export(path: Path, epsilon: float, out: Path, nested: bool = False) -> Path:
         "columns": len(names),
         "method_rho": str(upload.method_rho),
         "discovery_rho": str(upload.discovery_rho),
-        "cells_total": int(np.prod([float(s) for s in sizes.values()])),
+        "cells_total": math.prod(sizes.values()),
     }
     (out / f"{table}-meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return target

@@ -301,8 +301,8 @@ class AIMMechanism(Mechanism):
       two gives fewer cells, so the model is never larger than sized.
     Set ``compress=false, one_way_share=null, one_way_split="equal", selection_share=0.1,
     anneal_guard=false, synthesis="round", max_candidates=null, model_growth="retriangulate"``
-    for the paper's behaviour. On nltcs (16 binary
-    columns) the paper's settings were slightly better (3-way 0.0069 vs 0.0076).
+    for the paper's behaviour. On nltcs (16 binary columns) the paper's settings were slightly
+    better (3-way 0.0069 vs 0.0076).
     """
 
     name = "aim"
@@ -445,6 +445,7 @@ class AIMMechanism(Mechanism):
         # choice, independent of the data (the OS CSPRNG, or the tests' seeded source).
         chooser = noise_source if noise_source is not None else SecureRandom()
         pool = list(candidates)
+        local = params.model_growth == "local"
         step = 0
         while not budget.finished:
             step += 1
@@ -453,7 +454,6 @@ class AIMMechanism(Mechanism):
             used = budget.used
             size_limit = int(max_cells * (used / rho))
 
-            local = params.model_growth == "local"
             growth = TreeGrowth(model.tree) if local else None
             eligible = self._eligible(
                 domain, model, noisy, pool, size_limit, params.max_candidates, chooser, growth
@@ -520,7 +520,7 @@ class AIMMechanism(Mechanism):
             noisy,
             model,
             compression,
-            cliques=model.cliques if params.model_growth == "local" else (),
+            cliques=model.cliques if local else (),
             iterations=params.iterations,
             max_cells=max_cells,
             rows=rows,
@@ -552,8 +552,9 @@ class AIMMechanism(Mechanism):
         growth: TreeGrowth | None = None,
     ) -> list[Clique]:
         """Candidates already inside the model, or whose addition keeps it under the size limit
-        (a public function of the current model, so filtering costs no budget). The size is that
-        of the junction tree ``estimate`` would build from the measured sets plus the candidate.
+        (a public function of the current model, so filtering costs no budget). With ``growth``
+        (``model_growth="local"``) the size is that of the current tree grown locally by the
+        candidate; without, of the junction tree of every measured set plus the candidate.
 
         With ``most``, at most that many: the first eligible ones in an order drawn by
         ``chooser`` (a uniformly random subset of the eligible candidates, in the candidates'
