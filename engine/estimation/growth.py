@@ -30,42 +30,11 @@ Public structure only: no data, no noisy values; post-processing.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Sequence
 
 from engine.estimation.junction_tree import JunctionTree, triangulate
 
 Ids = tuple[int, ...]
-
-
-def covering_piece(
-    parent: Sequence[int],
-    depth: Sequence[int],
-    neighbours: Sequence[Collection[int]],
-    sets: Sequence[frozenset[int]],
-    touching: Iterable[int],
-    wanted: frozenset[int],
-) -> set[int]:
-    """A small connected set of a junction tree's cliques whose union holds ``wanted``: the
-    cliques ``touching`` it, joined by climbing from each to their deepest common ancestor,
-    then leaves pruned whose wanted attributes their only neighbour in the set also holds.
-    ``parent``, ``depth`` and ``neighbours`` describe the rooted tree, ``sets`` the cliques."""
-    piece = set(touching)
-    frontier = set(piece)
-    while len(frontier) > 1:
-        deepest = max(frontier, key=lambda c: (depth[c], c))
-        frontier.discard(deepest)
-        up = parent[deepest]
-        piece.add(up)
-        frontier.add(up)
-    changed = True
-    while changed and len(piece) > 1:
-        changed = False
-        for c in sorted(piece):
-            inner = [e for e in neighbours[c] if e in piece]
-            if len(inner) == 1 and (wanted & sets[c]) <= sets[inner[0]]:
-                piece.discard(c)
-                changed = True
-    return piece
 
 
 class TreeGrowth:
@@ -74,16 +43,7 @@ class TreeGrowth:
     def __init__(self, tree: JunctionTree) -> None:
         self.tree = tree
         self.sizes = tree.sizes
-        count = len(tree.cliques)
-        self.neighbours: list[list[int]] = [[] for _ in range(count)]
-        for c, p in enumerate(tree.parent):
-            if p != -1:
-                self.neighbours[c].append(p)
-                self.neighbours[p].append(c)
-        self.depth = [0] * count
-        for c in tree.preorder[1:]:
-            self.depth[c] = self.depth[tree.parent[c]] + 1
-        self.sets = [frozenset(clique) for clique in tree.cliques]
+        self.sets = tree.sets
         self.holders: dict[int, list[int]] = {}
         for c, clique in enumerate(tree.cliques):
             for v in clique:
@@ -102,8 +62,7 @@ class TreeGrowth:
         """The smallest connected set of cliques whose union holds ``ids`` (see the module)."""
         wanted = frozenset(ids)
         touching = {c for v in wanted for c in self.holders.get(v, ())}
-        parent, depth, sets = self.tree.parent, self.depth, self.sets
-        return frozenset(covering_piece(parent, depth, self.neighbours, sets, touching, wanted))
+        return frozenset(self.tree.covering_piece(wanted, touching))
 
     def _grown_piece(self, ids: Sequence[int]) -> tuple[frozenset[int], int, tuple[Ids, ...]]:
         """The piece, the cells of its re-triangulation with ``ids``, and the new maximal

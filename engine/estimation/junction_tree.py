@@ -318,6 +318,9 @@ class JunctionTree:
     triangulation: Triangulation
     children: tuple[tuple[int, ...], ...] = field(init=False)
     shapes: tuple[tuple[int, ...], ...] = field(init=False)
+    neighbours: tuple[tuple[int, ...], ...] = field(init=False)
+    depth: tuple[int, ...] = field(init=False)
+    sets: tuple[frozenset[int], ...] = field(init=False)
 
     def __post_init__(self) -> None:
         count = len(self.cliques)
@@ -343,6 +346,15 @@ class JunctionTree:
         object.__setattr__(
             self, "shapes", tuple(tuple(sizes[v] for v in clique) for clique in self.cliques)
         )
+        neighbours = (
+            tuple(ch) if p == -1 else (p, *ch) for p, ch in zip(self.parent, children, strict=True)
+        )
+        object.__setattr__(self, "neighbours", tuple(neighbours))
+        depth = [0] * count
+        for c in self.preorder[1:]:
+            depth[c] = depth[self.parent[c]] + 1
+        object.__setattr__(self, "depth", tuple(depth))
+        object.__setattr__(self, "sets", tuple(frozenset(clique) for clique in self.cliques))
 
     @property
     def domain(self) -> Domain:
@@ -362,6 +374,33 @@ class JunctionTree:
     def clique_names(self, index: int) -> tuple[str, ...]:
         """Attribute names of clique ``index``, in the clique's (ascending id) order."""
         return self.labels.names(self.cliques[index])
+
+    def covering_piece(
+        self, wanted: frozenset[int], touching: Iterable[int] | None = None
+    ) -> set[int]:
+        """A small connected set of cliques whose union holds ``wanted``: the cliques
+        ``touching`` it (by default every clique meeting it), joined by climbing from each to
+        their deepest common ancestor, then leaves pruned whose wanted attributes their only
+        neighbour in the set also holds."""
+        if touching is None:
+            touching = [c for c, clique in enumerate(self.sets) if wanted & clique]
+        piece = set(touching)
+        frontier = set(piece)
+        while len(frontier) > 1:
+            deepest = max(frontier, key=lambda c: (self.depth[c], c))
+            frontier.discard(deepest)
+            up = self.parent[deepest]
+            piece.add(up)
+            frontier.add(up)
+        changed = True
+        while changed and len(piece) > 1:
+            changed = False
+            for c in sorted(piece):
+                inner = [e for e in self.neighbours[c] if e in piece]
+                if len(inner) == 1 and (wanted & self.sets[c]) <= self.sets[inner[0]]:
+                    piece.discard(c)
+                    changed = True
+        return piece
 
     def containing(self, attributes: Iterable[int]) -> int | None:
         """Index of the smallest clique containing ``attributes`` (None if none does)."""

@@ -18,7 +18,6 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.domain import Domain
-from engine.estimation.growth import covering_piece
 from engine.estimation.inference import (
     Factor,
     FloatArray,
@@ -346,16 +345,9 @@ class _Projector:
         self.tree = model.tree
         self.beliefs = model._beliefs
         tree = self.tree
-        self.neighbours: list[set[int]] = [set() for _ in tree.cliques]
-        for c, p in enumerate(tree.parent):
-            if p != -1:
-                self.neighbours[c].add(p)
-                self.neighbours[p].add(c)
-        self.depth = [0] * len(tree.cliques)
-        for c in tree.preorder[1:]:
-            self.depth[c] = self.depth[tree.parent[c]] + 1
+        self.neighbours = tree.neighbours
+        self.depth = tree.depth
         self.cells = [math.prod(shape) for shape in tree.shapes]
-        self.sets = [frozenset(clique) for clique in tree.cliques]
         self.conditionals: dict[int, FloatArray] = {}
         self.memo: dict[tuple[frozenset[object], frozenset[int]], Factor] = {}
         self.cached_cells = 0
@@ -370,7 +362,7 @@ class _Projector:
             belief = self.beliefs[holder]
             _, values = sum_to((tree.cliques[holder], belief), wanted)
             return values.copy() if values is belief else values
-        piece = self.covering_piece(wanted)
+        piece = tree.covering_piece(wanted)
         top = min(piece, key=lambda c: (self.depth[c], c))
         factors: list[tuple[frozenset[object], Factor]] = []
         for d in sorted(piece):
@@ -386,13 +378,6 @@ class _Projector:
             key: frozenset[object] = frozenset({(d, d == top, keep)})
             factors.append((key, self.remember(key, keep, partial(sum_to, base, keep))))
         return self.contract_greedy(factors, wanted)
-
-    def covering_piece(self, wanted: frozenset[int]) -> set[int]:
-        """A small connected set of cliques whose union contains ``wanted``."""
-        touching = [c for c, clique in enumerate(self.sets) if wanted & clique]
-        return covering_piece(
-            self.tree.parent, self.depth, self.neighbours, self.sets, touching, wanted
-        )
 
     def conditional(self, d: int) -> FloatArray:
         """``μ_D / μ_S``: clique d's marginal divided by its marginal on the parent separator."""
