@@ -85,9 +85,11 @@ def test_a_lognormal_column_in_the_generic_window_gets_edges_near_its_tails() ->
     assert 0.0 <= np.mean(values < low) <= 0.02 and 0.0 <= np.mean(values > high) <= 0.02
     assert low >= values.min() and high <= values.max()  # clamped rows stay in the real range
     assert found.bins == 16 and not found.unit and found.reliable
-    inner = np.array(found.edges[1:-1])
-    ranks = np.array([np.mean(values < edge) for edge in inner])
-    assert np.all(np.abs(ranks - np.arange(1, 16) / 16) < 0.02), ranks
+    # Inner edges from the even mixture of the CDF and the uniform distribution over the range:
+    # each bin holds at most 2/16 of the rows (within 2 % of the rows), none is empty.
+    ranks = np.array([np.mean(values < edge) for edge in found.edges])
+    assert np.all(np.diff(ranks) <= 1 / ((1 - learned.UNIFORM_SHARE) * 16) + 0.02), ranks
+    assert np.all(np.diff(ranks) > 0) and len(found.edges) == 17
     assert found.profile is not None and len(found.profile) == PROFILE_POINTS
     assert found.profile[0] == low and found.profile[-1] == high
     percentiles = np.percentile(np.clip(values, low, high), np.arange(101))
@@ -328,3 +330,58 @@ def test_learned_bins_validate_their_profile() -> None:
         LearnedBins((1.0, 1.0), None, False, True, 2, cost)
     with pytest.raises(ValueError, match="runs from"):
         LearnedBins((0.0, 1.0), (0.5,) * PROFILE_POINTS, False, True, 2, cost)
+
+
+def _random_cdf(rng: np.random.Generator, cells: int) -> np.ndarray:
+    """A monotone CDF over ``cells`` cells, mass spread unevenly (a few heavy cells, empty runs,
+    a long thin tail), from 0 to its total."""
+    mass = rng.pareto(1.0, cells) * (rng.random(cells) < rng.uniform(0.2, 1.0))
+    mass[rng.integers(cells)] += 1.0
+    return np.concatenate([[0.0], np.cumsum(mass)])
+
+
+def test_inner_edges_without_a_uniform_share_are_the_cdf_quantiles() -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        cdf = _random_cdf(rng, int(rng.integers(2, 300)))
+        total = float(cdf[-1])
+        bins = int(rng.integers(2, 40))
+        lo, hi = sorted(rng.choice(cdf.size, 2, replace=False).tolist())
+        expected = np.searchsorted(cdf, np.arange(1, bins) / bins * total, side="left")
+        got = learned._inner_edges(cdf, total, lo, hi, bins, 0.0)
+        assert got.tolist() == expected.tolist()
+
+
+def test_inner_edges_bound_each_bins_rows_and_width() -> None:
+    """With a uniform share u, between the outer edges every bin holds at most 1/((1−u)·k) of
+    the CDF's mass and spans at most 1/(u·k) of the fine cells, each up to one cell (a bin ends
+    on a boundary): 500 uneven CDFs, u from 0.1 to 0.9."""
+    rng = np.random.default_rng(12)
+    for _ in range(500):
+        cells = int(rng.integers(16, 1025))
+        cdf = _random_cdf(rng, cells)
+        total = float(cdf[-1])
+        bins = int(rng.integers(2, 33))
+        uniform = float(rng.uniform(0.1, 0.9))
+        lo, hi = 0, cells
+        inner = learned._inner_edges(cdf, total, lo, hi, bins, uniform)
+        inner = np.unique(inner[(inner > lo) & (inner < hi)])
+        edges = np.concatenate([[lo], inner, [hi]])
+        widest_cell = float(np.diff(cdf).max())
+        assert np.all(np.diff(edges) <= cells / (uniform * bins) + 1), (edges, uniform, bins)
+        rows = np.diff(cdf[edges])
+        assert np.all(rows <= total / ((1 - uniform) * bins) + widest_cell + 1e-9)
+
+
+def test_a_long_tail_gets_bins_of_its_own() -> None:
+    """Exponential delays (mean 30) in a linear window: pure quantile bins would put the top
+    1/16 of the rows, everything from about 83 to the 99.5 % quantile (159), into one bin; the
+    mixture cuts that stretch into several bins and no bin spans more than 1/8 of the range
+    (plus a fine cell)."""
+    values = np.round(np.random.default_rng(13).exponential(30.0, 50_000))
+    _, found = _learn(values, Window(-1000.0, 10_000.0, step=1.0), Fraction(1, 10), seed=14)
+    edges = np.array(found.edges)
+    span = edges[-1] - edges[0]
+    assert np.all(np.diff(edges) <= span / (learned.UNIFORM_SHARE * 16) + span / 64), edges
+    top = np.quantile(values, 1 - 1 / 16)
+    assert np.sum(edges > top + 1) >= 3, edges
