@@ -20,14 +20,12 @@ from __future__ import annotations
 import uuid
 from decimal import Decimal
 from fractions import Fraction
-from typing import Literal
 
 from sqlalchemy.orm import Session
 
 from app.auth.service import Principal
 from app.budget import repository as budget_repository
 from app.config import Settings
-from app.jobs import repository
 from app.jobs.schemas import (
     CostPredictionOut,
     EpsilonAtDeltaOut,
@@ -38,7 +36,6 @@ from app.jobs.schemas import (
 )
 from app.jobs.service import decimal_text, validate_submission
 from engine.accounting import epsilon_from_rho_delta
-from engine.costs import predict_cost
 
 PROFILE_DELTAS: tuple[Decimal, ...] = (Decimal("1e-5"), Decimal("1e-7"), Decimal("1e-9"))
 """The δ at which every preview states ε (the request's own δ is added when given)."""
@@ -84,25 +81,17 @@ def preview_job(
         )
         for noise in mechanism.first_noise(checked.domain, params, Fraction(budget.rho))
     ]
-    rows = request.rows
-    source: Literal["requested", "dataset", "previous_release"] = "requested"
-    if rows is None and principal.is_owner:
-        rows, source = checked.dataset.n_rows, "dataset"
-    elif rows is None:
-        # The exact row count is private; an earlier release's noisy count is a DP output.
-        rows, source = repository.latest_noisy_row_count(session, dataset_id), "previous_release"
     prediction = None
-    if rows is not None:
-        cost = predict_cost(mechanism, checked.domain, params, rows, Fraction(budget.rho))
-        if cost is not None:
-            prediction = CostPredictionOut(
-                rows=rows,
-                rows_source=source,
-                seconds=cost.seconds,
-                seconds_factor=cost.seconds_factor,
-                peak_memory_bytes=cost.peak_memory_bytes,
-                memory_factor=cost.memory_factor,
-            )
+    if checked.prediction is not None and checked.prediction_rows is not None:
+        cost = checked.prediction
+        prediction = CostPredictionOut(
+            rows=checked.prediction_rows,
+            rows_source=checked.rows_source,
+            seconds=cost.seconds,
+            seconds_factor=cost.seconds_factor,
+            peak_memory_bytes=cost.peak_memory_bytes,
+            memory_factor=cost.memory_factor,
+        )
     return JobPreview(
         method=mechanism.name,
         params=params.model_dump(mode="json"),

@@ -16,6 +16,14 @@ iteration of every round, which real runs rarely approach, so the time check onl
 parameters far beyond anything that can finish (the review's `aim` with 100,000 rounds and
 iterations); the worker's wall-time limit stops the rest.
 
+A job whose predicted run time (:func:`engine.costs.predict_cost`, calibrated per method with a
+stated error factor) exceeds the time limit even at the optimistic end of that factor is refused
+too (:func:`check_predicted_time`), with the prediction in the message, instead of running until
+the limit stops it. The prediction needs a row count, chosen from public facts only
+(app.jobs.service.prediction_rows): the rows requested, an earlier release's noisy row count (a
+DP output), or, for the owner, who knows it, the table's row count; the owner's refusal is shown
+to the owner only.
+
 Without ``rows`` the output size is the mechanism's noisy row count, which the submission cannot
 know: it is capped at :func:`output_rows_limit`, the number of rows that fit in the memory limit
 next to the method's model (and at ``RHOSYNTH_MAX_OUTPUT_ROWS``), so the worker never decodes more.
@@ -26,6 +34,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from app.config import Settings
+from engine.costs import CostPrediction
 from engine.domain import Domain
 from engine.mechanisms import Mechanism, ResourceEstimate
 
@@ -113,9 +122,44 @@ def check_resources(
     seconds = estimate.seconds
     if seconds > TIME_BOUND_SLACK * settings.job_time_limit_seconds:
         raise ResourcesExceeded(
-            f"{name!r} with these params could need up to {seconds / 3600:.1f} hours of work "
-            f"on this dataset's declared domain, more than {TIME_BOUND_SLACK} times the "
-            f"limit per job of {settings.job_time_limit_seconds / 3600:.1f} hours (lower "
-            "rounds, iterations or the model size)"
+            f"{name!r} with these params could need up to {_duration(seconds)} of work on "
+            f"this dataset's declared domain, more than {TIME_BOUND_SLACK} times the limit per "
+            f"job of {_duration(settings.job_time_limit_seconds)} (lower rounds, iterations or "
+            "the model size)"
         )
     return estimate
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 600:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} hours"
+
+
+def check_predicted_time(
+    settings: Settings,
+    mechanism: Mechanism,
+    prediction: CostPrediction | None,
+    rows: int | None,
+    rows_source: str,
+) -> None:
+    """Raise :class:`ResourcesExceeded` when even the optimistic end of the predicted run time
+    (the prediction divided by its stated error factor) is past the time limit per job: such a
+    job would run until the limit stops it, its budget spent. ``rows`` and ``rows_source`` say
+    which row count the prediction used (public to whoever submits)."""
+    if prediction is None or rows is None:
+        return
+    limit = settings.job_time_limit_seconds
+    optimistic = prediction.seconds / prediction.seconds_factor
+    if optimistic <= limit:
+        return
+    raise ResourcesExceeded(
+        f"{mechanism.name!r} with these params is predicted to take about "
+        f"{_duration(prediction.seconds)} on this dataset (within a factor of "
+        f"{prediction.seconds_factor:.2g}, so at least {_duration(optimistic)}; predicted for "
+        f"{rows} rows, {rows_source}), more than the time limit per job of {_duration(limit)} "
+        "(lower its rounds, iterations or model size, ask for fewer rows, or choose a faster "
+        "method such as 'mst')"
+    )

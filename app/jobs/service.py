@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
+from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
@@ -27,11 +28,12 @@ from app.db.base import utcnow
 from app.db.session import after_commit
 from app.jobs import dispatch, repository
 from app.jobs.models import TERMINAL_STATUSES, Job
-from app.jobs.resources import ResourcesExceeded, check_resources
+from app.jobs.resources import ResourcesExceeded, check_predicted_time, check_resources
 from app.jobs.schemas import EpsilonDeltaBudgetIn, JobOut, JobRequest, ProgressOut
 from app.reports.names import visible
 from app.storage import Storage, StorageUnavailable, job_output_prefix
 from engine.accounting import rho_from_epsilon_delta
+from engine.costs import CostPrediction, predict_cost
 from engine.domain import Domain
 from engine.encoding import TableSchema
 from engine.mechanisms import (
@@ -115,6 +117,31 @@ class ValidatedSubmission:
     dataset: Dataset
     domain: Domain
     estimate: ResourceEstimate
+    prediction: CostPrediction | None
+    prediction_rows: int | None
+    rows_source: RowsSource
+
+
+RowsSource = Literal["requested", "dataset", "previous_release"]
+
+_ROWS_SOURCE_TEXT: dict[RowsSource, str] = {
+    "requested": "the rows requested",
+    "dataset": "the table's row count",
+    "previous_release": "an earlier release's noisy row count",
+}
+
+
+def prediction_rows(
+    session: Session, principal: Principal, dataset: Dataset, rows: int | None
+) -> tuple[int | None, RowsSource]:
+    """The row count a cost prediction uses, from what the submitter may know: the rows
+    requested; else, for owner keys, the table's exact row count (the owner's own data); else an
+    earlier release's noisy row count (a DP output every key of the tenant sees), or None."""
+    if rows is not None:
+        return rows, "requested"
+    if principal.is_owner:
+        return dataset.n_rows, "dataset"
+    return repository.latest_noisy_row_count(session, dataset.id), "previous_release"
 
 
 def validate_submission(
@@ -162,11 +189,20 @@ def validate_submission(
         mechanism.check_budget(domain, params, Fraction(budget.rho))
     except DomainRefused as refused:
         raise InvalidJob(f"{request.method!r} cannot run on this dataset: {refused}") from None
+    rows, source = prediction_rows(session, principal, dataset, request.rows)
+    prediction = (
+        predict_cost(mechanism, domain, params, rows, Fraction(budget.rho))
+        if rows is not None
+        else None
+    )
     try:
         estimate = check_resources(settings, mechanism, domain, params, request.rows)
+        check_predicted_time(settings, mechanism, prediction, rows, _ROWS_SOURCE_TEXT[source])
     except ResourcesExceeded as exceeded:
         raise InvalidJob(str(exceeded)) from None
-    return ValidatedSubmission(mechanism, params, budget, dataset, domain, estimate)
+    return ValidatedSubmission(
+        mechanism, params, budget, dataset, domain, estimate, prediction, rows, source
+    )
 
 
 def submit_job(

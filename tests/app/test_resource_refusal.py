@@ -4,11 +4,17 @@ no worker). The four resource examples are the ones from the outside review (iss
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from fractions import Fraction
 from typing import Any
 
 import pytest
 
-from tests.conftest import Tenant
+from engine.costs import predict_cost
+from engine.encoding import TableSchema
+from engine.mechanisms import get_mechanism
+from tests.conftest import Tenant, make_tenant
 from tests.support.api import budget, create_dataset, submit, untouched_budget
 from tests.support.ledger import assert_reconciled
 from tests.support.stack import Stack
@@ -147,3 +153,65 @@ def test_params_that_would_fail_after_the_charge_are_refused(
     assert response.status_code == 422, response.text
     assert expected in response.json()["detail"]
     _assert_nothing_reserved(api_stack, tenant, people["id"])
+
+
+SHORT_LIMIT_SECONDS = 60
+
+
+@pytest.fixture(scope="module")
+def short_limit_stack(_services: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The API with a 60 s time limit per job (the lease and heartbeat below it), no worker."""
+    stack = Stack.create(
+        "short-limit",
+        tmp_path_factory.mktemp("short-limit-stack"),
+        job_time_limit_seconds=SHORT_LIMIT_SECONDS,
+        job_lease_seconds=5,
+        job_heartbeat_seconds=1,
+    )
+    try:
+        yield stack
+    finally:
+        stack.destroy()
+
+
+def test_a_job_predicted_past_the_time_limit_is_refused_with_its_prediction(
+    short_limit_stack: Stack, adult_csv: bytes, adult_schema: str
+) -> None:
+    """Issue 25: a job whose calibrated prediction passes the time limit even at the optimistic
+    end of its stated factor is refused at submission (and by the dry run, word for word), with
+    the prediction and the row count it used; nothing is reserved. `ppsyn` on a million rows:
+    its work bound (which does not grow with the rows) passes, its prediction does not. The same
+    rows with `mst`, predicted well inside the limit, are accepted. The row count is the one
+    requested: public."""
+    tenant = make_tenant(short_limit_stack)
+    try:
+        dataset = create_dataset(tenant.owner, adult_csv, adult_schema, budget_rho="1")
+        domain = TableSchema.from_json(json.loads(adult_schema)).domain()
+        rows, rho = 1_000_000, "0.5"
+        optimistic = {}
+        for name in ("ppsyn", "mst"):
+            mechanism = get_mechanism(name)
+            cost = predict_cost(
+                mechanism, domain, mechanism.validate_params({}), rows, Fraction(rho)
+            )
+            assert cost is not None
+            optimistic[name] = cost.seconds / cost.seconds_factor
+        # The premise (fails loudly if a recalibration moves the methods across the limit).
+        assert optimistic["mst"] < SHORT_LIMIT_SECONDS < optimistic["ppsyn"], optimistic
+        refused = submit(tenant.analyst, dataset["id"], method="ppsyn", rho=rho, rows=rows)
+        assert refused.status_code == 422, refused.text
+        detail = refused.json()["detail"]
+        assert "'ppsyn' with these params is predicted to take about" in detail
+        assert f"for {rows} rows, the rows requested" in detail
+        assert f"time limit per job of {SHORT_LIMIT_SECONDS} s" in detail
+        dry = tenant.analyst.post(
+            f"/v1/datasets/{dataset['id']}/jobs",
+            params={"dry_run": "true"},
+            json={"method": "ppsyn", "budget": {"rho": rho}, "rows": rows},
+        )
+        assert dry.status_code == 422 and dry.json()["detail"] == detail
+        _assert_nothing_reserved(short_limit_stack, tenant, dataset["id"])
+        accepted = submit(tenant.analyst, dataset["id"], method="mst", rho=rho, rows=rows)
+        assert accepted.status_code == 202, accepted.text
+    finally:
+        tenant.close()

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 
 from app.config import Settings
 from app.jobs.resources import (
     TIME_BOUND_SLACK,
     ResourcesExceeded,
+    check_predicted_time,
     check_resources,
     output_rows_limit,
 )
+from engine.costs import CostPrediction, predict_cost
 from engine.domain import Domain
 from engine.mechanisms import get_mechanism
 from engine.mechanisms.base import (
@@ -125,3 +129,49 @@ def test_the_limit_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("RHOSYNTH_JOB_MEMORY_LIMIT_MB", "100")
     with pytest.raises(ValueError, match="greater than or equal to 256"):
         Settings()
+
+
+def _time_limit(seconds: int) -> Settings:
+    """Settings with a short time limit (the lease and heartbeat below it, as they must be)."""
+    return _settings(job_time_limit_seconds=seconds, job_lease_seconds=5, job_heartbeat_seconds=1)
+
+
+def _prediction(seconds: float, factor: float) -> CostPrediction:
+    return CostPrediction(seconds, 2**30, factor, 1.5)
+
+
+def test_a_job_is_refused_only_when_even_the_optimistic_prediction_passes_the_limit() -> None:
+    """Predicted 300 s within a factor of 2: at least 150 s. A limit of 149 s refuses it with
+    the prediction and the rows it was made for in the message; 150 s lets it run."""
+    aim = get_mechanism("aim")
+    prediction = _prediction(300.0, 2.0)
+    requested = "the rows requested"
+    with pytest.raises(ResourcesExceeded) as refused:
+        check_predicted_time(_time_limit(149), aim, prediction, 5000, requested)
+    message = str(refused.value)
+    assert "'aim' with these params is predicted to take about 300 s" in message
+    assert "within a factor of 2, so at least 150 s" in message
+    assert "for 5000 rows, the rows requested" in message
+    assert "time limit per job of 149 s" in message
+    check_predicted_time(_time_limit(150), aim, prediction, 5000, requested)
+    # No prediction (an uncalibrated method, or no row count the submitter may know): no check.
+    check_predicted_time(_time_limit(10), aim, None, 5000, requested)
+    check_predicted_time(_time_limit(10), aim, prediction, None, requested)
+
+
+def test_the_calibrated_prediction_refuses_slow_methods_and_admits_fast_ones() -> None:
+    """On a 14-column domain with 10 M rows at ρ = 0.5, aim is predicted far slower than mst:
+    a limit between their optimistic predictions refuses aim and admits mst."""
+    sizes = (2, 5, 7, 9, 16, 16, 6, 10, 5, 2, 20, 20, 40, 42)
+    domain = Domain(tuple(f"c{i}" for i in range(14)), sizes)
+    aim, mst = get_mechanism("aim"), get_mechanism("mst")
+    costs = {
+        m.name: predict_cost(m, domain, m.validate_params({}), 10**7, Fraction(1, 2))
+        for m in (aim, mst)
+    }
+    optimistic = {name: c.seconds / c.seconds_factor for name, c in costs.items() if c}
+    assert optimistic["aim"] > 2 * optimistic["mst"] + 20, optimistic
+    limit = _time_limit(max(10, round(optimistic["mst"]) + 10))
+    with pytest.raises(ResourcesExceeded, match="is predicted to take about"):
+        check_predicted_time(limit, aim, costs["aim"], 10**7, "the rows requested")
+    check_predicted_time(limit, mst, costs["mst"], 10**7, "the rows requested")
