@@ -50,16 +50,22 @@ class _Claimed:
     schema: TableSchema | None  # None: the dataset was erased
 
 
-def execute_sample(settings: Settings, sample_id: uuid.UUID) -> str:
-    """Answer one message for ``sample_id``. Returns the outcome; safe to deliver many times."""
+def execute_sample(settings: Settings, message_id: uuid.UUID) -> str:
+    """Answer one message. Returns the outcome; safe to deliver many times.
+
+    A message is a doorbell, as for jobs: it draws the queued sample fairest to draw next
+    (:func:`app.samples.repository.claim_next`), which may be another than ``message_id``; each
+    sample is sent one message, so every queued sample is drawn."""
     factory = get_session_factory(settings.sqlalchemy_url)
     storage = open_storage(settings)
     now = utcnow()
     lease = timedelta(seconds=settings.job_lease_seconds)
     with transaction(factory) as session:
-        sample = repository.claim(session, sample_id, now=now, lease_until=now + lease)
+        sample = repository.claim_next(session, now=now, lease_until=now + lease)
         if sample is None:
+            logger.debug("sample message %s: nothing queued", message_id)
             return "skipped"
+        sample_id = sample.id
         job = job_repository.get(session, sample.job_id)
         dataset = dataset_repository.get(session, sample.dataset_id)
         assert job is not None  # a sample is created for an existing job (foreign key)

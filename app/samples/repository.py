@@ -7,7 +7,7 @@ import uuid
 from datetime import datetime
 
 from sqlalchemy import func, select, tuple_, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from app.auth.models import Tenant
 from app.samples.models import Sample
@@ -79,6 +79,63 @@ def claim(
         .returning(Sample.id)
     ).one_or_none()
     return None if claimed is None else session.get(Sample, sample_id, populate_existing=True)
+
+
+def tenants_in_fair_order(session: Session) -> list[uuid.UUID]:
+    """Tenants with a queued sample, fairest first, as jobs are ordered (app.jobs.repository):
+    fewest running samples, then the longest since one of theirs started (never first), then
+    the oldest queued sample. Issue 24 §5: claimed first-in first-out, one tenant's flood of
+    samples made another's sample 18× slower."""
+    queued = (
+        select(Sample.tenant_id.label("tenant_id"), func.min(Sample.created_at).label("oldest"))
+        .where(Sample.status == "queued")
+        .group_by(Sample.tenant_id)
+        .subquery()
+    )
+    running_samples = aliased(Sample)
+    running = (
+        select(func.count())
+        .select_from(running_samples)
+        .where(
+            running_samples.tenant_id == queued.c.tenant_id,
+            running_samples.status == "running",
+        )
+        .scalar_subquery()
+    )
+    started_samples = aliased(Sample)
+    last_start = (
+        select(func.max(started_samples.started_at))
+        .where(started_samples.tenant_id == queued.c.tenant_id)
+        .scalar_subquery()
+    )
+    rows = session.execute(
+        select(queued.c.tenant_id).order_by(
+            running, last_start.asc().nulls_first(), queued.c.oldest, queued.c.tenant_id
+        )
+    ).all()
+    return [row.tenant_id for row in rows]
+
+
+def claim_next(session: Session, *, now: datetime, lease_until: datetime) -> Sample | None:
+    """Claim the queued sample fairest to draw next: the oldest queued sample of the first tenant
+    in :func:`tenants_in_fair_order`. None when nothing is queued (or every queued sample is
+    being claimed by another worker)."""
+    for tenant_id in tenants_in_fair_order(session):
+        # FOR UPDATE SKIP LOCKED: two workers choosing at once take different samples instead
+        # of queueing on the same row. SQLite ignores it; BEGIN IMMEDIATE serialises there.
+        sample_id = session.scalars(
+            select(Sample.id)
+            .where(Sample.tenant_id == tenant_id, Sample.status == "queued")
+            .order_by(Sample.created_at, Sample.id)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+        ).first()
+        if sample_id is None:
+            continue
+        claimed = claim(session, sample_id, now=now, lease_until=lease_until)
+        if claimed is not None:
+            return claimed
+    return None
 
 
 def renew_lease(
