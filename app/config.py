@@ -86,6 +86,12 @@ class Settings(BaseSettings):
     max_output_rows: int = Field(default=100_000_000, ge=1)
     # Derived samples (free re-sampling) queued or running per tenant at once.
     tenant_max_live_samples: int = Field(default=20, ge=1)
+    # Rows a tenant's samples may hold at once (queued, running or stored): a new sample past it
+    # is refused until samples are deleted or expire (issue 24 §5: 26 × 1 M-row samples wrote
+    # 438 MB in 16 s, with no bound).
+    tenant_sample_rows_quota: int = Field(default=20_000_000, ge=1)
+    # A succeeded sample's output is deleted this long after it finished (status `expired`).
+    sample_retention_days: float = Field(default=30.0, gt=0)
     # ≤ 9e6: SQLite keeps ρ as int64 counts of 1e-12 (app.db.types.MAX_STORABLE_RHO).
     max_budget_rho: int = Field(default=1_000_000, ge=1, le=9_000_000)
 

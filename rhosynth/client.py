@@ -599,6 +599,11 @@ class Client:
     def sample_status(self, sample: Sample | uuid.UUID | str) -> Sample:
         return self._get(f"/v1/samples/{_id(sample)}", Sample)
 
+    def delete_sample(self, sample: Sample | uuid.UUID | str) -> None:
+        """Delete a finished sample's output: its rows stop counting against the tenant's
+        quota of sample rows. Idempotent; a queued or running sample raises a conflict."""
+        self._send("DELETE", f"/v1/samples/{_id(sample)}", retry=True)
+
     def _wait_sample(self, sample: Sample, *, progress: bool, timeout: float | None) -> Sample:
         deadline = None if timeout is None else time.monotonic() + timeout
         current = sample

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 Amount = Annotated[Decimal, Field(json_schema_extra={"type": "string", "format": "decimal"})]
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-SampleStatus = Literal["queued", "running", "succeeded", "failed"]
-FINISHED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+SampleStatus = Literal["queued", "running", "succeeded", "failed", "expired", "deleted"]
+FINISHED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "expired", "deleted"})
 
 
 class _Wire(BaseModel):

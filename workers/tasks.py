@@ -20,7 +20,7 @@ from app.jobs.owner_tier import build_owner_tier, resend_owner_tiers
 from app.jobs.recovery import recover_jobs
 from app.jobs.sweep import sweep_storage
 from app.samples.execution import execute_sample
-from app.samples.recovery import recover_samples
+from app.samples.recovery import expire_samples, recover_samples
 from workers.celery_app import (
     BUILD_OWNER_TIER_TASK,
     RUN_JOB_TASK,
@@ -128,6 +128,10 @@ def _recovery_loop() -> None:
             recover_samples(settings)
         except Exception:
             logger.exception("sample recovery pass failed")
+        try:
+            expire_samples(settings)
+        except Exception:
+            logger.exception("sample retention pass failed")
         try:
             resend_owner_tiers(settings)
         except Exception:

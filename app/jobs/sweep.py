@@ -112,6 +112,10 @@ def sweep_storage(
     return report
 
 
+GONE_STATUSES = ("expired", "deleted")
+"""Statuses of samples whose output was deleted (app/samples): nothing of theirs is kept."""
+
+
 def _sweep_outputs(
     factory: sessionmaker[Session],
     storage: Storage,
@@ -137,7 +141,7 @@ def _sweep_outputs(
     for entry, newest in sorted(entries.items()):
         owner_id = owner_ids[entry]
         owner = owners.get(owner_id) if owner_id is not None else None
-        if owner is None or owner.deleted_at is not None:
+        if owner is None or owner.deleted_at is not None or owner.status in GONE_STATUSES:
             keep = False
         elif owner.status in TERMINAL_STATUSES:
             published = owner.output_key

@@ -57,6 +57,8 @@ def create_sample(
         ) from None
     except service.InvalidSample as error:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(error)) from None
+    except service.SampleQuotaExceeded as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
     except service.TooManySamples as error:
         raise HTTPException(
             status.HTTP_429_TOO_MANY_REQUESTS,
@@ -123,4 +125,26 @@ def download_sample(
         raise HTTPException(
             status.HTTP_410_GONE, "the sample was erased with its dataset"
         ) from None
+    except service.SampleGone as error:
+        raise HTTPException(status.HTTP_410_GONE, str(error)) from None
     return table_download(storage, key, format, f"rhosynth-sample-{sample.id}")
+
+
+@router.delete(
+    "/samples/{sample_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_model=None,
+    responses=error_responses(409),
+)
+def delete_sample(
+    sample_id: uuid.UUID, db: DatabaseDep, storage: StorageDep, principal: AnalystKey
+) -> None:
+    """Delete a finished sample's output; its rows stop counting against the tenant's quota.
+    The sample stays listed with status `deleted`. A queued or running sample answers 409."""
+    try:
+        with db.transaction() as session:
+            service.delete_sample(session, storage, principal, sample_id)
+    except service.SampleNotFound:
+        raise _not_found("sample") from None
+    except job_service.JobConflict as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None

@@ -10,7 +10,11 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, new_id, utcnow
 
-SAMPLE_STATUSES = ("queued", "running", "succeeded", "failed")
+SAMPLE_STATUSES = ("queued", "running", "succeeded", "failed", "expired", "deleted")
+"""``expired``: its output was deleted ``RHOSYNTH_SAMPLE_RETENTION_DAYS`` after it finished;
+``deleted``: by ``DELETE /v1/samples/{id}`` (migration 0009)."""
+HOLDING_STATUSES = ("queued", "running", "succeeded")
+"""The samples whose rows count against the tenant's quota (stored, or to be stored)."""
 
 
 class Sample(Base):
@@ -19,13 +23,17 @@ class Sample(Base):
 
     __tablename__ = "samples"
     __table_args__ = (
-        CheckConstraint("status IN ('queued', 'running', 'succeeded', 'failed')", name="status"),
+        CheckConstraint(
+            "status IN ('queued', 'running', 'succeeded', 'failed', 'expired', 'deleted')",
+            name="status",
+        ),
         CheckConstraint("rows >= 1", name="rows_positive"),
         CheckConstraint("attempt >= 0", name="attempt_nonnegative"),
         CheckConstraint(
             "status <> 'succeeded' OR output_key IS NOT NULL", name="output_if_succeeded"
         ),
         Index("ix_samples_status_lease", "status", "lease_expires_at"),
+        Index("ix_samples_status_finished", "status", "finished_at"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)

@@ -11,7 +11,10 @@ from app.db.session import get_session_factory, transaction
 from app.jobs import dispatch
 from app.jobs.recovery import expired_in_pages
 from app.samples import repository
+from app.storage import discard, open_storage
 from workers.celery_app import RUN_SAMPLE_TASK
+
+EXPIRY_BATCH = 500
 
 SAMPLE_LOST = "the sample's worker stopped responding on every attempt; it cost nothing"
 
@@ -42,3 +45,21 @@ def recover_samples(settings: Settings) -> list[uuid.UUID]:
         dispatch.enqueue_job(settings, sample_id, RUN_SAMPLE_TASK)
         sent.append(sample_id)
     return sent
+
+
+def expire_samples(settings: Settings) -> list[uuid.UUID]:
+    """Mark succeeded samples that finished more than ``RHOSYNTH_SAMPLE_RETENTION_DAYS`` ago
+    ``expired`` and delete their outputs (after each batch commits; what a failed delete leaves
+    is removed by the storage sweep). Returns the samples expired."""
+    factory = get_session_factory(settings.sqlalchemy_url)
+    storage = open_storage(settings)
+    cutoff = utcnow() - timedelta(days=settings.sample_retention_days)
+    expired: list[uuid.UUID] = []
+    while True:
+        with transaction(factory) as session:
+            batch = repository.expire_finished_before(session, cutoff, EXPIRY_BATCH)
+        for sample_id, key in batch:
+            discard(storage, key)
+            expired.append(sample_id)
+        if len(batch) < EXPIRY_BATCH:
+            return expired

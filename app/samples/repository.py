@@ -10,7 +10,7 @@ from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.orm import Session, aliased
 
 from app.auth.models import Tenant
-from app.samples.models import Sample
+from app.samples.models import HOLDING_STATUSES, Sample
 
 
 def add(session: Session, sample: Sample) -> Sample:
@@ -61,6 +61,56 @@ def count_live(session: Session, tenant_id: uuid.UUID) -> int:
         )
         or 0
     )
+
+
+def rows_held(session: Session, tenant_id: uuid.UUID) -> int:
+    """Rows of the tenant's samples that are queued, running or stored (its quota's use)."""
+    return int(
+        session.scalar(
+            select(func.coalesce(func.sum(Sample.rows), 0)).where(
+                Sample.tenant_id == tenant_id, Sample.status.in_(HOLDING_STATUSES)
+            )
+        )
+        or 0
+    )
+
+
+def mark_deleted(session: Session, sample_id: uuid.UUID) -> str | None:
+    """A finished sample → ``deleted``; returns its output key to delete after the commit (None
+    when it had none). Guarded: a queued or running sample is left as it is."""
+    row = session.execute(
+        update(Sample)
+        .where(Sample.id == sample_id, Sample.status.in_(("succeeded", "failed", "expired")))
+        .values(status="deleted")
+        .returning(Sample.output_key)
+    ).one_or_none()
+    return None if row is None else row.output_key
+
+
+def expire_finished_before(
+    session: Session, cutoff: datetime, limit: int
+) -> list[tuple[uuid.UUID, str]]:
+    """Up to ``limit`` succeeded samples that finished before ``cutoff`` → ``expired``; returns
+    (id, output key) of each, whose outputs are deleted after the commit. SKIP LOCKED: a
+    concurrent delete of the same sample keeps its row and this pass takes the next."""
+    ids = list(
+        session.scalars(
+            select(Sample.id)
+            .where(Sample.status == "succeeded", Sample.finished_at < cutoff)
+            .order_by(Sample.finished_at, Sample.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+    )
+    if not ids:
+        return []
+    rows = session.execute(
+        update(Sample)
+        .where(Sample.id.in_(ids), Sample.status == "succeeded")
+        .values(status="expired")
+        .returning(Sample.id, Sample.output_key)
+    ).all()
+    return [(row.id, row.output_key) for row in rows]
 
 
 def claim(

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SampleStatus = Literal["queued", "running", "succeeded", "failed"]
+SampleStatus = Literal["queued", "running", "succeeded", "failed", "expired", "deleted"]
 
 
 class SampleRequest(BaseModel):

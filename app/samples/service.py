@@ -25,7 +25,7 @@ from app.reports.names import MODEL
 from app.samples import repository
 from app.samples.models import Sample
 from app.samples.schemas import SampleOut, SampleRequest
-from app.storage import Storage
+from app.storage import Storage, discard
 from engine.encoding import TableSchema
 from engine.mechanisms import get_mechanism
 from workers.celery_app import RUN_SAMPLE_TASK
@@ -41,6 +41,30 @@ class InvalidSample(Exception):
 
 class TooManySamples(Exception):
     """The tenant already has its limit of samples queued or running (429)."""
+
+
+class SampleGone(Exception):
+    """The sample's output was deleted: it expired or was deleted (410)."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(
+            "the sample's output was deleted after the retention period "
+            "(RHOSYNTH_SAMPLE_RETENTION_DAYS); draw a new sample"
+            if status == "expired"
+            else "the sample was deleted; draw a new sample"
+        )
+
+
+class SampleQuotaExceeded(Exception):
+    """The tenant's samples would hold more rows than its quota (409)."""
+
+    def __init__(self, held: int, rows: int, quota: int) -> None:
+        super().__init__(
+            f"the tenant's samples hold {held} rows (queued, running or stored) and this one "
+            f"asks for {rows}: the quota is {quota} rows (RHOSYNTH_TENANT_SAMPLE_ROWS_QUOTA); "
+            "delete samples you no longer need (DELETE /v1/samples/{id}) or wait for them to "
+            "expire"
+        )
 
 
 def create_sample(
@@ -81,6 +105,10 @@ def create_sample(
     repository.lock_tenant(session, principal.tenant_id)
     if repository.count_live(session, principal.tenant_id) >= settings.tenant_max_live_samples:
         raise TooManySamples(settings.tenant_max_live_samples)
+    # The quota is counted under the same lock: a burst cannot pass it either.
+    held = repository.rows_held(session, principal.tenant_id)
+    if held + rows > settings.tenant_sample_rows_quota:
+        raise SampleQuotaExceeded(held, rows, settings.tenant_sample_rows_quota)
     seed = request.seed if request.seed is not None else secrets.randbelow(2**53)
     sample = repository.add(
         session,
@@ -116,11 +144,31 @@ def list_samples(
     return repository.list_for_job(session, job_id, limit=limit, offset=offset)
 
 
+def delete_sample(
+    session: Session, storage: Storage, principal: Principal, sample_id: uuid.UUID
+) -> None:
+    """Delete a finished sample's output (status ``deleted``; the row stays, as a record). Its
+    rows stop counting against the quota. A queued or running sample is refused (409): it may
+    still publish. Deleting a deleted sample again does nothing."""
+    sample = get_sample(session, principal, sample_id)
+    if sample.status == "deleted":
+        return
+    if sample.status in ("queued", "running"):
+        raise job_service.JobConflict(
+            f"a {sample.status} sample cannot be deleted; wait until it has finished"
+        )
+    key = repository.mark_deleted(session, sample_id)
+    if key is not None:
+        after_commit(session, lambda: discard(storage, key))
+
+
 def output_key(
     session: Session, storage: Storage, principal: Principal, sample_id: uuid.UUID
 ) -> tuple[Sample, str]:
     """The sample and the key of its published output, which is stored (else OutputGone)."""
     sample = get_sample(session, principal, sample_id)
+    if sample.status in ("expired", "deleted"):
+        raise SampleGone(sample.status)
     if sample.status != "succeeded" or sample.output_key is None:
         raise job_service.JobConflict(f"the sample has no output (status: {sample.status})")
     dataset = job_service.live_dataset(session, sample.dataset_id, sample_id)
