@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 import uuid
 
+from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from app.auth.service import Principal
@@ -26,8 +27,10 @@ from app.samples import repository
 from app.samples.models import Sample
 from app.samples.schemas import SampleOut, SampleRequest
 from app.storage import Storage, discard
+from engine.domain import Domain
 from engine.encoding import TableSchema
-from engine.mechanisms import get_mechanism
+from engine.mechanisms import Mechanism, get_mechanism
+from engine.mechanisms.base import WORK_UNITS_PER_SECOND
 from workers.celery_app import RUN_SAMPLE_TASK
 
 
@@ -101,6 +104,7 @@ def create_sample(
             f"rows = {rows} is above the limit of {limit} rows for {job.method!r} on this "
             f"dataset (RHOSYNTH_MAX_OUTPUT_ROWS and the per-job memory limit)"
         )
+    _check_sampling_time(settings, mechanism, domain, params, rows)
     # Counted under the tenant's row lock (repository.lock_tenant): a burst cannot pass the cap.
     repository.lock_tenant(session, principal.tenant_id)
     if repository.count_live(session, principal.tenant_id) >= settings.tenant_max_live_samples:
@@ -128,6 +132,25 @@ def create_sample(
     sample_id = sample.id
     after_commit(session, lambda: dispatch.ring(settings, sample_id, RUN_SAMPLE_TASK))
     return sample
+
+
+def _check_sampling_time(
+    settings: Settings, mechanism: Mechanism, domain: Domain, params: BaseModel, rows: int
+) -> None:
+    """Refuse (422) a sample whose drawing work passes the time limit per job even at the
+    optimistic rate (:meth:`engine.mechanisms.Mechanism.sampling_work`): it would run until the
+    limit stops it. Public information only (the method, its params, the schema, ``rows``)."""
+    limit = settings.job_time_limit_seconds
+    seconds = mechanism.sampling_work(domain, params, rows) / WORK_UNITS_PER_SECOND
+    if seconds <= limit:
+        return
+    per_row = mechanism.sampling_work(domain, params, 1) / WORK_UNITS_PER_SECOND
+    most = max(int(limit / per_row), 0)
+    raise InvalidSample(
+        f"drawing {rows} rows from this {mechanism.name!r} model needs at least about "
+        f"{seconds:.0f} s, more than the time limit per job of {limit} s: ask for at most "
+        f"{most} rows"
+    )
 
 
 def get_sample(session: Session, principal: Principal, sample_id: uuid.UUID) -> Sample:

@@ -22,6 +22,7 @@ from engine.marginals import (
     measure_marginal,
 )
 from engine.mechanisms.base import (
+    SAMPLING_WORK_PER_CELL,
     GaussianCharge,
     Mechanism,
     Milestone,
@@ -388,6 +389,16 @@ class PrivSynMechanism(Mechanism):
             extra_work=params.consistency_rounds * tables
             + params.iterations * (targets * rows + tables),
         )
+
+    def sampling_work(self, domain: Domain, params: BaseModel, rows: int) -> int:
+        """A sample re-runs GUM on the new rows: every record once per target and iteration
+        (measured 5.5–8.1 µs per output cell on adult with the default 50 iterations, against
+        the 3.5 µs this gives at WORK_UNITS_PER_SECOND)."""
+        if not isinstance(params, PrivSynParams):
+            raise TypeError("params must be PrivSynParams")
+        d = len(domain)
+        targets = d * (d - 1) // 2 + params.coarse_pairs
+        return params.iterations * targets * rows + SAMPLING_WORK_PER_CELL * rows * d
 
     def first_noise(
         self, domain: Domain, params: BaseModel, rho: Fraction

@@ -186,3 +186,52 @@ def test_the_sweep_removes_what_a_failed_delete_left(
     assert storage.exists(key)
     sweep_storage(settings, grace_seconds=0)
     assert not storage.exists(key)
+
+
+@pytest.fixture(scope="module")
+def short_limit_stack(_services: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    stack = Stack.create(
+        "sample-time",
+        tmp_path_factory.mktemp("sample-time"),
+        job_time_limit_seconds=60,
+        job_lease_seconds=5,
+        job_heartbeat_seconds=1,
+    )
+    try:
+        yield stack
+    finally:
+        stack.destroy()
+
+
+def test_a_sample_whose_drawing_passes_the_time_limit_is_refused(
+    short_limit_stack: Stack, people_csv: bytes, people_schema: str
+) -> None:
+    """A privsyn model re-runs GUM on the rows it draws (its own iterations per row and target):
+    with 10,000 iterations and a 60 s limit, a million rows are refused (422, naming the most
+    rows that fit) before anything is queued, and that many rows are accepted."""
+    stack = short_limit_stack
+    tenant = make_tenant(stack)
+    try:
+        settings = stack.settings
+        factory = get_session_factory(settings.sqlalchemy_url)
+        dataset = create_dataset(tenant.owner, people_csv, people_schema)
+        params = {"iterations": 10_000}
+        job = submit(
+            tenant.analyst, dataset["id"], method="privsyn", rho="0.5", rows=20, params=params
+        ).json()["id"]
+        claim = claim_and_charge(factory, settings, uuid.UUID(job))
+        assert claim is not None
+        assert execution._run_attempt(factory, settings, claim).status == "succeeded"
+        refused = _ask(tenant, job, 1_000_000)
+        assert refused.status_code == 422, refused.text
+        detail = refused.json()["detail"]
+        assert "drawing 1000000 rows from this 'privsyn' model needs at least about" in detail
+        assert "more than the time limit per job of 60 s: ask for at most" in detail
+        most = int(detail.rsplit("at most ", 1)[1].split()[0])
+        assert 0 < most < 1_000_000
+        assert _ask(tenant, job, most).status_code == 202
+        assert _ask(tenant, job, most + 1).status_code == 422
+        listed = tenant.analyst.get(f"/v1/jobs/{job}/samples").json()["items"]
+        assert [s["rows"] for s in listed] == [most]
+    finally:
+        tenant.close()
