@@ -155,8 +155,25 @@ def get_engine(url: str, pool: PoolOptions | None = None) -> Engine:
                     pool_timeout=options.timeout,
                 )
                 _retry_refused_connections(engine, options.connect_retry_seconds)
+            event.listen(engine, "before_cursor_execute", _refuse_writes_when_read_only)
             _engines[url] = engine
         return engine
+
+
+class ReadOnlyViolation(RuntimeError):
+    """An INSERT, UPDATE or DELETE in a read-only session."""
+
+
+def _refuse_writes_when_read_only(
+    conn: Any, _cursor: Any, statement: str, _parameters: Any, context: Any, _many: bool
+) -> None:
+    # A read-only session on PostgreSQL runs in autocommit (read_only_session), where a write
+    # would commit at once: refuse every INSERT, UPDATE or DELETE SQLAlchemy compiles in one
+    # (ORM flushes are refused earlier, by _refuse_flush; SQLite also has query_only).
+    if not conn.get_execution_options().get(READ_ONLY_OPTION) or context is None:
+        return
+    if context.isinsert or context.isupdate or context.isdelete:
+        raise ReadOnlyViolation(f"a write in a read-only session: {statement[:80]}")
 
 
 POOL_HEALTH_WINDOW_SECONDS = 5.0
@@ -281,12 +298,21 @@ def read_only_session(factory: sessionmaker[Session]) -> Iterator[Session]:
     """A session for a unit of work that only reads; rolled back at the end.
 
     On SQLite its transaction begins deferred instead of taking the write lock (_on_begin) and
-    refuses writes (``query_only``). On every database an ORM flush in it raises, so a write
-    put in one by mistake fails loudly instead of being rolled back unseen."""
+    refuses writes (``query_only``). On PostgreSQL its connection runs in autocommit: each
+    statement is its own transaction, so a read costs one round trip instead of BEGIN, the
+    statement and ROLLBACK (issue 24 §4: the API-key lookup and the read of every GET, 8 round
+    trips with the pool's pre-ping, now 4). This gives up nothing: at READ COMMITTED, the
+    service's level, every statement of a transaction takes a snapshot of its own anyway, and a
+    read-only unit of work holds no locks it needs. On every database an ORM flush in it
+    raises, so a write put in one by mistake fails loudly instead of being rolled back unseen
+    (in autocommit it would otherwise commit)."""
     session = factory()
     session.info[READ_ONLY_OPTION] = True  # _refuse_flush
     try:
-        session.connection(execution_options={READ_ONLY_OPTION: True})
+        options: dict[str, Any] = {READ_ONLY_OPTION: True}
+        if session.get_bind().dialect.name == "postgresql":
+            options["isolation_level"] = "AUTOCOMMIT"
+        session.connection(execution_options=options)
         yield session
     finally:
         session.rollback()

@@ -1,4 +1,5 @@
-"""On SQLite a unit of work that only reads does not take the write lock.
+"""A unit of work that only reads: on SQLite it does not take the write lock; on PostgreSQL it
+runs in autocommit (one round trip per statement) and refuses writes.
 
 Every transaction used to begin with BEGIN IMMEDIATE, so each authenticated request took SQLite's
 write lock twice (its key lookup, then its route) and a burst of reads queued for it one at a
@@ -12,17 +13,23 @@ from __future__ import annotations
 import sqlite3
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import delete, text
 from sqlalchemy.exc import OperationalError
 
 from app.auth.models import Tenant
 from app.cli import run_migrations
 from app.config import Settings
 from app.db.base import utcnow
-from app.db.session import get_session_factory, read_only_session, transaction
+from app.db.session import (
+    ReadOnlyViolation,
+    get_session_factory,
+    read_only_session,
+    transaction,
+)
 
 
 @pytest.fixture
@@ -75,3 +82,50 @@ def test_a_write_in_a_read_only_session_fails_instead_of_vanishing(settings: Set
         session.add(Tenant(id=uuid.uuid4(), name="t", created_at=utcnow()))
     with read_only_session(factory) as session:
         assert session.execute(text("SELECT count(*) FROM tenants")).scalar() == 1
+
+
+@pytest.fixture
+def postgres(_services: None, tmp_path: Path) -> Iterator[Settings]:
+    """A migrated PostgreSQL database of its own (production-mode settings)."""
+    from app.db.session import dispose_engines
+    from tests.support import services
+
+    name = f"rhosynth_test_readonly_{uuid.uuid4().hex[:8]}"
+    url = services.create_database(name)
+    settings = Settings(
+        database_url=url,
+        secret_key="x" * 64,
+        broker_url=services.REDIS_URL,
+        storage_dir=tmp_path / "storage",
+    )
+    run_migrations(settings)
+    yield settings
+    dispose_engines()
+    services.drop_database(name)
+
+
+def test_on_postgresql_a_read_only_session_reads_in_autocommit_and_refuses_writes(
+    postgres: Settings,
+) -> None:
+    """Issue 24 §4: each statement of a read-only session is its own transaction (no BEGIN and
+    ROLLBACK round trips): now(), the transaction's start, moves between two statements. A write
+    would commit at once there, so every INSERT, UPDATE or DELETE is refused; the pooled
+    connection is transactional again afterwards."""
+    factory = get_session_factory(postgres.sqlalchemy_url)
+    with transaction(factory) as session:
+        session.add(Tenant(id=uuid.uuid4(), name="kept", created_at=utcnow()))
+    with read_only_session(factory) as session:
+        first = session.execute(text("SELECT now()")).scalar()
+        session.execute(text("SELECT pg_sleep(0.05)"))
+        assert session.execute(text("SELECT now()")).scalar() != first
+    with pytest.raises(ReadOnlyViolation), read_only_session(factory) as session:
+        session.execute(delete(Tenant))
+    with read_only_session(factory) as session:
+        session.add(Tenant(id=uuid.uuid4(), name="t", created_at=utcnow()))
+        with pytest.raises(RuntimeError, match="read-only"):
+            session.flush()
+    with transaction(factory) as session:
+        assert session.execute(text("SELECT count(*) FROM tenants")).scalar() == 1
+        first = session.execute(text("SELECT now()")).scalar()
+        session.execute(text("SELECT pg_sleep(0.05)"))
+        assert session.execute(text("SELECT now()")).scalar() == first  # one transaction
