@@ -17,7 +17,7 @@ from engine.mechanisms import get_mechanism
 from tests.conftest import Tenant, make_tenant
 from tests.support.api import budget, create_dataset, submit, untouched_budget
 from tests.support.ledger import assert_reconciled
-from tests.support.stack import Stack
+from tests.support.stack import SHORT_LEASE, Stack, temporary_stack
 
 UNTOUCHED = untouched_budget("1")
 
@@ -160,18 +160,14 @@ SHORT_LIMIT_SECONDS = 60
 
 @pytest.fixture(scope="module")
 def short_limit_stack(_services: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """The API with a 60 s time limit per job (the lease and heartbeat below it), no worker."""
-    stack = Stack.create(
+    """The API with a 60 s time limit per job, no worker."""
+    with temporary_stack(
         "short-limit",
         tmp_path_factory.mktemp("short-limit-stack"),
         job_time_limit_seconds=SHORT_LIMIT_SECONDS,
-        job_lease_seconds=5,
-        job_heartbeat_seconds=1,
-    )
-    try:
+        **SHORT_LEASE,
+    ) as stack:
         yield stack
-    finally:
-        stack.destroy()
 
 
 def test_a_job_predicted_past_the_time_limit_is_refused_with_its_prediction(

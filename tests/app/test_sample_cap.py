@@ -13,14 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.db.session import get_session_factory
-from app.jobs import execution
-from app.jobs.execution import claim_and_charge
 from app.samples import repository as sample_repository
 from app.samples.execution import execute_sample
 from tests.conftest import Tenant, make_tenant
-from tests.support.api import create_dataset, submit
-from tests.support.stack import Stack
+from tests.support.api import succeeded_job
+from tests.support.stack import Stack, temporary_stack
 
 BURST = 40
 
@@ -31,13 +28,8 @@ def test_a_burst_of_samples_cannot_pass_the_cap(
     settings = api_stack.settings
     cap = settings.tenant_max_live_samples
     assert cap < BURST
-    factory = get_session_factory(settings.sqlalchemy_url)
-    dataset = create_dataset(tenant.owner, people_csv, people_schema)
-    job_id = uuid.UUID(submit(tenant.analyst, dataset["id"], rho="0.5").json()["id"])
-    claim = claim_and_charge(factory, settings, job_id)
-    assert claim is not None
     # The job runs in this process (this stack has no worker, so the samples stay queued).
-    assert execution._run_attempt(factory, settings, claim).status == "succeeded"
+    job_id = succeeded_job(api_stack, tenant, people_csv, people_schema)
 
     barrier = threading.Barrier(BURST)
     authorization = tenant.analyst.headers["Authorization"]
@@ -59,26 +51,11 @@ def test_a_burst_of_samples_cannot_pass_the_cap(
         assert sample_repository.count_live(session, tenant_id) == cap
 
 
-def _succeeded_job(stack: Stack, tenant: Tenant, csv: bytes, schema: str) -> uuid.UUID:
-    """A job run to success in this process (the stack has no worker)."""
-    settings = stack.settings
-    factory = get_session_factory(settings.sqlalchemy_url)
-    dataset = create_dataset(tenant.owner, csv, schema)
-    job_id = uuid.UUID(submit(tenant.analyst, dataset["id"], rho="0.5").json()["id"])
-    claim = claim_and_charge(factory, settings, job_id)
-    assert claim is not None
-    assert execution._run_attempt(factory, settings, claim).status == "succeeded"
-    return job_id
-
-
 @pytest.fixture
 def own_stack(_services: None, tmp_path: Path) -> Iterator[Stack]:
     """An API of its own (no worker): no other test's queued samples are in its order."""
-    stack = Stack.create("fair-samples", tmp_path / "stack")
-    try:
+    with temporary_stack("fair-samples", tmp_path / "stack") as stack:
         yield stack
-    finally:
-        stack.destroy()
 
 
 def test_samples_are_drawn_in_fair_order_across_tenants(
@@ -91,8 +68,8 @@ def test_samples_are_drawn_in_fair_order_across_tenants(
     api_stack = own_stack
     flood, other = make_tenant(api_stack), make_tenant(api_stack)
     try:
-        flood_job = _succeeded_job(api_stack, flood, people_csv, people_schema)
-        other_job = _succeeded_job(api_stack, other, people_csv, people_schema)
+        flood_job = uuid.UUID(succeeded_job(api_stack, flood, people_csv, people_schema))
+        other_job = uuid.UUID(succeeded_job(api_stack, other, people_csv, people_schema))
 
         def ask(tenant: Tenant, job_id: uuid.UUID) -> uuid.UUID:
             response = tenant.analyst.post(f"/v1/jobs/{job_id}/samples", json={"rows": 5})

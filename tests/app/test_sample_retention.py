@@ -22,17 +22,14 @@ import pytest
 from sqlalchemy import update
 
 from app.db.base import utcnow
-from app.db.session import get_session_factory
-from app.jobs import execution
-from app.jobs.execution import claim_and_charge
 from app.jobs.sweep import sweep_storage
 from app.samples.execution import execute_sample
 from app.samples.models import Sample
 from app.samples.recovery import expire_samples
 from app.storage import open_storage
 from tests.conftest import Tenant, make_tenant
-from tests.support.api import create_dataset, submit
-from tests.support.stack import Stack
+from tests.support.api import succeeded_job
+from tests.support.stack import SHORT_LEASE, Stack, temporary_stack
 
 QUOTA = 100
 BURST = 12
@@ -40,16 +37,13 @@ BURST = 12
 
 @pytest.fixture(scope="module")
 def quota_stack(_services: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    stack = Stack.create(
+    with temporary_stack(
         "sample-quota",
         tmp_path_factory.mktemp("sample-quota"),
         tenant_sample_rows_quota=QUOTA,
         tenant_max_live_samples=50,
-    )
-    try:
+    ) as stack:
         yield stack
-    finally:
-        stack.destroy()
 
 
 @pytest.fixture
@@ -61,15 +55,7 @@ def tenant(quota_stack: Stack) -> Iterator[Tenant]:
 
 @pytest.fixture
 def job_id(quota_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str) -> str:
-    """A job run to success in this process."""
-    settings = quota_stack.settings
-    factory = get_session_factory(settings.sqlalchemy_url)
-    dataset = create_dataset(tenant.owner, people_csv, people_schema)
-    job = submit(tenant.analyst, dataset["id"], rho="0.5").json()["id"]
-    claim = claim_and_charge(factory, settings, uuid.UUID(job))
-    assert claim is not None
-    assert execution._run_attempt(factory, settings, claim).status == "succeeded"
-    return str(job)
+    return succeeded_job(quota_stack, tenant, people_csv, people_schema)
 
 
 def _ask(tenant: Tenant, job_id: str, rows: int) -> httpx.Response:
@@ -190,17 +176,13 @@ def test_the_sweep_removes_what_a_failed_delete_left(
 
 @pytest.fixture(scope="module")
 def short_limit_stack(_services: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    stack = Stack.create(
+    with temporary_stack(
         "sample-time",
         tmp_path_factory.mktemp("sample-time"),
         job_time_limit_seconds=60,
-        job_lease_seconds=5,
-        job_heartbeat_seconds=1,
-    )
-    try:
+        **SHORT_LEASE,
+    ) as stack:
         yield stack
-    finally:
-        stack.destroy()
 
 
 def test_a_sample_whose_drawing_passes_the_time_limit_is_refused(
@@ -212,16 +194,10 @@ def test_a_sample_whose_drawing_passes_the_time_limit_is_refused(
     stack = short_limit_stack
     tenant = make_tenant(stack)
     try:
-        settings = stack.settings
-        factory = get_session_factory(settings.sqlalchemy_url)
-        dataset = create_dataset(tenant.owner, people_csv, people_schema)
         params = {"iterations": 10_000}
-        job = submit(
-            tenant.analyst, dataset["id"], method="privsyn", rho="0.5", rows=20, params=params
-        ).json()["id"]
-        claim = claim_and_charge(factory, settings, uuid.UUID(job))
-        assert claim is not None
-        assert execution._run_attempt(factory, settings, claim).status == "succeeded"
+        job = succeeded_job(
+            stack, tenant, people_csv, people_schema, method="privsyn", rows=20, params=params
+        )
         refused = _ask(tenant, job, 1_000_000)
         assert refused.status_code == 422, refused.text
         detail = refused.json()["detail"]

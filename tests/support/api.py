@@ -99,3 +99,23 @@ def untouched_budget(total_rho: str, total_delta: str = "0") -> dict[str, str]:
 def budget(client: httpx.Client, dataset_id: str) -> dict[str, str]:
     body: dict[str, str] = client.get(f"/v1/datasets/{dataset_id}").json()["budget"]
     return body
+
+
+def succeeded_job(stack: Any, tenant: Any, data: bytes, schema: str, **submit_kwargs: Any) -> str:
+    """A new dataset and a job of it run to success in this process (for stacks without a
+    worker); returns the job's id. ``submit_kwargs`` go to :func:`submit` (default ρ 0.5)."""
+    import uuid
+
+    from app.db.session import get_session_factory
+    from app.jobs import execution
+
+    settings = stack.settings
+    factory = get_session_factory(settings.sqlalchemy_url)
+    dataset = create_dataset(tenant.owner, data, schema)
+    response = submit(tenant.analyst, dataset["id"], **{"rho": "0.5", **submit_kwargs})
+    assert response.status_code == 202, response.text
+    job_id: str = response.json()["id"]
+    claim = execution.claim_and_charge(factory, settings, uuid.UUID(job_id))
+    assert claim is not None
+    assert execution._run_attempt(factory, settings, claim).status == "succeeded"
+    return job_id

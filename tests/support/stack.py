@@ -253,3 +253,18 @@ class Stack:
     def client(self, key: str | None = None, **kwargs: Any) -> httpx.Client:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         return httpx.Client(base_url=self.base_url, headers=headers, timeout=60, **kwargs)
+
+
+SHORT_LEASE: dict[str, Any] = {"job_lease_seconds": 5, "job_heartbeat_seconds": 1}
+"""Overrides that let a stack have a short job time limit (the lease and heartbeat must be
+shorter than it)."""
+
+
+@contextlib.contextmanager
+def temporary_stack(name: str, workdir: Path, **kwargs: Any) -> Iterator[Stack]:
+    """A stack of its own for a test module or test, destroyed afterwards."""
+    stack = Stack.create(name, workdir, **kwargs)
+    try:
+        yield stack
+    finally:
+        stack.destroy()
