@@ -472,7 +472,8 @@ def render_markdown(
     lines += [
         "",
         "Targets (issue 11, on 2 cores, both modes): 200 submissions against a budget for 20 → "
-        "exactly 20 × 202 and 180 × 409, every response within 10 s; 200 reads with p99 ≤ 2 s; "
+        "exactly 20 × 202 and 180 × 409, every response within 10 s; 200 reads with p99 below "
+        "1 s (issue 24 §4; issue 11 asked for 2 s); "
         "`/healthz` within 1 s throughout; no transaction open while a request waits for "
         "anything but the database. Before the fix (the review's figures) 200 submissions gave "
         "5 × 202, 24 × 503 and 171 client timeouts at 90 s, and `/healthz` stopped answering for "
@@ -496,7 +497,7 @@ def _verdicts(runs: list[BurstRun]) -> list[str]:
                 max(run.submissions.max_latency, run.reads.max_latency),
                 10.0,
             ),
-            ("reads p99 ≤ 2 s", run.reads.quantile(99), 2.0),
+            ("reads p99 < 1 s (issue 24 §4)", run.reads.quantile(99), 1.0),
             # No probe, or a probe that failed, is not a health answer within the bound.
             ("`/healthz` within 1 s", max(probes) if probes and not failed else math.inf, 1.0),
         ]
