@@ -28,6 +28,7 @@ from app.auth.models import Tenant
 from app.datasets.models import Dataset
 from app.jobs.models import IdempotencyKey, Job
 from app.jobs.progress import DONE, QUEUED, REQUEUED_DETAIL, STARTING, ProgressPoint
+from app.samples.models import Sample
 
 
 @dataclass(frozen=True)
@@ -205,30 +206,33 @@ def claim(
     )
 
 
-def tenants_in_fair_order(session: Session) -> list[tuple[uuid.UUID, int]]:
-    """Tenants with queued jobs, fairest first, with their number of running jobs.
+def tenants_in_fair_order(
+    session: Session, model: type[Job] | type[Sample] = Job
+) -> list[tuple[uuid.UUID, int]]:
+    """Tenants with queued jobs (or, with ``model=Sample``, derived samples), fairest first,
+    with their number of running ones.
 
-    Fewest running jobs first; then the tenant whose latest job started longest ago (a tenant
-    that never had a job started comes first), which is round-robin when every tenant has
-    nothing running, as on a worker with one process; then the oldest queued job.
+    Fewest running first; then the tenant whose latest one started longest ago (a tenant that
+    never had one started comes first), which is round-robin when every tenant has nothing
+    running, as on a worker with one process; then the oldest queued one.
     """
     queued = (
-        select(Job.tenant_id.label("tenant_id"), func.min(Job.created_at).label("oldest"))
-        .where(Job.status == "queued")
-        .group_by(Job.tenant_id)
+        select(model.tenant_id.label("tenant_id"), func.min(model.created_at).label("oldest"))
+        .where(model.status == "queued")
+        .group_by(model.tenant_id)
         .subquery()
     )
-    running_jobs = aliased(Job)
+    running_rows = aliased(model)
     running = (
         select(func.count())
-        .select_from(running_jobs)
-        .where(running_jobs.tenant_id == queued.c.tenant_id, running_jobs.status == "running")
+        .select_from(running_rows)
+        .where(running_rows.tenant_id == queued.c.tenant_id, running_rows.status == "running")
         .scalar_subquery()
     )
-    started_jobs = aliased(Job)
+    started_rows = aliased(model)
     last_start = (
-        select(func.max(started_jobs.started_at))
-        .where(started_jobs.tenant_id == queued.c.tenant_id)
+        select(func.max(started_rows.started_at))
+        .where(started_rows.tenant_id == queued.c.tenant_id)
         .scalar_subquery()
     )
     rows = session.execute(

@@ -7,9 +7,10 @@ import uuid
 from datetime import datetime
 
 from sqlalchemy import func, select, tuple_, update
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
 from app.auth.models import Tenant
+from app.jobs.repository import tenants_in_fair_order
 from app.samples.models import HOLDING_STATUSES, Sample
 
 
@@ -131,46 +132,13 @@ def claim(
     return None if claimed is None else session.get(Sample, sample_id, populate_existing=True)
 
 
-def tenants_in_fair_order(session: Session) -> list[uuid.UUID]:
-    """Tenants with a queued sample, fairest first, as jobs are ordered (app.jobs.repository):
-    fewest running samples, then the longest since one of theirs started (never first), then
-    the oldest queued sample. Issue 24 §5: claimed first-in first-out, one tenant's flood of
-    samples made another's sample 18× slower."""
-    queued = (
-        select(Sample.tenant_id.label("tenant_id"), func.min(Sample.created_at).label("oldest"))
-        .where(Sample.status == "queued")
-        .group_by(Sample.tenant_id)
-        .subquery()
-    )
-    running_samples = aliased(Sample)
-    running = (
-        select(func.count())
-        .select_from(running_samples)
-        .where(
-            running_samples.tenant_id == queued.c.tenant_id,
-            running_samples.status == "running",
-        )
-        .scalar_subquery()
-    )
-    started_samples = aliased(Sample)
-    last_start = (
-        select(func.max(started_samples.started_at))
-        .where(started_samples.tenant_id == queued.c.tenant_id)
-        .scalar_subquery()
-    )
-    rows = session.execute(
-        select(queued.c.tenant_id).order_by(
-            running, last_start.asc().nulls_first(), queued.c.oldest, queued.c.tenant_id
-        )
-    ).all()
-    return [row.tenant_id for row in rows]
-
-
 def claim_next(session: Session, *, now: datetime, lease_until: datetime) -> Sample | None:
     """Claim the queued sample fairest to draw next: the oldest queued sample of the first tenant
-    in :func:`tenants_in_fair_order`. None when nothing is queued (or every queued sample is
-    being claimed by another worker)."""
-    for tenant_id in tenants_in_fair_order(session):
+    in the jobs' fair order over samples (:func:`app.jobs.repository.tenants_in_fair_order`;
+    issue 24 §5: claimed first-in first-out, one tenant's flood of samples made another's
+    sample 18× slower). None when nothing is queued (or every queued sample is being claimed
+    by another worker)."""
+    for tenant_id, _running in tenants_in_fair_order(session, Sample):
         # FOR UPDATE SKIP LOCKED: two workers choosing at once take different samples instead
         # of queueing on the same row. SQLite ignores it; BEGIN IMMEDIATE serialises there.
         sample_id = session.scalars(
