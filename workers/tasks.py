@@ -129,15 +129,17 @@ def _recovery_loop() -> None:
         except Exception:
             logger.exception("sample recovery pass failed")
         try:
-            expire_samples(settings)
-        except Exception:
-            logger.exception("sample retention pass failed")
-        try:
             resend_owner_tiers(settings)
         except Exception:
             logger.exception("owner-tier recovery pass failed")
         if time.monotonic() >= next_sweep:
             next_sweep = time.monotonic() + settings.storage_sweep_interval_seconds
+            try:
+                # Retention is counted in days: the sweep's interval (an hour) is fine enough,
+                # and the recovery passes, every few seconds, need not open storage for it.
+                expire_samples(settings)
+            except Exception:
+                logger.exception("sample retention pass failed")
             try:
                 sweep_storage(settings)
             except Exception:

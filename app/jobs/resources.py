@@ -22,7 +22,8 @@ too (:func:`check_predicted_time`), with the prediction in the message, instead 
 the limit stops it. The prediction needs a row count, chosen from public facts only
 (app.jobs.service.prediction_rows): the rows requested, an earlier release's noisy row count (a
 DP output), or, for the owner, who knows it, the table's row count; the owner's refusal is shown
-to the owner only.
+to the owner only. A derived sample is refused the same way when drawing its rows would pass the
+time limit (:func:`check_sampling_time`).
 
 Without ``rows`` the output size is the mechanism's noisy row count, which the submission cannot
 know: it is capped at :func:`output_rows_limit`, the number of rows that fit in the memory limit
@@ -37,6 +38,7 @@ from app.config import Settings
 from engine.costs import CostPrediction
 from engine.domain import Domain
 from engine.mechanisms import Mechanism, ResourceEstimate
+from engine.mechanisms.base import WORK_UNITS_PER_SECOND
 
 _GIB = 2**30
 
@@ -162,4 +164,23 @@ def check_predicted_time(
         f"{rows} rows, {rows_source}), more than the time limit per job of {_duration(limit)} "
         "(lower its rounds, iterations or model size, ask for fewer rows, or choose a faster "
         "method such as 'mst')"
+    )
+
+
+def check_sampling_time(
+    settings: Settings, mechanism: Mechanism, domain: Domain, params: BaseModel, rows: int
+) -> None:
+    """Raise :class:`ResourcesExceeded` when drawing ``rows`` rows from a saved model of
+    ``mechanism`` (a derived sample) would pass the time limit per job even at the optimistic
+    rate (:meth:`engine.mechanisms.Mechanism.sampling_work`): it would run until the limit
+    stops it. Public information only (the method, its params, the schema, ``rows``)."""
+    limit = settings.job_time_limit_seconds
+    seconds = mechanism.sampling_work(domain, params, rows) / WORK_UNITS_PER_SECOND
+    if seconds <= limit:
+        return
+    per_row = mechanism.sampling_work(domain, params, 1) / WORK_UNITS_PER_SECOND
+    raise ResourcesExceeded(
+        f"drawing {rows} rows from this {mechanism.name!r} model needs at least about "
+        f"{_duration(seconds)}, more than the time limit per job of {_duration(limit)}: ask "
+        f"for at most {int(limit / per_row)} rows"
     )

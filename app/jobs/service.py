@@ -189,14 +189,15 @@ def validate_submission(
         mechanism.check_budget(domain, params, Fraction(budget.rho))
     except DomainRefused as refused:
         raise InvalidJob(f"{request.method!r} cannot run on this dataset: {refused}") from None
-    rows, source = prediction_rows(session, principal, dataset, request.rows)
-    prediction = (
-        predict_cost(mechanism, domain, params, rows, Fraction(budget.rho))
-        if rows is not None
-        else None
-    )
     try:
         estimate = check_resources(settings, mechanism, domain, params, request.rows)
+        # After the bound check, which needs no query: the row count may need one.
+        rows, source = prediction_rows(session, principal, dataset, request.rows)
+        prediction = (
+            predict_cost(mechanism, domain, params, rows, Fraction(budget.rho))
+            if rows is not None
+            else None
+        )
         check_predicted_time(settings, mechanism, prediction, rows, _ROWS_SOURCE_TEXT[source])
     except ResourcesExceeded as exceeded:
         raise InvalidJob(str(exceeded)) from None

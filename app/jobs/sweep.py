@@ -28,7 +28,7 @@ from app.config import Settings
 from app.datasets.models import Dataset
 from app.db.session import get_session_factory, transaction
 from app.jobs.models import TERMINAL_STATUSES, Job
-from app.samples.models import Sample
+from app.samples.models import GONE_STATUSES, Sample
 from app.storage import Storage, StoredObject, open_storage
 
 logger = logging.getLogger(__name__)
@@ -110,10 +110,6 @@ def sweep_storage(
     if report.removed:
         logger.info("storage sweep removed %d leftover entries", len(report.removed))
     return report
-
-
-GONE_STATUSES = ("expired", "deleted")
-"""Statuses of samples whose output was deleted (app/samples): nothing of theirs is kept."""
 
 
 def _sweep_outputs(

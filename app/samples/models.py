@@ -13,8 +13,13 @@ from app.db.base import Base, new_id, utcnow
 SAMPLE_STATUSES = ("queued", "running", "succeeded", "failed", "expired", "deleted")
 """``expired``: its output was deleted ``RHOSYNTH_SAMPLE_RETENTION_DAYS`` after it finished;
 ``deleted``: by ``DELETE /v1/samples/{id}`` (migration 0009)."""
-HOLDING_STATUSES = ("queued", "running", "succeeded")
+LIVE_STATUSES = ("queued", "running")
+"""A sample that may still publish: it counts against the live cap and cannot be deleted."""
+HOLDING_STATUSES = (*LIVE_STATUSES, "succeeded")
 """The samples whose rows count against the tenant's quota (stored, or to be stored)."""
+GONE_STATUSES = ("expired", "deleted")
+"""The samples whose output was deleted: downloads answer 410 and the storage sweep keeps
+nothing of theirs."""
 
 
 class Sample(Base):

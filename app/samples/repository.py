@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import Tenant
 from app.jobs.repository import tenants_in_fair_order
-from app.samples.models import HOLDING_STATUSES, Sample
+from app.samples.models import HOLDING_STATUSES, LIVE_STATUSES, Sample
 
 
 def add(session: Session, sample: Sample) -> Sample:
@@ -58,7 +58,7 @@ def count_live(session: Session, tenant_id: uuid.UUID) -> int:
         session.scalar(
             select(func.count())
             .select_from(Sample)
-            .where(Sample.tenant_id == tenant_id, Sample.status.in_(("queued", "running")))
+            .where(Sample.tenant_id == tenant_id, Sample.status.in_(LIVE_STATUSES))
         )
         or 0
     )
@@ -81,7 +81,7 @@ def mark_deleted(session: Session, sample_id: uuid.UUID) -> str | None:
     when it had none). Guarded: a queued or running sample is left as it is."""
     row = session.execute(
         update(Sample)
-        .where(Sample.id == sample_id, Sample.status.in_(("succeeded", "failed", "expired")))
+        .where(Sample.id == sample_id, Sample.status.not_in((*LIVE_STATUSES, "deleted")))
         .values(status="deleted")
         .returning(Sample.output_key)
     ).one_or_none()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import secrets
 import uuid
 
-from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from app.auth.service import Principal
@@ -21,16 +20,14 @@ from app.db.base import utcnow
 from app.db.session import after_commit
 from app.jobs import dispatch
 from app.jobs import service as job_service
-from app.jobs.resources import output_rows_limit
+from app.jobs.resources import ResourcesExceeded, check_sampling_time, output_rows_limit
 from app.reports.names import MODEL
 from app.samples import repository
-from app.samples.models import Sample
+from app.samples.models import GONE_STATUSES, LIVE_STATUSES, Sample
 from app.samples.schemas import SampleOut, SampleRequest
 from app.storage import Storage, discard
-from engine.domain import Domain
 from engine.encoding import TableSchema
-from engine.mechanisms import Mechanism, get_mechanism
-from engine.mechanisms.base import WORK_UNITS_PER_SECOND
+from engine.mechanisms import get_mechanism
 from workers.celery_app import RUN_SAMPLE_TASK
 
 
@@ -104,7 +101,10 @@ def create_sample(
             f"rows = {rows} is above the limit of {limit} rows for {job.method!r} on this "
             f"dataset (RHOSYNTH_MAX_OUTPUT_ROWS and the per-job memory limit)"
         )
-    _check_sampling_time(settings, mechanism, domain, params, rows)
+    try:
+        check_sampling_time(settings, mechanism, domain, params, rows)
+    except ResourcesExceeded as exceeded:
+        raise InvalidSample(str(exceeded)) from None
     # Counted under the tenant's row lock (repository.lock_tenant): a burst cannot pass the cap.
     repository.lock_tenant(session, principal.tenant_id)
     if repository.count_live(session, principal.tenant_id) >= settings.tenant_max_live_samples:
@@ -134,25 +134,6 @@ def create_sample(
     return sample
 
 
-def _check_sampling_time(
-    settings: Settings, mechanism: Mechanism, domain: Domain, params: BaseModel, rows: int
-) -> None:
-    """Refuse (422) a sample whose drawing work passes the time limit per job even at the
-    optimistic rate (:meth:`engine.mechanisms.Mechanism.sampling_work`): it would run until the
-    limit stops it. Public information only (the method, its params, the schema, ``rows``)."""
-    limit = settings.job_time_limit_seconds
-    seconds = mechanism.sampling_work(domain, params, rows) / WORK_UNITS_PER_SECOND
-    if seconds <= limit:
-        return
-    per_row = mechanism.sampling_work(domain, params, 1) / WORK_UNITS_PER_SECOND
-    most = max(int(limit / per_row), 0)
-    raise InvalidSample(
-        f"drawing {rows} rows from this {mechanism.name!r} model needs at least about "
-        f"{seconds:.0f} s, more than the time limit per job of {limit} s: ask for at most "
-        f"{most} rows"
-    )
-
-
 def get_sample(session: Session, principal: Principal, sample_id: uuid.UUID) -> Sample:
     sample = repository.get_for_tenant(session, sample_id, principal.tenant_id)
     if sample is None:
@@ -176,7 +157,7 @@ def delete_sample(
     sample = get_sample(session, principal, sample_id)
     if sample.status == "deleted":
         return
-    if sample.status in ("queued", "running"):
+    if sample.status in LIVE_STATUSES:
         raise job_service.JobConflict(
             f"a {sample.status} sample cannot be deleted; wait until it has finished"
         )
@@ -190,7 +171,7 @@ def output_key(
 ) -> tuple[Sample, str]:
     """The sample and the key of its published output, which is stored (else OutputGone)."""
     sample = get_sample(session, principal, sample_id)
-    if sample.status in ("expired", "deleted"):
+    if sample.status in GONE_STATUSES:
         raise SampleGone(sample.status)
     if sample.status != "succeeded" or sample.output_key is None:
         raise job_service.JobConflict(f"the sample has no output (status: {sample.status})")

@@ -243,6 +243,11 @@ class PrivSynParams(BaseModel):
         return self
 
 
+def _gum_targets(columns: int, params: PrivSynParams) -> int:
+    """The most marginals GUM updates the records towards: every pair and the coarse pairs."""
+    return columns * (columns - 1) // 2 + params.coarse_pairs
+
+
 class PrivSynMechanism(Mechanism):
     """Noisy one-way marginals, DenseMarg selection of many two-way marginals by noisy InDif,
     their combination into small cliques, measurement, consistency, and GUM record synthesis.
@@ -381,7 +386,7 @@ class PrivSynMechanism(Mechanism):
             + (pairs // 3) * params.max_clique_cells
             + params.coarse_pairs * params.coarse_cells
         )
-        targets = pairs + params.coarse_pairs
+        targets = _gum_targets(d, params)
         return resource_estimate(
             domain,
             rows,
@@ -397,8 +402,9 @@ class PrivSynMechanism(Mechanism):
         if not isinstance(params, PrivSynParams):
             raise TypeError("params must be PrivSynParams")
         d = len(domain)
-        targets = d * (d - 1) // 2 + params.coarse_pairs
-        return params.iterations * targets * rows + SAMPLING_WORK_PER_CELL * rows * d
+        return (
+            params.iterations * _gum_targets(d, params) * rows + SAMPLING_WORK_PER_CELL * rows * d
+        )
 
     def first_noise(
         self, domain: Domain, params: BaseModel, rho: Fraction
