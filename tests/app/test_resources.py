@@ -22,6 +22,7 @@ from engine.mechanisms.base import (
     OUTPUT_BYTES_PER_CELL,
     SAMPLING_MODEL_BYTES_PER_CELL,
 )
+from tests.support.stack import SHORT_LEASE
 
 DOMAIN = Domain(tuple(f"c{i}" for i in range(10)), (10,) * 10)
 
@@ -133,7 +134,7 @@ def test_the_limit_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch)
 
 def _time_limit(seconds: int) -> Settings:
     """Settings with a short time limit (the lease and heartbeat below it, as they must be)."""
-    return _settings(job_time_limit_seconds=seconds, job_lease_seconds=5, job_heartbeat_seconds=1)
+    return _settings(job_time_limit_seconds=seconds, **SHORT_LEASE)
 
 
 def _prediction(seconds: float, factor: float) -> CostPrediction:
