@@ -384,7 +384,8 @@ def test_an_unlocated_range_says_whether_it_is_the_window_or_a_guess() -> None:
 
 def _sparse_and_dense(seed: int, rho: Fraction) -> tuple[Any, Any]:
     """Ten dense learned columns and one sparse one (1,500 values in 10,000 rows), as loans has
-    (its joint-application columns): both passes, the equal split and the re-split."""
+    (its joint-application columns): both passes, with the fine budgets as release_first splits
+    them."""
     rng = np.random.default_rng(seed)
     data = {f"dense{i}": rng.lognormal(3 + i / 5, 0.6, 10_000) for i in range(10)}
     data["sparse"] = rng.uniform(0.3, 40.0, 1_500)
