@@ -604,6 +604,11 @@ class FineGrid:
         return cls(lo, hi, cells, step, window.scale)
 
     @property
+    def levels(self) -> int:
+        """Levels of the dyadic tree over the grid's cells (what :func:`learn_bins` measures)."""
+        return _levels(self.cells)
+
+    @property
     def boundaries(self) -> FloatArray:
         lo, hi = self.lower, self.upper
         if self.scale == "log":

@@ -225,25 +225,11 @@ class DiscoveryBudget:
         request does not need goes to the others). A function of public inputs and the noisy
         count only; every share is rounded down to the ledger's grid."""
         pooled = self.pooled
-        shares: dict[str, Fraction] = {}
-        remaining = self.pool - self.count_rho
-        active = list(pooled)
-        while active:
-            weight = sum(WEIGHTS[_kind(r)] for r in active)
-            fair = {r.column: remaining * WEIGHTS[_kind(r)] / weight for r in active}
-            needs = {r.column: _need(r, noisy_rows, self.deltas.get(r.column)) for r in active}
-            capped = {
-                column: need
-                for column, need in needs.items()
-                if need is not None and need < fair[column]
-            }
-            if not capped:
-                shares.update(fair)
-                break
-            for column, need in capped.items():
-                shares[column] = need
-                remaining -= need
-            active = [r for r in active if r.column not in capped]
+        shares = _water_fill(
+            self.pool - self.count_rho,
+            {r.column: Fraction(WEIGHTS[_kind(r)]) for r in pooled},
+            {r.column: _need(r, noisy_rows, self.deltas.get(r.column)) for r in pooled},
+        )
         out = []
         for request in self.requests:
             own = request.rho
@@ -254,6 +240,46 @@ class DiscoveryBudget:
                 )
             out.append(Allocation(request, rho, self.deltas.get(request.column, Fraction(0))))
         return tuple(out)
+
+
+def _water_fill(
+    total: Fraction, weights: Mapping[str, Fraction], needs: Mapping[str, Fraction | None]
+) -> dict[str, Fraction]:
+    """``total`` split by ``weights``, each share capped at its need (None: no cap); what a
+    capped share does not need goes to the others, again by weight (water-filling). The shares
+    add up to ``total`` unless every one is capped."""
+    shares: dict[str, Fraction] = {}
+    remaining = total
+    active = list(weights)
+    while active:
+        mass = sum((weights[c] for c in active), Fraction(0))
+        fair = {c: remaining * weights[c] / mass for c in active}
+        capped: dict[str, Fraction] = {}
+        for column in active:
+            need = needs[column]
+            if need is not None and need < fair[column]:
+                capped[column] = need
+        if not capped:
+            shares.update(fair)
+            break
+        for column, need in capped.items():
+            shares[column] = need
+            remaining -= need
+        active = [c for c in active if c not in capped]
+    return shares
+
+
+def _cdf_need(levels: int, values: float) -> float:
+    """The ρ that puts the standard deviation of a noisy CDF of ``levels`` tree levels at
+    :data:`RANGE_PRECISION` of ``values``."""
+    return float((noisy_cdf_sd(levels, Fraction(1)) / (RANGE_PRECISION * values)) ** 2)
+
+
+def _as_need(need: float) -> Fraction | None:
+    """A need as an exact amount (None, no cap, when it is not a positive number)."""
+    if not math.isfinite(need) or need <= 0:
+        return None
+    return Fraction(need).limit_denominator(10**15)
 
 
 def _fine_levels(rows: float) -> int:
@@ -274,7 +300,7 @@ def _need(request: Request, rows: int | None, delta: Fraction | None) -> Fractio
             levels = _fine_levels(rows)
         else:
             levels = (request.grid.boundaries.size - 2).bit_length() + 1
-        tree = (noisy_cdf_sd(levels, Fraction(1)) / (RANGE_PRECISION * rows)) ** 2
+        tree = _cdf_need(levels, rows)
         stages = 1 - COARSE_SHARE - ZOOM_SHARE  # the fine tree's share at the least
         need = tree / float(stages) if isinstance(request, RangeRequest) else tree
     else:
@@ -283,9 +309,7 @@ def _need(request: Request, rows: int | None, delta: Fraction | None) -> Fractio
         else:
             z2 = 2 * math.log(1 / float(delta or Fraction(1, 10**6)))
         need = z2 / (2 * (CATEGORY_PRECISION * rows) ** 2)
-    if not math.isfinite(need) or need <= 0:
-        return None
-    return Fraction(need).limit_denominator(10**15)
+    return _as_need(need)
 
 
 def allocate(
@@ -450,7 +474,7 @@ class FirstRelease:
     categories: Mapping[str, DiscoveredCategories]
     fine_grids: Mapping[str, FineGrid]
     # Each learned range's fine-stage ρ (:func:`resplit_fine`; the allocations include it).
-    fine_rho: Mapping[str, Fraction] = field(default_factory=dict)
+    fine_rho: Mapping[str, Fraction]
 
 
 @dataclass(frozen=True)
@@ -696,24 +720,18 @@ def release_first(
                 budget.rho_quantum,
             )
         )
-        windows = {
-            a.request.column: a.request.window
-            for a in allocations
-            if isinstance(a.request, RangeRequest)
-        }
-        for column in pooled:
-            grids[column] = FineGrid.over(
-                ranges[column], windows[column], estimates[column], fine_rho[column]
-            )
-        allocations = tuple(
-            replace(a, rho=ranges[a.request.column].cost.rho + fine_rho[a.request.column])
-            if a.request.column in fine_rho and a.request.rho is None
-            else a
-            for a in allocations
-        )
-    return FirstRelease(
-        budget, rows, allocations, ranges, edges, categories, grids, fine_rho=fine_rho
-    )
+        updated = []
+        for allocation in allocations:
+            request = allocation.request
+            if isinstance(request, RangeRequest) and request.rho is None:
+                column = request.column
+                grids[column] = FineGrid.over(
+                    ranges[column], request.window, estimates[column], fine_rho[column]
+                )
+                allocation = replace(allocation, rho=ranges[column].cost.rho + fine_rho[column])
+            updated.append(allocation)
+        allocations = tuple(updated)
+    return FirstRelease(budget, rows, allocations, ranges, edges, categories, grids, fine_rho)
 
 
 RESPLIT_FLOOR = Fraction(1, 20)
@@ -743,29 +761,15 @@ def resplit_fine(
     Privacy: the split is a function of public inputs and earlier DP outputs only, and the total
     never exceeds what the columns were allocated, so the discovery stays within its budget by
     fully adaptive composition with a filter (module docstring)."""
-    total = sum(fine.values(), Fraction(0))
     floor = float(RESPLIT_FLOOR) * max(float(rows or 0), 1.0)
-    weight: dict[str, float] = {}
-    need: dict[str, float] = {}
+    weights: dict[str, Fraction] = {}
+    needs: dict[str, Fraction | None] = {}
     for column in fine:
-        levels = (grids[column].cells - 1).bit_length() + 1
+        levels = grids[column].levels
         values = max(present[column], floor, 1.0)
-        weight[column] = levels / values
-        need[column] = (noisy_cdf_sd(levels, Fraction(1)) / (RANGE_PRECISION * values)) ** 2
-    shares: dict[str, Fraction] = {}
-    remaining = total
-    active = list(fine)
-    while active:
-        mass = sum(weight[c] for c in active)
-        fair = {c: remaining * Fraction(weight[c] / mass) for c in active}
-        capped = [c for c in active if need[c] < fair[c]]
-        if not capped:
-            shares.update(fair)
-            break
-        for column in capped:
-            shares[column] = Fraction(need[column]).limit_denominator(10**15)
-            remaining -= shares[column]
-        active = [c for c in active if c not in capped]
+        weights[column] = Fraction(levels / values)
+        needs[column] = _as_need(_cdf_need(levels, values))
+    shares = _water_fill(sum(fine.values(), Fraction(0)), weights, needs)
     out = {c: _floor(shares[c], quantum) for c in fine}
     if any(v <= 0 for v in out.values()):
         return dict(fine)  # a share rounded to nothing: keep the equal split
@@ -807,12 +811,11 @@ def release_second(
         request = allocation.request
         if not isinstance(request, RangeRequest):
             continue
-        coarse = first.ranges[request.column]
         learned[request.column] = learn_bins(
             fine.cells[request.column],
             grid=first.fine_grids[request.column],
             bins=request.bins,
-            rho=first.fine_rho.get(request.column, allocation.rho - coarse.cost.rho),
+            rho=first.fine_rho[request.column],
             source=source,
         )
     warnings = _warnings(first, learned)
