@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import exc, text
 from starlette.types import Scope
 
+from app.api.deps import ApiResources
 from app.api.docs import install_docs
 from app.api.errors import validation_error_handler
 from app.api.limits import BodySizeLimitMiddleware
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
+    app.state.resources = ApiResources(settings)
     # Uploads and drafts reading at once, by the process's memory budget (app/api/uploads.py).
     app.state.upload_slots = UploadSlots(settings.upload_memory_budget_mb)
     # Failed key checks per client address (app/auth/throttle.py), per API process.

@@ -673,7 +673,7 @@ def _job_page(
     status_code: int = 200,
 ) -> HTMLResponse:
     try:
-        job = jobs_api.get_job(job_id, db, signed.principal)
+        job = jobs_api.job_for(job_id, db, signed.principal)
         samples = (
             samples_api.list_samples(job_id, db, signed.principal, limit=1000, offset=0).items
             if job.status == "succeeded"

@@ -7,10 +7,12 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Query, status
 from fastapi.responses import JSONResponse, StreamingResponse
+from sqlalchemy.orm import Session
 
-from app.api.deps import AnalystKey, DatabaseDep, SettingsDep, StorageDep
+from app.api.deps import AnalystKey, AnalystRead, Database, DatabaseDep, SettingsDep, StorageDep
 from app.api.errors import ErrorOut, error_responses
 from app.api.limits import FiniteJSONRoute
+from app.auth.service import Principal
 from app.budget.service import BudgetExceeded
 from app.jobs import preview, service
 from app.jobs.export import table_download
@@ -123,12 +125,21 @@ def list_jobs(
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
-def get_job(job_id: uuid.UUID, db: DatabaseDep, principal: AnalystKey) -> JobOut:
+def get_job(job_id: uuid.UUID, read: AnalystRead) -> JobOut:
     """A job's status, progress and timing."""
+    with read.session() as (session, principal):
+        return _job_view(session, principal, job_id)
+
+
+def job_for(job_id: uuid.UUID, db: Database, principal: Principal) -> JobOut:
+    """What ``GET /v1/jobs/{id}`` answers, for a caller already authenticated (the console)."""
+    with db.read() as session:
+        return _job_view(session, principal, job_id)
+
+
+def _job_view(session: Session, principal: Principal, job_id: uuid.UUID) -> JobOut:
     try:
-        with db.read() as session:
-            job = service.get_job(session, principal, job_id)
-            return service.job_out(job, principal)
+        return service.job_out(service.get_job(session, principal, job_id), principal)
     except service.JobNotFound:
         raise _job_not_found() from None
 
