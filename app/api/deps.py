@@ -53,10 +53,6 @@ def pool_options(settings: Settings) -> PoolOptions:
     )
 
 
-def _factory(settings: Settings) -> sessionmaker[Session]:
-    return get_session_factory(settings.sqlalchemy_url, pool_options(settings))
-
-
 class ApiResources:
     """What every request of one app needs from its settings, worked out once (issue 24 §4).
 
@@ -213,7 +209,9 @@ class KeyedRead:
     For the routes clients poll (a job's status): the key lookup and the read share one
     session and one thread-pool call, where ``AnalystKey`` plus ``db.read()`` take two of each.
     The checks are the same, in the same order: throttle, header (both before the route runs),
-    then the key, before anything is read.
+    then the key, before anything is read. One difference: the key is looked up only once the
+    path has been validated, so a malformed job id with an unknown key answers 422, not 401
+    (input validation, which reveals nothing about any tenant).
     """
 
     request: Request
