@@ -12,6 +12,7 @@ Two modes:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import tempfile
@@ -238,14 +239,20 @@ class Settings(BaseSettings):
         path = self.resolved_home / "secret_key"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            # O_EXCL: two processes starting together must not write two different keys.
+            # Written whole to a file of its own, then linked into place: os.link fails if the
+            # key exists, so two processes starting together cannot write two different keys,
+            # and no reader ever sees the file half written (an empty key would refuse every
+            # API key, and the API keeps the first one it reads: app/api/deps.py ApiResources).
+            fd, staged = tempfile.mkstemp(dir=path.parent, prefix=".secret_key.")
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass
-            else:
                 with os.fdopen(fd, "w") as handle:
                     handle.write(secrets.token_urlsafe(48))
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                with contextlib.suppress(FileExistsError):
+                    os.link(staged, path)
+            finally:
+                os.unlink(staged)
         return path.read_text().strip().encode()
 
 

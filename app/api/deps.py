@@ -81,11 +81,16 @@ class ApiResources:
     @property
     def secret(self) -> bytes:
         if self._secret is None:
-            # Race: embedded mode creates the key file on first use (O_EXCL, Settings); the
-            # lock keeps this process from reading it while another thread creates it.
+            # Race: embedded mode creates the key file on first use (Settings.secret_key_bytes
+            # links it into place whole); the lock makes this process read it once. An empty
+            # key (a file emptied by hand) is not kept: every key would be refused until a
+            # restart.
             with self._lock:
                 if self._secret is None:
-                    self._secret = self._settings.secret_key_bytes()
+                    secret = self._settings.secret_key_bytes()
+                    if not secret:
+                        return secret
+                    self._secret = secret
         return self._secret
 
 

@@ -90,3 +90,31 @@ def test_database_url_normalisation() -> None:
     assert normalize_database_url("postgres://u@h/d") == "postgresql+psycopg://u@h/d"
     assert normalize_database_url("postgresql+psycopg://u@h/d") == "postgresql+psycopg://u@h/d"
     assert normalize_database_url("sqlite:///x.db") == "sqlite:///x.db"
+
+
+def test_the_embedded_secret_is_never_read_half_written(tmp_path: Path) -> None:
+    """Threads that start together (a barrier) all get the same, non-empty key. The key used to
+    be created and then written, so a reader between the two got an empty key; the API keeps
+    the first key it reads (ApiResources), so that would have refused every API key."""
+    import threading
+
+    for attempt in range(20):
+        home = tmp_path / f"home-{attempt}"
+        barrier = threading.Barrier(16)
+        keys: list[bytes] = []
+
+        def read(
+            home: Path = home, barrier: threading.Barrier = barrier, keys: list[bytes] = keys
+        ) -> None:
+            settings = Settings(home=home)
+            barrier.wait()
+            keys.append(settings.secret_key_bytes())
+
+        threads = [threading.Thread(target=read) for _ in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(keys) == 16 and len(set(keys)) == 1 and keys[0], (attempt, set(keys))
+        assert [p.name for p in home.iterdir()] == ["secret_key"]  # no staged file left
+        assert (home / "secret_key").stat().st_mode & 0o777 == 0o600
