@@ -73,7 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
-    app.state.resources = ApiResources(settings)
+    app.state.resources = resources = ApiResources(settings)
     # Uploads and drafts reading at once, by the process's memory budget (app/api/uploads.py).
     app.state.upload_slots = UploadSlots(settings.upload_memory_budget_mb)
     # Failed key checks per client address (app/auth/throttle.py), per API process.
@@ -144,7 +144,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     health_limiter = anyio.CapacityLimiter(1)
 
     def check_database() -> None:
-        with get_health_engine(settings.sqlalchemy_url).connect() as connection:
+        with get_health_engine(resources.url).connect() as connection:
             connection.execute(text("SELECT 1"))
 
     def check_storage() -> None:
@@ -189,7 +189,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         result = {name: checks.get(name, "unavailable") for name in ("database", "storage")}
         # The request pool (its own counters, no I/O): exhausted while every connection is out
         # and requests are being answered 503 for want of one.
-        result["pool"] = pool_health(settings.sqlalchemy_url)
+        result["pool"] = pool_health(resources.url)
         if any(value != "ok" for value in result.values()):
             return JSONResponse({"status": "unavailable", **result}, status_code=503)
         return JSONResponse({"status": "ok", **result})

@@ -19,7 +19,6 @@ loop and take no thread-pool slot.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -56,41 +55,35 @@ def pool_options(settings: Settings) -> PoolOptions:
 class ApiResources:
     """What every request of one app needs from its settings, worked out once (issue 24 §4).
 
-    Each request used to derive them again: the database URL (``Path.resolve`` of the home
+    The API-key checks, the console's sign-in and ``/healthz`` use them. Each request used to
+    derive them again: the database URL (``Path.resolve`` of the home
     folder, a system call per path component), the session factory (a locked lookup) and, in
     embedded mode, the API-key secret (a read of its file). Together about 3 % of a read's CPU.
     The factory is made on first use, not here: an app is built before its database exists.
     """
 
     def __init__(self, settings: Settings) -> None:
-        self._url = settings.sqlalchemy_url
+        self.url = settings.sqlalchemy_url
         self._pool = pool_options(settings)
         self._settings = settings
         self._factory: sessionmaker[Session] | None = None
         self._secret: bytes | None = None
-        self._lock = threading.Lock()
 
     @property
     def factory(self) -> sessionmaker[Session]:
         if self._factory is None:
             # Race: two first requests at once both ask; get_session_factory returns the
             # process's one factory for the URL to both, so either assignment is the same.
-            self._factory = get_session_factory(self._url, self._pool)
+            self._factory = get_session_factory(self.url, self._pool)
         return self._factory
 
     @property
     def secret(self) -> bytes:
         if self._secret is None:
-            # Race: embedded mode creates the key file on first use (Settings.secret_key_bytes
-            # links it into place whole); the lock makes this process read it once. An empty
-            # key (a file emptied by hand) is not kept: every key would be refused until a
-            # restart.
-            with self._lock:
-                if self._secret is None:
-                    secret = self._settings.secret_key_bytes()
-                    if not secret:
-                        return secret
-                    self._secret = secret
+            # Race: two first requests at once both read it; embedded mode creates the key file
+            # whole, once (Settings.secret_key_bytes links it into place), so both read the
+            # same key and either assignment is the same.
+            self._secret = self._settings.secret_key_bytes()
         return self._secret
 
 

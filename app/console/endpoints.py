@@ -26,6 +26,7 @@ from app.api.deps import (
     StorageDep,
     client_address,
     require_owner,
+    resources,
     throttled,
 )
 from app.api.types import format_decimal
@@ -244,7 +245,7 @@ def login_page(request: Request) -> HTMLResponse:
 
 
 @router.post("/login", response_model=None)
-async def login(request: Request, db: DatabaseDep, settings: SettingsDep) -> Response:
+async def login(request: Request, db: DatabaseDep) -> Response:
     _check_origin(request)
     form = await request.form(max_files=0, max_fields=5)
     # Login CSRF: the form's token must equal the sign-in cookie, which only this site's own
@@ -266,7 +267,7 @@ async def login(request: Request, db: DatabaseDep, settings: SettingsDep) -> Res
         with db.transaction() as session:
             # A browser signing in again ends the session it held (logout could not reach it).
             service.sign_out(session, request.cookies.get(service.COOKIE))
-            return service.sign_in(session, settings.secret_key_bytes(), key)
+            return service.sign_in(session, resources(request).secret, key)
 
     created = await run_in_threadpool(create)
     if created is None:

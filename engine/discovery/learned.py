@@ -258,6 +258,20 @@ class CoarseRange:
     # Nothing stood out and the range is the whole (narrow) window, not a best guess.
     whole_window: bool = False
 
+    @property
+    def noisy_in_range(self) -> float:
+        """The noisy rows of the range's window cells, and of the outside cell next to a range
+        that reaches the window's end (its rows are clamped onto that end). Post-processing."""
+        if not self.noisy:
+            raise ValueError("this coarse range carries no per-cell counts")
+        first, last = self.cells
+        found = float(sum(self.noisy[first + 1 : last + 2]))  # noisy[0] is the cell below
+        if first == 0:
+            found += self.noisy[0]
+        if last == len(self.noisy) - 3:
+            found += self.noisy[-1]
+        return found
+
 
 SCALES = (1, 2, 4, 8, 16)
 """Widths, in window cells, of the runs of cells stage 1 tests (data spread thinly over several

@@ -783,17 +783,7 @@ def _present(coarse: CoarseRange, rows: NoisyRows | None) -> float:
     keeps the noise of the cells where the column has no values out of the estimate (66 cells
     of noise σ add up to 8σ: on loans at ε = 1, about 1,600 against a sparse column's 1,495
     values); the rows beyond the range, clamped into its end cells, are left out."""
-    first, last = coarse.cells
-    if len(coarse.noisy) >= last + 3:
-        inside = coarse.noisy[1:-1]
-        found = float(sum(inside[first : last + 1]))
-        if first == 0:
-            found += coarse.noisy[0]
-        if last == len(inside) - 1:
-            found += coarse.noisy[-1]
-    else:
-        found = coarse.noisy_inside + coarse.noisy_below + coarse.noisy_above
-    found = max(found, 0.0)
+    found = max(coarse.noisy_in_range, 0.0)
     return min(found, float(rows.rows)) if rows is not None else found
 
 

@@ -385,3 +385,22 @@ def test_a_long_tail_gets_bins_of_its_own() -> None:
     assert np.all(np.diff(edges) <= span / (learned.UNIFORM_SHARE * 16) + span / 64), edges
     top = np.quantile(values, 1 - 1 / 16)
     assert np.sum(edges > top + 1) >= 3, edges
+
+
+def test_the_noisy_rows_in_a_range_count_its_cells_and_the_outside_cell_it_reaches() -> None:
+    """[below, four window cells, above]: a range over cells 1-2 sums those two; a range from
+    cell 0 adds the cell below (its rows are clamped onto the window's lower end); one reaching
+    cell 3 adds the cell above."""
+    cost = learned.DiscoveryCost("x", 1)
+    noisy = (100.0, 1.0, 2.0, 4.0, 8.0, 200.0)
+
+    def in_range(first: int, last: int) -> float:
+        coarse = learned.CoarseRange(0, 1, True, 100, 200, 15, cost, noisy, cells=(first, last))
+        return coarse.noisy_in_range
+
+    assert in_range(1, 2) == 6.0
+    assert in_range(0, 1) == 103.0
+    assert in_range(2, 3) == 212.0
+    assert in_range(0, 3) == 315.0
+    with pytest.raises(ValueError, match="per-cell"):
+        _ = learned.CoarseRange(0, 1, True, 0, 0, 0, cost).noisy_in_range
