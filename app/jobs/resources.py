@@ -38,7 +38,7 @@ from app.config import Settings
 from engine.costs import CostPrediction
 from engine.domain import Domain
 from engine.mechanisms import Mechanism, ResourceEstimate
-from engine.mechanisms.base import WORK_UNITS_PER_SECOND
+from engine.mechanisms.base import WORK_UNITS_PER_SECOND, widest_columns
 
 _GIB = 2**30
 
@@ -112,8 +112,8 @@ def check_resources(
         if bare > limit:
             raise ResourcesExceeded(
                 f"{name!r} with these params would need about {_gib(bare)} of memory on this "
-                f"dataset's declared domain; the limit per job is {_gib(limit)} (lower the "
-                "model-size, round or candidate parameters, or choose another method)"
+                f"dataset's declared domain; the limit per job is {_gib(limit)}. "
+                f"{_capital(domain_hint(mechanism, domain))}, or choose another method"
             )
         cap = output_rows_limit(settings, mechanism, domain, params)
         raise ResourcesExceeded(
@@ -126,10 +126,41 @@ def check_resources(
         raise ResourcesExceeded(
             f"{name!r} with these params could need up to {_duration(seconds)} of work on "
             f"this dataset's declared domain, more than {TIME_BOUND_SLACK} times the limit per "
-            f"job of {_duration(settings.job_time_limit_seconds)} (lower rounds, iterations or "
-            "the model size)"
+            f"job of {_duration(settings.job_time_limit_seconds)}. "
+            f"{_capital(domain_hint(mechanism, domain))}"
         )
     return estimate
+
+
+_MODEL_PARAMS = (
+    ("degree", "a lower degree"),
+    ("max_model_size_mb", "a smaller max_model_size_mb"),
+    ("max_model_cells", "a smaller max_model_cells"),
+    ("max_clique_cells", "a smaller max_clique_cells"),
+    ("max_cells", "a smaller max_cells"),
+    ("rounds", "fewer rounds"),
+    ("round_iterations", "fewer round_iterations"),
+    ("iterations", "fewer iterations"),
+    ("max_candidates", "a lower max_candidates"),
+)
+"""Params that bound a method's model or work, with what to ask for, in the order named."""
+
+
+def domain_hint(mechanism: Mechanism, domain: Domain) -> str:
+    """Which columns make the model large and what to change (issue 25): the columns with the
+    most values, and the params of ``mechanism`` that bound its model and work. Public: the
+    schema's sizes and the method's params only."""
+    fields = mechanism.Params.model_fields
+    changes = ["fewer bins or categories on the widest columns in the schema"]
+    if len(domain) > 20:
+        changes.append(f"fewer columns (the {len(domain)} declared: ignore some)")
+    changes += [text for name, text in _MODEL_PARAMS if name in fields]
+    return (
+        f"{widest_columns(domain)}; to make it smaller or faster: "
+        + ", ".join(changes[:-1])
+        + (" or " if len(changes) > 1 else "")
+        + changes[-1]
+    )
 
 
 def _duration(seconds: float) -> str:
@@ -143,6 +174,7 @@ def _duration(seconds: float) -> str:
 def check_predicted_time(
     settings: Settings,
     mechanism: Mechanism,
+    domain: Domain,
     prediction: CostPrediction | None,
     rows: int | None,
     rows_source: str,
@@ -161,10 +193,14 @@ def check_predicted_time(
         f"{mechanism.name!r} with these params is predicted to take about "
         f"{_duration(prediction.seconds)} on this dataset (within a factor of "
         f"{prediction.seconds_factor:.2g}, so at least {_duration(optimistic)}; predicted for "
-        f"{rows} rows, {rows_source}), more than the time limit per job of {_duration(limit)} "
-        "(lower its rounds, iterations or model size, ask for fewer rows, or choose a faster "
-        "method such as 'mst')"
+        f"{rows} rows, {rows_source}), more than the time limit per job of {_duration(limit)}. "
+        f"{_capital(domain_hint(mechanism, domain))}; or ask for fewer rows, or choose a faster "
+        f"method such as {'independent' if mechanism.name == 'mst' else 'mst'!r}"
     )
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def check_sampling_time(

@@ -198,7 +198,9 @@ def validate_submission(
             if rows is not None
             else None
         )
-        check_predicted_time(settings, mechanism, prediction, rows, _ROWS_SOURCE_TEXT[source])
+        check_predicted_time(
+            settings, mechanism, domain, prediction, rows, _ROWS_SOURCE_TEXT[source]
+        )
     except ResourcesExceeded as exceeded:
         raise InvalidJob(str(exceeded)) from None
     return ValidatedSubmission(

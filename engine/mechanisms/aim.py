@@ -30,6 +30,7 @@ from engine.mechanisms.base import (
     SynthesisResult,
     marginal_cells,
     resource_estimate,
+    widest_columns,
 )
 from engine.mechanisms.compression import compress_after_one_ways, measured_axis_maps
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
@@ -164,8 +165,9 @@ def check_one_way_model(domain: Domain, max_cells: int, name: str) -> None:
     one_ways = sum(domain.sizes)
     if one_ways > max_cells:
         raise DomainRefused(
-            f"the first model holds every one-way marginal ({one_ways} cells), more than "
-            f"{name} allows ({max_cells} cells); raise {name}"
+            f"the first model holds every one-way marginal ({one_ways:,} cells), more than "
+            f"{name} allows ({max_cells:,} cells); {widest_columns(domain)}: raise "
+            f"{name}, or give those columns fewer bins or categories in the schema"
         )
 
 

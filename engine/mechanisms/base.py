@@ -220,6 +220,24 @@ def _marginal_cells(sizes: tuple[int, ...], max_order: int, cap: int | None) -> 
     return total
 
 
+WIDEST_NAMED = 3
+"""How many of the columns with the most values a refusal names."""
+
+
+def widest_columns(domain: Domain, count: int = WIDEST_NAMED) -> str:
+    """Which columns make a model large, for refusals: "its widest columns are 'a' (1,024
+    values), 'b' (512 values) and 'c' (300 values)", the ``count`` columns with the most values;
+    "its 10 columns have 10 values each" when none is wider than the others. Public: the
+    schema's sizes."""
+    sizes = domain.sizes
+    if len(set(sizes)) == 1:
+        return f"its {len(sizes)} columns have {sizes[0]:,} values each"
+    widest = sorted(range(len(domain)), key=lambda i: (-sizes[i], i))[: max(count, 1)]
+    named = [f"'{domain.attributes[i]}' ({sizes[i]:,} values)" for i in widest]
+    listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+    return f"its widest columns are {listed}"
+
+
 def largest_cells(domain: Domain, order: int) -> int:
     """The cells of the largest marginal of ``order`` attributes (product of the largest sizes)."""
     return math.prod(sorted(domain.sizes, reverse=True)[: min(order, len(domain))])

@@ -21,6 +21,7 @@ from engine.mechanisms.base import (
     BASE_MEMORY_BYTES,
     OUTPUT_BYTES_PER_CELL,
     SAMPLING_MODEL_BYTES_PER_CELL,
+    DomainRefused,
 )
 from tests.support.stack import SHORT_LEASE
 
@@ -148,16 +149,16 @@ def test_a_job_is_refused_only_when_even_the_optimistic_prediction_passes_the_li
     prediction = _prediction(300.0, 2.0)
     requested = "the rows requested"
     with pytest.raises(ResourcesExceeded) as refused:
-        check_predicted_time(_time_limit(149), aim, prediction, 5000, requested)
+        check_predicted_time(_time_limit(149), aim, DOMAIN, prediction, 5000, requested)
     message = str(refused.value)
     assert "'aim' with these params is predicted to take about 300 s" in message
     assert "within a factor of 2, so at least 150 s" in message
     assert "for 5000 rows, the rows requested" in message
     assert "time limit per job of 149 s" in message
-    check_predicted_time(_time_limit(150), aim, prediction, 5000, requested)
+    check_predicted_time(_time_limit(150), aim, DOMAIN, prediction, 5000, requested)
     # No prediction (an uncalibrated method, or no row count the submitter may know): no check.
-    check_predicted_time(_time_limit(10), aim, None, 5000, requested)
-    check_predicted_time(_time_limit(10), aim, prediction, None, requested)
+    check_predicted_time(_time_limit(10), aim, DOMAIN, None, 5000, requested)
+    check_predicted_time(_time_limit(10), aim, DOMAIN, prediction, None, requested)
 
 
 def test_the_calibrated_prediction_refuses_slow_methods_and_admits_fast_ones() -> None:
@@ -174,5 +175,51 @@ def test_the_calibrated_prediction_refuses_slow_methods_and_admits_fast_ones() -
     assert optimistic["aim"] > 2 * optimistic["mst"] + 20, optimistic
     limit = _time_limit(max(10, round(optimistic["mst"]) + 10))
     with pytest.raises(ResourcesExceeded, match="is predicted to take about"):
-        check_predicted_time(limit, aim, costs["aim"], 10**7, "the rows requested")
-    check_predicted_time(limit, mst, costs["mst"], 10**7, "the rows requested")
+        check_predicted_time(limit, aim, domain, costs["aim"], 10**7, "the rows requested")
+    check_predicted_time(limit, mst, domain, costs["mst"], 10**7, "the rows requested")
+
+
+WIDE = Domain(
+    (*(f"c{i}" for i in range(30)), "amount", "city", "opened"),
+    (8,) * 30 + (1024, 300, 2232),
+)
+
+
+def test_wide_domain_refusals_name_the_widest_columns_and_what_to_change() -> None:
+    """Issue 25: a refusal on a wide domain says which columns make the model large (the three
+    with the most values, widest first) and which of the method's params bound it."""
+    aim, mst = get_mechanism("aim"), get_mechanism("mst")
+    widest = "'opened' (2,232 values), 'amount' (1,024 values) and 'city' (300 values)"
+    runaway = aim.validate_params({"rounds": 100_000, "round_iterations": 100_000})
+    with pytest.raises(ResourcesExceeded) as work:
+        check_resources(_settings(job_time_limit_seconds=3600), aim, WIDE, runaway, 100)
+    with pytest.raises(ResourcesExceeded) as predicted:
+        check_predicted_time(
+            _time_limit(60), mst, WIDE, _prediction(900.0, 2.0), 10_000, "the rows requested"
+        )
+    for refusal in (work, predicted):
+        message = str(refusal.value)
+        assert f"Its widest columns are {widest}" in message, message
+        assert "fewer bins or categories on the widest columns in the schema" in message
+        assert "fewer columns (the 33 declared: ignore some)" in message
+    assert "a lower degree, a smaller max_model_size_mb, fewer rounds" in str(work.value)
+    # mst has no degree, model cap or rounds: only what it has is suggested.
+    assert "degree" not in str(predicted.value)
+    assert "max_model_size_mb" not in str(predicted.value)
+    assert "fewer iterations" in str(predicted.value)
+    assert "choose a faster method such as 'independent'" in str(predicted.value)
+    # Columns of one size: none is named as the widest.
+    bare = aim.validate_params({"rounds": 100_000, "round_iterations": 100_000})
+    with pytest.raises(ResourcesExceeded, match="Its 10 columns have 10 values each; to make"):
+        check_resources(_settings(job_time_limit_seconds=3600), aim, DOMAIN, bare, 100)
+
+
+def test_a_model_cap_below_the_one_ways_names_the_widest_columns() -> None:
+    aim = get_mechanism("aim")
+    params = aim.validate_params({"max_model_size_mb": 0.01})  # 1,310 cells
+    with pytest.raises(DomainRefused) as refused:
+        aim.check_domain(WIDE, params)
+    message = str(refused.value)
+    assert "every one-way marginal (3,796 cells)" in message
+    assert "'opened' (2,232 values), 'amount' (1,024 values) and 'city' (300 values)" in message
+    assert "raise max_model_size_mb, or give those columns fewer bins" in message
