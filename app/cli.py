@@ -271,7 +271,13 @@ def recover() -> None:
 
 
 @main.command()
-def run() -> None:
+@click.option(
+    "--api-processes",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="API processes (default: RHOSYNTH_EMBEDDED_API_PROCESSES, 2)",
+)
+def run(api_processes: int | None) -> None:
     """Embedded mode: migrate, then serve the API, one job worker and one reports worker (what
     `make run` starts)."""
     settings = _settings()
@@ -328,10 +334,12 @@ def run() -> None:
     try:
         import uvicorn
 
-        from app.main import create_app
-
+        # Each API process builds the app from the environment (app.main:create_app), which
+        # holds every setting changed above.
         uvicorn.run(
-            create_app(settings),
+            "app.main:create_app",
+            factory=True,
+            workers=api_processes or settings.embedded_api_processes,
             host=settings.host,
             port=settings.port,
             log_level=settings.log_level.lower(),

@@ -134,6 +134,12 @@ class Settings(BaseSettings):
     broker_publish_timeout_seconds: float = Field(default=5.0, gt=0, le=300)
     # Threads serving the API's blocking work (sync routes, authentication): AnyIO's default.
     api_threads: int = Field(default=40, ge=2, le=1000)
+    # API processes of `rhosynth run` (embedded mode; `rhosynth serve` takes --workers). A
+    # request's CPU work runs under one process's GIL, so one process serves a burst on one
+    # core: 200 simultaneous job reads on 2 cores, p99 1.35-1.63 s with one process against
+    # 1.06-1.32 s with two, side by side (docs/benchmarks.md, "Bursts of simultaneous
+    # requests"). Each process has its own upload memory budget and failed-key throttle.
+    embedded_api_processes: int = Field(default=2, ge=1, le=64)
 
     # Memory the API process may give to uploads and drafts reading at once: each may add up to
     # 512 MiB (docs/operations.md, "Upload memory"), so the default lets two run; one more is

@@ -129,6 +129,17 @@ def test_embedded_raw_table_from_draft_to_release(
         release_raw_fixture(owner, analyst)
 
 
+def test_embedded_api_runs_in_two_processes(
+    embedded: tuple[str, dict[str, str], subprocess.Popen[bytes]],
+) -> None:
+    """`rhosynth run` serves the API from RHOSYNTH_EMBEDDED_API_PROCESSES (2) processes, so a
+    burst of requests is served on both cores of a small machine, not under one GIL."""
+    _, _, process = embedded
+    children = psutil.Process(process.pid).children(recursive=True)
+    api = [child for child in children if "spawn_main" in " ".join(child.cmdline())]
+    assert len(api) == 2, [child.cmdline() for child in children]
+
+
 def test_embedded_stop_leaves_no_worker_behind(
     embedded: tuple[str, dict[str, str], subprocess.Popen[bytes]],
 ) -> None:
