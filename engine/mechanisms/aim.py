@@ -552,6 +552,7 @@ class AIMMechanism(Mechanism):
         most: int | None = None,
         chooser: random.Random | None = None,
         growth: TreeGrowth | None = None,
+        fits_in: Callable[[Clique], bool] | None = None,
     ) -> list[Clique]:
         """Candidates already inside the model, or whose addition keeps it under the size limit
         (a public function of the current model, so filtering costs no budget). With ``growth``
@@ -563,8 +564,10 @@ class AIMMechanism(Mechanism):
         order). The draw does not look at the data, so the exponential mechanism over the subset
         is as private as over all of them; it bounds a round's work on wide tables, where the
         3-way candidates number C(columns, 3) (26,000 on 54 columns) and sizing and scoring
-        each of them in every round took minutes."""
-        fits_in = _fits_in(domain, model, measured, size_limit, growth)
+        each of them in every round took minutes. ``fits_in`` replaces the size test (PPSyn's
+        retriangulation with its memo)."""
+        if fits_in is None:
+            fits_in = _fits_in(domain, model, measured, size_limit, growth)
         sampled = most is not None and len(candidates) > most
         order = (
             _random_order(len(candidates), chooser or SecureRandom())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Literal
 
@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.accounting import exact_share, gaussian_rho
 from engine.domain import Dataset, Domain
-from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate
+from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate, model_size
+from engine.estimation.growth import TreeGrowth
 from engine.marginals import (
     FLAT_CACHE_BYTES,
     MARGINAL_SENSITIVITY,
@@ -28,6 +29,7 @@ from engine.mechanisms.aim import (
     ANSWER_CACHE_CELLS,
     BYTES_PER_CELL,
     MEGABYTE,
+    AIMMechanism,
     Clique,
     check_one_way_model,
     model_cap_cells,
@@ -49,7 +51,7 @@ from engine.mechanisms.fitting import estimation_progress, fit_and_sample
 from engine.mechanisms.partition import NOISE_L1, NoiseRule, Partition, partition_counts
 from engine.mechanisms.preview import NoisePreview, one_way_previews
 from engine.mechanisms.splits import one_way_parts, size_weight
-from engine.noise import discrete_gaussian_noise
+from engine.noise import SecureRandom, discrete_gaussian_noise
 from engine.selection import epsilon_for_rho, exponential_mechanism
 
 
@@ -117,6 +119,20 @@ class PPSynParams(BaseModel):
     )
     round_iterations: int = Field(
         default=50, ge=1, le=100_000, description="warm-started mirror-descent steps per round"
+    )
+    max_candidates: int | None = Field(
+        default=1000,
+        ge=1,
+        le=10_000_000,
+        description="score at most this many candidates per round: a uniformly random subset of "
+        "those eligible, drawn from the CSPRNG independently of the data (null: all), as in AIM",
+    )
+    model_growth: Literal["local", "retriangulate"] = Field(
+        default="retriangulate",
+        description="how a measured marginal enters the model: 'retriangulate' triangulates "
+        "every measured set again; 'local' re-triangulates only the part of the junction tree "
+        "it touches (engine.estimation.growth), as AIM does (on adult at ε = 1, 3 seeds: 3-way "
+        "TVD 0.0787 against 0.0765, so not the default)",
     )
     iterations: int = Field(
         default=200, ge=1, le=100_000, description="mirror-descent steps of the final fit"
@@ -251,7 +267,13 @@ class PPSynMechanism(Mechanism):
       its fits cost that much more per step; with momentum the loss falls several times faster
       per step (salary ε = 1, final fit: 100 steps reach a lower loss than 1000 plain ones).
       Measured with seeded noise on adult and salary at ε = 1 (docs/benchmarks.md, "ppsyn
-      speed"): 3-way TVD no worse, CPU seconds about half.
+      speed"): 3-way TVD no worse, CPU seconds about half;
+    * a round scores at most ``max_candidates`` (1000) candidates, a uniformly random subset of
+      the eligible ones drawn from the CSPRNG without looking at the data, as AIM does (issue
+      25): on loans' 54 columns the 26,000 candidates were each sized by a triangulation and
+      projected in every round, and `ppsyn` at ε = 1 did not finish in 11 minutes. Tables of at
+      most 1,000 candidates (adult: 455) run as before. The exponential mechanism over a
+      data-independent subset is as private as over all candidates (AIMMechanism's docstring).
     """
 
     name = "ppsyn"
@@ -288,19 +310,26 @@ class PPSynMechanism(Mechanism):
 
     def estimate_resources(self, domain: Domain, params: BaseModel, rows: int) -> ResourceEstimate:
         """The model at its cap in every round; each candidate's true answer, model estimate and
-        partition (group ids) held at once; T rounds of ``round_iterations``."""
+        partition (group ids) held at once; T rounds of ``round_iterations``, each scoring at
+        most ``max_candidates`` candidates (that share of the candidates' cells)."""
         if not isinstance(params, PPSynParams):
             raise TypeError("params must be PPSynParams")
         max_cells = model_cap_cells(params.max_model_size_mb)
         rounds = params.rounds or 16 * len(domain)
         tables = 2 * marginal_cells(domain, params.degree, cap=max_cells)
+        count = sum(
+            math.comb(len(domain), k) for k in range(1, min(params.degree, len(domain)) + 1)
+        )
+        scored = tables
+        if params.max_candidates is not None and count > params.max_candidates:
+            scored = -(-tables * params.max_candidates // count)
         return resource_estimate(
             domain,
             rows,
             model_cells=max_cells,
             fit_iterations=(rounds + 1) * params.round_iterations + params.iterations,
             table_cells=tables,
-            extra_work=rounds * tables,
+            extra_work=rounds * scored,
             output=GRAPHICAL_OUTPUT,
         )
 
@@ -371,6 +400,12 @@ class PPSynMechanism(Mechanism):
             momentum=params.momentum,
         )
 
+        # Draws the candidates a round scores when there are more than max_candidates: a public
+        # choice, independent of the data (the OS CSPRNG, or the tests' seeded source).
+        chooser = noise_source if noise_source is not None else SecureRandom()
+        pool = list(candidates)
+        local = params.model_growth == "local"
+        labels = model.tree.labels
         cache = PartitionCache()
         size_memo: dict[int, int] = {}  # model sizes by Markov graph, shared by the rounds
         selections: list[SelectionCharge] = []
@@ -406,7 +441,20 @@ class PPSynMechanism(Mechanism):
 
             size_limit = int(max_cells * min(Fraction(1), used / rho))
             weight: dict[Clique, float] = {**one_way_weights, **candidates}
-            eligible = _eligible(domain, noisy, list(candidates), size_limit, size_memo)
+            growth = TreeGrowth(model.tree) if local else None
+            eligible = AIMMechanism._eligible(
+                domain,
+                model,
+                noisy,
+                pool,
+                size_limit,
+                params.max_candidates,
+                chooser,
+                growth,
+                fits_in=None
+                if local
+                else _fits_retriangulated(domain, noisy, size_limit, size_memo),
+            )
             if not eligible:  # nothing else fits: re-measure a one-way marginal (always fits)
                 eligible = list(one_way_weights)
             estimates = model.project_many(eligible)
@@ -460,9 +508,18 @@ class PPSynMechanism(Mechanism):
             start = 0.02 + 0.86 * float(spent_before / rho)
             end = 0.02 + 0.86 * float(used / rho)
             progress(start, "select")
+            structure: list[tuple[str, ...]] = []
+            if growth is not None:
+                # As AIM: the locally grown tree, unless re-triangulating every measured set gives
+                # fewer cells; both public functions of the structure, and never above what was
+                # sized.
+                ids = labels.clique(chosen)
+                if model_size(domain, [n.attributes for n in noisy]) > growth.size_with(ids):
+                    structure = [labels.names(c) for c in growth.cliques_with(ids)]
             model = estimate(
                 domain,
                 noisy,
+                cliques=structure,
                 warm_start=model,
                 iterations=params.round_iterations,
                 max_cells=max_cells,
@@ -484,6 +541,7 @@ class PPSynMechanism(Mechanism):
             noisy,
             model,
             compression,
+            cliques=model.cliques if local else (),
             iterations=params.iterations,
             max_cells=max_cells,
             rows=rows,
@@ -573,20 +631,20 @@ def _group_sums_float(
     return sums
 
 
-def _eligible(
+def _fits_retriangulated(
     domain: Domain,
     measured: Sequence[NoisyMarginal],
-    candidates: Sequence[Clique],
     size_limit: int,
     size_memo: dict[int, int] | None = None,
-) -> list[Clique]:
-    """Candidates whose measurement keeps the model under the size limit (AIM's filter; a
-    public function of what was measured, so filtering costs no budget). The size is that of
-    the junction tree ``estimate`` would build from the measured sets, in measurement order,
-    plus the candidate, so a chosen candidate can never make the re-fit exceed the cap."""
+) -> Callable[[Clique], bool]:
+    """Whether measuring a candidate keeps the model under the size limit with
+    ``model_growth="retriangulate"`` (a public function of what was measured, so filtering costs
+    no budget). The size is that of the junction tree ``estimate`` would build from the measured
+    sets, in measurement order, plus the candidate, so a chosen candidate can never make the
+    re-fit exceed the cap."""
     sizer = ModelSizer(domain, [m.attributes for m in measured], size_memo)
-    return [
-        clique
-        for clique in candidates
-        if domain.cells(clique) <= size_limit and sizer.size_with(clique) <= size_limit
-    ]
+
+    def fits(clique: Clique) -> bool:
+        return domain.cells(clique) <= size_limit and sizer.size_with(clique) <= size_limit
+
+    return fits

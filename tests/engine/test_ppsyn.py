@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import random
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pydantic
@@ -19,7 +20,7 @@ from engine.estimation import NoisyMarginal, estimate
 from engine.evaluation import marginal_tvd
 from engine.marginals import count_marginal, measure_marginal
 from engine.mechanisms import MECHANISMS, SynthesisCancelled, get_mechanism
-from engine.mechanisms.aim import workload_closure
+from engine.mechanisms.aim import AIMMechanism, workload_closure
 from engine.mechanisms.partition import (
     NoiseRule,
     PaperRule,
@@ -221,6 +222,8 @@ def test_spends_exactly_rho(rho: Fraction) -> None:
     selection=st.floats(0.01, 0.3),
     size=st.floats(min_value=0.0005, max_value=10),
     anneal=st.booleans(),
+    growth=st.sampled_from(["local", "retriangulate"]),
+    most=st.none() | st.integers(1, 20),
 )
 def test_never_overspends_under_any_parameters(
     rho: Fraction,
@@ -231,6 +234,8 @@ def test_never_overspends_under_any_parameters(
     selection: float,
     size: float,
     anneal: bool,
+    growth: str,
+    most: int | None,
 ) -> None:
     mechanism = get_mechanism("ppsyn")
     params = mechanism.validate_params(
@@ -244,6 +249,8 @@ def test_never_overspends_under_any_parameters(
             "anneal": anneal,
             "round_iterations": 5,
             "iterations": 20,
+            "model_growth": growth,
+            "max_candidates": most,
         }
     )
     result = mechanism.run(correlated(200, 3), rho, params, rng=np.random.default_rng(1), rows=30)
@@ -323,3 +330,31 @@ def test_noise_source_makes_runs_reproducible() -> None:
         for _ in range(2)
     ]
     assert np.array_equal(runs[0].codes, runs[1].codes)
+
+
+@pytest.mark.parametrize("growth", ["local", "retriangulate"])
+def test_a_round_scores_at_most_max_candidates_drawn_without_the_data(
+    growth: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25: like AIM, a round scores at most ``max_candidates`` eligible candidates, a
+    subset drawn by the run's noise source (not the data); on 9 columns there are 120
+    candidates of 2 and 3 columns, so a bound of 7 is a real subset."""
+    scored: list[list[tuple[str, ...]]] = []
+    original = AIMMechanism._eligible
+
+    def recording(*args: Any, **kwargs: Any) -> list[tuple[str, ...]]:
+        chosen = original(*args, **kwargs)
+        scored.append(chosen)
+        return chosen
+
+    monkeypatch.setattr(AIMMechanism, "_eligible", staticmethod(recording))
+    domain = Domain(tuple(f"x{i}" for i in range(9)), (3,) * 9)
+    data = Dataset(domain, np.random.default_rng(5).integers(0, 3, (400, 9)))
+    mechanism = get_mechanism("ppsyn")
+    params = mechanism.validate_params({**FAST, "max_candidates": 7, "model_growth": growth})
+    result = mechanism.run(
+        data, Fraction(1), params, rng=np.random.default_rng(0), noise_source=random.Random(3)
+    )
+    assert result.rho_spent == Fraction(1)
+    assert scored and all(1 <= len(round_) <= 7 for round_ in scored)
+    assert len({tuple(round_) for round_ in scored}) > 1  # a fresh draw each round
