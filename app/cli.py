@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import click
 
@@ -29,6 +30,16 @@ def _configure_logging(settings: Settings) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+
+
+def embedded_api() -> Any:
+    """The app of one embedded API process (uvicorn's factory for `rhosynth run` with several
+    processes): settings from the environment, logging configured as in the parent."""
+    from app.main import create_app
+
+    settings = get_settings()
+    _configure_logging(settings)
+    return create_app(settings)
 
 
 def _settings() -> Settings:
@@ -334,18 +345,57 @@ def run(api_processes: int | None) -> None:
     try:
         import uvicorn
 
-        # Each API process builds the app from the environment (app.main:create_app), which
-        # holds every setting changed above.
-        uvicorn.run(
-            "app.main:create_app",
-            factory=True,
-            workers=api_processes or settings.embedded_api_processes,
-            host=settings.host,
-            port=settings.port,
-            log_level=settings.log_level.lower(),
-        )
+        processes = api_processes or settings.embedded_api_processes
+        if processes == 1:
+            from app.main import create_app
+
+            uvicorn.run(
+                create_app(settings),
+                host=settings.host,
+                port=settings.port,
+                log_level=settings.log_level.lower(),
+            )
+        else:
+            status = _serve_api_processes(settings, processes)
+            if status:
+                stop_worker()
+                raise SystemExit(status)
     finally:
         stop_worker()
+
+
+def _serve_api_processes(settings: Settings, processes: int) -> int:
+    """Serve the API from ``processes`` processes under uvicorn's supervisor, each building the
+    app from the environment (:func:`embedded_api`), which holds every setting `run` changed.
+    The supervisor takes over SIGINT and SIGTERM: returns the exit status `run` had with one
+    process, 128 + the signal that stopped it, or uvicorn's start-up failure status (3) when an
+    API process could not start; 0 otherwise."""
+    from uvicorn import Config
+    from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors import Multiprocess
+
+    config = Config(
+        "app.cli:embedded_api",
+        factory=True,
+        workers=processes,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+    )
+    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+    received: list[int] = []
+    for name, signum in (("handle_int", signal.SIGINT), ("handle_term", signal.SIGTERM)):
+        handler = getattr(supervisor, name)
+
+        def recording(handler: Any = handler, signum: int = signum) -> None:
+            received.append(signum)
+            handler()
+
+        setattr(supervisor, name, recording)
+    supervisor.run()
+    if any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes):
+        return STARTUP_FAILURE
+    return 128 + received[0] if received else 0
 
 
 @main.group()

@@ -67,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         gc.collect()
         gc.freeze()
         yield
+        gc.unfreeze()  # an app built again in the same process (tests) starts afresh
 
     # redirect_slashes=False: Starlette's slash redirect builds an absolute URL from the Host
     # header (http://evil.example/...); "/v1/datasets/" answers 404 instead.

@@ -113,7 +113,8 @@ def check_resources(
             raise ResourcesExceeded(
                 f"{name!r} with these params would need about {_gib(bare)} of memory on this "
                 f"dataset's declared domain; the limit per job is {_gib(limit)}. "
-                f"{_capital(domain_hint(mechanism, domain))}, or choose another method"
+                f"{_capital(domain_hint(mechanism, domain, work=False))}, or choose another "
+                "method"
             )
         cap = output_rows_limit(settings, mechanism, domain, params)
         raise ResourcesExceeded(
@@ -132,29 +133,35 @@ def check_resources(
     return estimate
 
 
-_MODEL_PARAMS = (
+_SIZE_PARAMS = (
     ("degree", "a lower degree"),
     ("max_model_size_mb", "a smaller max_model_size_mb"),
     ("max_model_cells", "a smaller max_model_cells"),
     ("max_clique_cells", "a smaller max_clique_cells"),
     ("max_cells", "a smaller max_cells"),
+)
+"""Params that bound a method's model and tables (its memory), with what to ask for."""
+_WORK_PARAMS = (
     ("rounds", "fewer rounds"),
     ("round_iterations", "fewer round_iterations"),
     ("iterations", "fewer iterations"),
     ("max_candidates", "a lower max_candidates"),
 )
-"""Params that bound a method's model or work, with what to ask for, in the order named."""
+"""Params that bound only a method's work (its time)."""
 
 
-def domain_hint(mechanism: Mechanism, domain: Domain) -> str:
+def domain_hint(mechanism: Mechanism, domain: Domain, work: bool = True) -> str:
     """Which columns make the model large and what to change (issue 25): the columns with the
-    most values, and the params of ``mechanism`` that bound its model and work. Public: the
-    schema's sizes and the method's params only."""
+    most values, and the params of ``mechanism`` that bound its model (and, with ``work``, its
+    work: rounds and iterations lower the time, not the memory). Public: the schema's sizes and
+    the method's params only."""
     fields = mechanism.Params.model_fields
     changes = ["fewer bins or categories on the widest columns in the schema"]
     if len(domain) > 20:
         changes.append(f"fewer columns (the {len(domain)} declared: ignore some)")
-    changes += [text for name, text in _MODEL_PARAMS if name in fields]
+    changes += [text for name, text in _SIZE_PARAMS if name in fields]
+    if work:
+        changes += [text for name, text in _WORK_PARAMS if name in fields]
     return (
         f"{widest_columns(domain)}; to make it smaller or faster: "
         + ", ".join(changes[:-1])

@@ -693,11 +693,11 @@ def _levels(cells: int) -> int:
 EXACT_SD_CELLS = 256
 """Trees of at most this many cells get the exact standard deviation of their prefix counts
 (:func:`_exact_prefix_sd`) instead of the per-level bound, which does not hold for shallow
-trees: measured over 1,500 trees at ρ = 1, the largest prefix sd is 0.84 for 2 cells against a
-bound of 0.66 (1.27×), 1.17 for 4 (1.18×), 1.45 for 8 (1.10×); from 9 cells on within the
-bound (0.86–1.02×). An underestimate lowers the outer edges' margin: loans' one-value column
-(a grid of 2 cells) kept an empty second value in 6 of 60 and 8 of 30 uploads at ε = 1 before;
-4 of 60 after, within the noise of so few uploads."""
+trees: at ρ = 1 the largest prefix sd is 0.816 for 2 cells against a bound of 0.66 (1.24×),
+1.165 for 4 (1.18×), 1.421 for 8 (1.08×), 1.004× the bound for 15 and 1.015× for 16; from 17
+cells on at most 0.972× (0.895× for 256). An underestimate lowers the outer edges' margin:
+loans' one-value column (a grid of 2 cells) kept an empty second value in 6 of 60 and 8 of 30
+uploads at ε = 1 before; 4 of 60 after, within the noise of so few uploads."""
 
 
 def noisy_cdf_sd(levels: int, rho: Fraction, cells: int | None = None) -> float:

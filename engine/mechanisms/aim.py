@@ -44,9 +44,10 @@ BYTES_PER_CELL = 8
 MEGABYTE = 2**20
 CHECKED_PER_SCORED = 2
 """With more candidates than ``max_candidates``, a round sizes at most this many times
-``max_candidates`` of them (in its random order) to find the eligible ones it scores: the subset
-stays a data-independent draw, and a round near the model cap, where few candidates fit, no
-longer sizes all of them (PPSyn on loans: 81 % of its time in that walk)."""
+``max_candidates`` of them (in its random order) to find the eligible ones it scores, or more
+until one fits (the one-ways inside the model always do): the subset stays a data-independent
+draw, and a round near the model cap, where few candidates fit, no longer sizes all of them
+(PPSyn on loans: 81 % of its time in that walk)."""
 # True answers of candidates up to this many cells are kept between rounds; larger ones are
 # recounted when scored (memory stays bounded on wide tables with large domains).
 ANSWER_CACHE_CELLS = 200_000
@@ -568,7 +569,8 @@ class AIMMechanism(Mechanism):
 
         With ``most``, at most that many: the first eligible ones in an order drawn by
         ``chooser`` (a uniformly random subset of the eligible candidates, in the candidates'
-        order). The draw does not look at the data, so the exponential mechanism over the subset
+        order), among at most :data:`CHECKED_PER_SCORED` × ``most`` sized, or more until one
+        fits. The draw does not look at the data, so the exponential mechanism over the subset
         is as private as over all of them; it bounds a round's work on wide tables, where the
         3-way candidates number C(columns, 3) (26,000 on 54 columns) and sizing and scoring
         each of them in every round took minutes. ``fits_in`` replaces the size test (PPSyn's
@@ -590,6 +592,6 @@ class AIMMechanism(Mechanism):
                 chosen.append(index)
                 if sampled and len(chosen) == most:
                     break
-            if budget is not None and checked >= budget:
-                break
+            if budget is not None and checked >= budget and chosen:
+                break  # past the budget only while none fits (a round must score something)
         return [candidates[index] for index in sorted(chosen)]

@@ -230,10 +230,16 @@ def widest_columns(domain: Domain, count: int = WIDEST_NAMED) -> str:
     "its 10 columns have 10 values each" when none is wider than the others. Public: the
     schema's sizes."""
     sizes = domain.sizes
+
+    def values(n: int) -> str:
+        return f"{n:,} value" + ("" if n == 1 else "s")
+
     if len(set(sizes)) == 1:
-        return f"its {len(sizes)} columns have {sizes[0]:,} values each"
+        if len(sizes) == 1:
+            return f"its one column has {values(sizes[0])}"
+        return f"its {len(sizes)} columns have {values(sizes[0])} each"
     widest = sorted(range(len(domain)), key=lambda i: (-sizes[i], i))[: max(count, 1)]
-    named = [f"'{domain.attributes[i]}' ({sizes[i]:,} values)" for i in widest]
+    named = [f"'{domain.attributes[i]}' ({values(sizes[i])})" for i in widest]
     listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
     return f"its widest columns are {listed}"
 

@@ -22,6 +22,7 @@ from engine.mechanisms.base import (
     OUTPUT_BYTES_PER_CELL,
     SAMPLING_MODEL_BYTES_PER_CELL,
     DomainRefused,
+    widest_columns,
 )
 from tests.support.stack import SHORT_LEASE
 
@@ -212,6 +213,26 @@ def test_wide_domain_refusals_name_the_widest_columns_and_what_to_change() -> No
     bare = aim.validate_params({"rounds": 100_000, "round_iterations": 100_000})
     with pytest.raises(ResourcesExceeded, match="Its 10 columns have 10 values each; to make"):
         check_resources(_settings(job_time_limit_seconds=3600), aim, DOMAIN, bare, 100)
+
+
+def test_a_memory_refusal_suggests_only_what_lowers_memory() -> None:
+    """Rounds and iterations change the work, not the memory: a memory refusal does not suggest
+    them (found by a second reader)."""
+    privmrf = get_mechanism("privmrf")
+    params = privmrf.validate_params({"max_model_cells": 10**8})
+    with pytest.raises(ResourcesExceeded) as refused:
+        check_resources(_settings(job_memory_limit_mb=3072), privmrf, WIDE, params, None)
+    message = str(refused.value)
+    assert "a smaller max_model_cells or a smaller max_clique_cells, or choose another" in message
+    assert "rounds" not in message and "iterations" not in message
+
+
+def test_widest_columns_reads_in_the_singular_and_the_plural() -> None:
+    assert widest_columns(Domain(("a",), (1,))) == "its one column has 1 value"
+    assert widest_columns(Domain(("a", "b"), (3, 3))) == "its 2 columns have 3 values each"
+    assert widest_columns(Domain(("a", "b"), (1, 1200))) == (
+        "its widest columns are 'b' (1,200 values) and 'a' (1 value)"
+    )
 
 
 def test_a_model_cap_below_the_one_ways_names_the_widest_columns() -> None:

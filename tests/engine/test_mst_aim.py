@@ -202,6 +202,31 @@ def test_aim_scores_a_random_subset_of_the_eligible_candidates_when_there_are_ma
     assert AIMMechanism._eligible(domain, model, [], candidates, 10**6, most=500) == candidates
 
 
+def test_aim_runs_when_no_sized_candidate_fits_within_the_check_budget() -> None:
+    """Regression (found by a second reader): with a model cap that no new marginal fits and
+    max_candidates 1, the 2 candidates sized first in a round could all be outside the model;
+    the round had nothing to score and the run failed after the charge (max() of an empty
+    sequence). The walk now goes on past the check budget until one fits (a one-way inside the
+    model always does)."""
+    domain = Domain(tuple(f"c{i}" for i in range(12)), (4,) * 12)
+    data = Dataset(domain, np.random.default_rng(4).integers(0, 4, (300, 12)))
+    mechanism = get_mechanism("aim")
+    params = mechanism.validate_params(
+        {**FAST["aim"], "max_candidates": 1, "max_model_size_mb": 0.0005, "rounds": 20}
+    )
+    for seed in range(3):
+        result = mechanism.run(
+            data,
+            Fraction(1),
+            params,
+            rng=np.random.default_rng(seed),
+            rows=300,
+            noise_source=random.Random(seed),
+        )
+        assert result.rho_spent == Fraction(1)
+        assert result.codes.shape == (300, 12)
+
+
 def test_aim_respects_the_model_size_cap() -> None:
     mechanism = get_mechanism("aim")
     params = mechanism.validate_params({**FAST["aim"], "max_model_size_mb": 0.0002})  # ≈ 26 cells
