@@ -358,8 +358,7 @@ def run(api_processes: int | None) -> None:
         else:
             status = _serve_api_processes(settings, processes)
             if status:
-                stop_worker()
-                raise SystemExit(status)
+                raise SystemExit(status)  # the workers are stopped below
     finally:
         stop_worker()
 

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,16 @@ class Side:
     seconds: list[float] = field(default_factory=list)
     tvd: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+
+    def add(self, label: str, seconds: float, tvd: float) -> None:
+        """One finished run, reported on stderr as it comes."""
+        self.seconds.append(seconds)
+        self.tvd.append(tvd)
+        print(
+            f"[side_by_side] {label} {self.system} {seconds:.1f} s {tvd:.4f}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 @dataclass
@@ -248,18 +258,12 @@ def main(argv: list[str] | None = None) -> None:
         for epsilon in (float(e) for e in rf._csv(args.epsilons)):
             rho = rho_of(epsilon)
             pair = Pair(table, epsilon, rho, len(domain), Side("rhosynth"), Side("mbi"))
+            label = f"{table} ε={epsilon:g}"
             for _ in range(args.ours):
-                seconds, tvd = run_ours(domain, codes, rho, params, args.evaluator)
-                pair.ours.seconds.append(seconds)
-                pair.ours.tvd.append(tvd)
-                print(
-                    f"[side_by_side] {table} ε={epsilon:g} rhosynth {seconds:.1f} s {tvd:.4f}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                pair.ours.add(label, *run_ours(domain, codes, rho, params, args.evaluator))
             for seed in range(args.theirs):
                 try:
-                    seconds, tvd = run_theirs(
+                    run = run_theirs(
                         args.mbi_python,
                         args.runner,
                         data,
@@ -272,26 +276,12 @@ def main(argv: list[str] | None = None) -> None:
                     )
                 except subprocess.TimeoutExpired:
                     pair.theirs.failures.append(f"stopped after {args.time_limit:g} min")
-                    print(f"[side_by_side] {table} ε={epsilon:g} mbi stopped", file=sys.stderr)
+                    print(f"[side_by_side] {label} mbi stopped", file=sys.stderr)
                     continue
-                pair.theirs.seconds.append(seconds)
-                pair.theirs.tvd.append(tvd)
-                print(
-                    f"[side_by_side] {table} ε={epsilon:g} mbi {seconds:.1f} s {tvd:.4f}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                pair.theirs.add(label, *run)
             pairs.append(pair)
             if args.json is not None:
-                args.json.write_text(
-                    json.dumps(
-                        [
-                            p.__dict__ | {"ours": p.ours.__dict__, "theirs": p.theirs.__dict__}
-                            for p in pairs
-                        ],
-                        indent=1,
-                    )
-                )
+                args.json.write_text(json.dumps([asdict(p) for p in pairs], indent=1))
     command = shlex.join(["python", "-m", "benchmarks.mbi_side_by_side", *raw])
     update_or_print(args.update, HEADING, render(pairs, command, args))
 

@@ -254,6 +254,37 @@ def _fits_in(
     return retriangulated
 
 
+def grown_structure(
+    domain: Domain,
+    measured: Sequence[NoisyMarginal],
+    model: GraphicalModel,
+    growth: TreeGrowth | None,
+    chosen: Clique,
+) -> list[Clique]:
+    """The cliques to re-fit with after measuring ``chosen`` (AIM and PPSyn): with ``growth``
+    (``model_growth="local"``), ``model``'s tree grown locally by it, unless the junction tree
+    of every ``measured`` set triangulated again has fewer cells (it can reorganise the whole
+    tree); [] (triangulate again) otherwise. The eligibility test sized the grown tree, so the
+    model never exceeds what was sized. Public functions of the structure only."""
+    if growth is None:
+        return []
+    labels = model.tree.labels
+    ids = labels.clique(chosen)
+    if model_size(domain, [m.attributes for m in measured]) > growth.size_with(ids):
+        return [labels.names(c) for c in growth.cliques_with(ids)]
+    return []
+
+
+def scored_cells(domain: Domain, degree: int, tables: int, most: int | None) -> int:
+    """The cells of the candidates a round scores (a work bound of AIM and PPSyn): all
+    ``tables`` cells, or with more than ``most`` candidates (every set of at most ``degree``
+    columns) that share of them, rounded up."""
+    count = sum(math.comb(len(domain), k) for k in range(1, min(degree, len(domain)) + 1))
+    if most is None or count <= most:
+        return tables
+    return -(-tables * most // count)
+
+
 def _downward_closure(cliques: Sequence[Clique]) -> set[frozenset[str]]:
     closure: set[frozenset[str]] = set()
     for clique in cliques:
@@ -373,12 +404,7 @@ class AIMMechanism(Mechanism):
         max_cells = model_cap_cells(params.max_model_size_mb)
         rounds = params.rounds or 16 * len(domain)
         tables = marginal_cells(domain, params.degree, cap=max_cells)
-        count = sum(
-            math.comb(len(domain), k) for k in range(1, min(params.degree, len(domain)) + 1)
-        )
-        scored = tables
-        if params.max_candidates is not None and count > params.max_candidates:
-            scored = -(-tables * params.max_candidates // count)
+        scored = scored_cells(domain, params.degree, tables, params.max_candidates)
         return resource_estimate(
             domain,
             rows,
@@ -440,7 +466,6 @@ class AIMMechanism(Mechanism):
         progress.milestone("adaptive_rounds")
         progress(0.02, "estimate")
         model = estimate(domain, noisy, iterations=params.round_iterations, max_cells=max_cells)
-        labels = model.tree.labels
 
         # Budget state of the rounds, in exact fractions (engine.mechanisms.round_budget).
         budget = RoundBudget.start(
@@ -500,15 +525,7 @@ class AIMMechanism(Mechanism):
             start = 0.02 + 0.86 * float((used - select_rho - measure_rho) / rho)
             end = 0.02 + 0.86 * float(used / rho)
             progress(start, "select")
-            structure: list[tuple[str, ...]] = []
-            if growth is not None:
-                # _eligible sized the current tree grown locally by the chosen marginal; the
-                # junction tree of all measured sets triangulated again is often smaller (it
-                # can reorganise the whole tree): take whichever has fewer cells, so the model
-                # never exceeds what was sized. Both are public functions of the structure.
-                ids = labels.clique(chosen)
-                if model_size(domain, [n.attributes for n in noisy]) > growth.size_with(ids):
-                    structure = [labels.names(c) for c in growth.cliques_with(ids)]
+            structure = grown_structure(domain, noisy, model, growth, chosen)
             model = estimate(
                 domain,
                 noisy,
@@ -586,7 +603,7 @@ class AIMMechanism(Mechanism):
         chosen: list[int] = []
         # Sized at most CHECKED_PER_SCORED × most candidates: near the model cap few fit, and
         # walking on through all of them (each sized by a triangulation) was most of a round.
-        budget = None if most is None or not sampled else CHECKED_PER_SCORED * most
+        budget = CHECKED_PER_SCORED * most if most is not None and sampled else None
         for checked, index in enumerate(order, start=1):
             if fits_in(candidates[index]):
                 chosen.append(index)

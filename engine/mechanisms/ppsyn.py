@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.accounting import exact_share, gaussian_rho
 from engine.domain import Dataset, Domain
-from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate, model_size
+from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate
 from engine.estimation.growth import TreeGrowth
 from engine.marginals import (
     FLAT_CACHE_BYTES,
@@ -32,7 +32,9 @@ from engine.mechanisms.aim import (
     AIMMechanism,
     Clique,
     check_one_way_model,
+    grown_structure,
     model_cap_cells,
+    scored_cells,
     workload_closure,
 )
 from engine.mechanisms.base import (
@@ -317,12 +319,7 @@ class PPSynMechanism(Mechanism):
         max_cells = model_cap_cells(params.max_model_size_mb)
         rounds = params.rounds or 16 * len(domain)
         tables = 2 * marginal_cells(domain, params.degree, cap=max_cells)
-        count = sum(
-            math.comb(len(domain), k) for k in range(1, min(params.degree, len(domain)) + 1)
-        )
-        scored = tables
-        if params.max_candidates is not None and count > params.max_candidates:
-            scored = -(-tables * params.max_candidates // count)
+        scored = scored_cells(domain, params.degree, tables, params.max_candidates)
         return resource_estimate(
             domain,
             rows,
@@ -405,7 +402,6 @@ class PPSynMechanism(Mechanism):
         chooser = noise_source if noise_source is not None else SecureRandom()
         pool = list(candidates)
         local = params.model_growth == "local"
-        labels = model.tree.labels
         cache = PartitionCache()
         size_memo: dict[int, int] = {}  # model sizes by Markov graph, shared by the rounds
         selections: list[SelectionCharge] = []
@@ -508,18 +504,10 @@ class PPSynMechanism(Mechanism):
             start = 0.02 + 0.86 * float(spent_before / rho)
             end = 0.02 + 0.86 * float(used / rho)
             progress(start, "select")
-            structure: list[tuple[str, ...]] = []
-            if growth is not None:
-                # As AIM: the locally grown tree, unless re-triangulating every measured set gives
-                # fewer cells; both public functions of the structure, and never above what was
-                # sized.
-                ids = labels.clique(chosen)
-                if model_size(domain, [n.attributes for n in noisy]) > growth.size_with(ids):
-                    structure = [labels.names(c) for c in growth.cliques_with(ids)]
             model = estimate(
                 domain,
                 noisy,
-                cliques=structure,
+                cliques=grown_structure(domain, noisy, model, growth, chosen),
                 warm_start=model,
                 iterations=params.round_iterations,
                 max_cells=max_cells,
