@@ -3,8 +3,8 @@
 Each run is a fresh child process (``python -m benchmarks.aim_epsilon --child SPEC``) that loads
 one dataset, runs ``aim`` once and writes the synthetic codes; the child also records, per
 adaptive round, the chosen marginal, its cells, σ, ρ of the round, whether the round annealed and
-the model's size (by wrapping the functions ``engine.mechanisms.aim`` calls; the engine is not
-changed). The parent scores the output with the shared evaluator (mean 1/2/3-way TVD).
+the model's size (by wrapping the functions ``engine.mechanisms.aim.mechanism`` calls; the engine
+is not changed). The parent scores the output with the shared evaluator (mean 1/2/3-way TVD).
 
 ``--noise-seed S`` draws the DP noise from ``random.Random(S + run index)`` (reproducible
 diagnostics; the same seeds before and after a change give paired runs); without it the noise
@@ -54,7 +54,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     import pandas as pd
 
-    import engine.mechanisms.aim as aim_module
+    import engine.mechanisms.aim.mechanism as aim_module
     from benchmarks._child import load_dataset
     from engine.mechanisms import get_mechanism
 

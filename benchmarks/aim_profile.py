@@ -88,7 +88,7 @@ def profile(
     seed: int,
     evaluator: Path,
 ) -> Run:
-    import engine.mechanisms.aim as aim_module
+    import engine.mechanisms.aim.mechanism as aim_module
     import engine.mechanisms.fitting as fitting
     from engine.domain import Dataset
     from engine.mechanisms import MECHANISMS

@@ -35,8 +35,8 @@ from benchmarks.quality import discover_datasets
 from benchmarks.sections import replace_section
 from engine.accounting import rho_from_epsilon_delta
 from engine.mechanisms import get_mechanism
+from engine.models.fitted import FittedModel
 from engine.release.from_result import record_from_result
-from engine.release.model import FittedModel
 from engine.release.tables import measurements_arrow, measurements_json
 from engine.reports import build_owner_report, build_release_report, render_html
 

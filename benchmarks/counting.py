@@ -46,7 +46,7 @@ from benchmarks._child import read_memory_kib, reset_peak_rss
 from benchmarks.sections import replace_section
 
 HEADING = "## Counting marginals at 10 M rows"
-CACHE_CELLS = 200_000  # engine.mechanisms.aim.ANSWER_CACHE_CELLS
+CACHE_CELLS = 200_000  # engine.mechanisms.aim.mechanism.ANSWER_CACHE_CELLS
 FLAT_CACHE_MIB = 512  # engine.marginals.FLAT_CACHE_BYTES
 
 
@@ -81,7 +81,7 @@ def count_before(data: Any, attrs: tuple[str, ...]) -> npt.NDArray[np.int64]:
 
 
 def candidates(domain: Any, degree: int) -> list[tuple[str, ...]]:
-    from engine.mechanisms.aim import workload_closure
+    from engine.mechanisms.aim.mechanism import workload_closure
 
     return list(workload_closure(domain, degree))
 
@@ -240,7 +240,7 @@ def section(results: list[dict[str, Any]], degree: int, rendered: bool = False) 
             "of load, fit, sampling and write; peak RSS of the run (reset after writing the "
             "CSV). Before: the same phase run from an export of the previous commit, at the "
             "same time as the after run below it. The interim row is this branch before "
-            "engine/mechanisms/compression.py handed its re-coded table to ``Dataset`` "
+            "engine/models/compression.py handed its re-coded table to ``Dataset`` "
             "read-only (``Dataset`` copies a writable array: one more int64 copy of the "
             "table). The issue's service-level targets at 10 M rows are mst ≤ 60 s and "
             "aim ≤ 5 min with a peak ≤ 4 GB (the service is measured elsewhere); here the "

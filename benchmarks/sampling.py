@@ -34,8 +34,8 @@ from engine.accounting import rho_from_epsilon_delta
 from engine.columns import BooleanColumn, CategoricalColumn, Column, NumericColumn
 from engine.domain import Dataset, Domain
 from engine.encoding import TableSchema
-from engine.mechanisms.models import GraphicalModelKind
-from engine.mechanisms.mst import MSTMechanism, MSTParams
+from engine.mechanisms.mst.mechanism import MSTMechanism, MSTParams
+from engine.models.kinds import GraphicalModelKind
 
 T = TypeVar("T")
 

@@ -67,10 +67,10 @@ from engine.evaluation import mean_tvd
 from engine.files import atomic_path
 from engine.mechanisms import MECHANISMS, Mechanism, get_mechanism
 from engine.mechanisms.base import resolve_rows
+from engine.models.fitted import ModelError
 from engine.prefetch import Prefetched
 from engine.raw_values import raw_values, value_columns
 from engine.release.from_result import record_from_result
-from engine.release.model import ModelError
 from engine.release.model_file import load_model_file, write_model_file
 from engine.release.record import RecordError, ReleaseRecord
 from engine.reports import build_owner_report, build_release_report, render_html

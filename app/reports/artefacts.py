@@ -43,8 +43,8 @@ from app.reports.names import (
 )
 from app.storage import Storage, job_attempt_prefix
 from engine.encoding import TableSchema
+from engine.models.fitted import FittedModel
 from engine.raw_values import value_columns
-from engine.release.model import FittedModel
 from engine.release.model_file import model_file_bytes
 from engine.release.record import ReleaseRecord
 from engine.release.tables import TooLarge, measurements_arrow, measurements_json

@@ -29,7 +29,7 @@ from engine.accounting import gaussian_rho
 from engine.domain import Dataset, Domain
 from engine.marginals import Measurement
 from engine.mechanisms.preview import NoisePreview
-from engine.release.model import FittedModel
+from engine.models.fitted import FittedModel
 
 IntArray = npt.NDArray[np.int64]
 
@@ -591,7 +591,7 @@ class Mechanism(abc.ABC):
     description: ClassVar[str]
     Params: ClassVar[type[BaseModel]]
     resamplable: ClassVar[bool] = False
-    """Whether a run returns a re-samplable :class:`~engine.release.model.FittedModel` in
+    """Whether a run returns a re-samplable :class:`~engine.models.fitted.FittedModel` in
     ``SynthesisResult.model`` (checked by :meth:`run`); see docs/methods.md."""
     counting_cache_bytes: ClassVar[int] = 0
     """The most a run keeps of per-row counting indices between rounds (its

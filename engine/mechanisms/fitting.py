@@ -10,9 +10,9 @@ import numpy.typing as npt
 
 from engine.estimation import GraphicalModel, NoisyMarginal, estimate
 from engine.mechanisms.base import ProgressReporter, resolve_rows
-from engine.mechanisms.compression import Compression
-from engine.mechanisms.models import GraphicalModelKind
-from engine.release.model import FittedModel
+from engine.models.compression import Compression
+from engine.models.fitted import FittedModel
+from engine.models.kinds import GraphicalModelKind
 
 
 def estimation_progress(

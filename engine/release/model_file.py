@@ -1,4 +1,4 @@
-"""The saved-model file: a :class:`~engine.release.model.FittedModel` with the table schema it
+"""The saved-model file: a :class:`~engine.models.fitted.FittedModel` with the table schema it
 decodes to, so ``rhosynth sample`` needs nothing else.
 
 An ``.npz`` archive (``allow_pickle=False`` on load) of three byte arrays: a JSON header with the
@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from engine.encoding import SchemaError, TableSchema
 from engine.files import atomic_path
-from engine.release.model import FittedModel, ModelError
+from engine.models.fitted import FittedModel, ModelError
 
 MODEL_FILE_VERSION = 1
 _HEADER, _MODEL, _SCHEMA = "header", "model", "schema"

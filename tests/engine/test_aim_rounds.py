@@ -12,7 +12,7 @@ import pytest
 
 from engine.domain import Domain
 from engine.mechanisms import get_mechanism
-from engine.mechanisms.aim import AIMParams, anneal_min_rounds
+from engine.mechanisms.aim.mechanism import AIMParams, anneal_min_rounds
 from engine.mechanisms.base import SynthesisResult
 from tests.engine.estimation.support import correlated_dataset
 

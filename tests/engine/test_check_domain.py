@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from engine.domain import Dataset, Domain
 from engine.mechanisms import DomainRefused, get_mechanism
-from engine.mechanisms.independent import IndependentMechanism
+from engine.mechanisms.independent.mechanism import IndependentMechanism
 
 
 class _Refusing(IndependentMechanism):

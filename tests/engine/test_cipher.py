@@ -23,8 +23,8 @@ from engine.domain import Dataset, Domain
 from engine.evaluation import marginal_tvd
 from engine.marginals import count_marginal
 from engine.mechanisms import MECHANISMS, DomainRefused, SynthesisCancelled, get_mechanism
-from engine.mechanisms import cipher as cipher_module
-from engine.mechanisms.cipher import (
+from engine.mechanisms.cipher import mechanism as cipher_module
+from engine.mechanisms.cipher.mechanism import (
     DEFAULT_MAX_CELLS,
     CIPHERMechanism,
     CIPHERParams,

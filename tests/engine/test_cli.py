@@ -489,7 +489,7 @@ def test_missing_data_and_bad_outputs_are_refused(tmp_path: Path) -> None:
 def test_a_failing_mechanism_is_a_one_line_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from engine.mechanisms.independent import IndependentMechanism
+    from engine.mechanisms.independent.mechanism import IndependentMechanism
 
     def explode(*_args: object, **_kwargs: object) -> None:
         raise MemoryError("the model does not fit")

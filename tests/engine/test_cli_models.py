@@ -17,7 +17,7 @@ from app.cli import ENGINE_COMMANDS, main
 from engine.cli import load_table, sample
 from engine.encoding import TableSchema
 from engine.mechanisms import MECHANISMS
-from engine.release.model import ModelError
+from engine.models.fitted import ModelError
 from engine.release.model_file import read_model_file
 
 SCHEMA = {

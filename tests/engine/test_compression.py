@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.domain import Domain
-from engine.mechanisms.compression import Compression
+from engine.models.compression import Compression
 
 
 def test_supports_and_domain() -> None:

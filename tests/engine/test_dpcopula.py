@@ -21,7 +21,7 @@ from scipy import stats
 from engine.domain import Dataset, Domain
 from engine.evaluation import marginal_tvd
 from engine.mechanisms import MECHANISMS, SynthesisCancelled, get_mechanism
-from engine.mechanisms.copula import (
+from engine.mechanisms.dpcopula.copula import (
     allocate_rows,
     association_order,
     block_correlation_grid_sums,
@@ -40,7 +40,7 @@ from engine.mechanisms.copula import (
     subsample_rows,
     tie_scales,
 )
-from engine.mechanisms.dpcopula import (
+from engine.mechanisms.dpcopula.mechanism import (
     DPCopulaMechanism,
     DPCopulaParams,
     kendall_sample_size,
@@ -599,7 +599,7 @@ def test_the_noise_source_not_rng_drives_the_private_randomness(
         captured.append(np.asarray(correlation).ravel().tolist())
         return original(correlation, margins, rows, rng)
 
-    monkeypatch.setattr("engine.mechanisms.copula.sample_copula", spy)
+    monkeypatch.setattr("engine.mechanisms.dpcopula.copula.sample_copula", spy)
     data = gaussian_data(3000, 9, size=15)
     for params in (
         {"kendall_max_rows": 200, "hybrid": False},

@@ -17,7 +17,7 @@ from engine.domain import Dataset, Domain
 from engine.marginals import Measurement, count_marginal, measure_marginal
 from engine.mechanisms import MECHANISMS, SynthesisCancelled, SynthesisResult, get_mechanism
 from engine.mechanisms.base import GaussianCharge, Mechanism, ProgressReporter
-from engine.mechanisms.independent import (
+from engine.mechanisms.independent.mechanism import (
     IndependentMechanism,
     IndependentParams,
     estimate_total,

@@ -16,7 +16,7 @@ from engine.domain import Dataset, Domain
 from engine.estimation import estimate
 from engine.evaluation import marginal_tvd
 from engine.mechanisms import SynthesisCancelled, get_mechanism
-from engine.mechanisms.aim import AIMMechanism, AIMParams, workload_candidates
+from engine.mechanisms.aim.mechanism import AIMMechanism, AIMParams, workload_candidates
 from tests.engine.estimation.support import correlated_dataset
 from tests.engine.support import correlated
 

@@ -1,7 +1,7 @@
 """Algorithm 4 compiled (issue 15 §3): the same partitions as the numpy implementation it
 replaced, and the same PPSyn runs.
 
-``reference_split_partition`` below is the implementation that engine/mechanisms/partition.py
+``reference_split_partition`` below is the implementation that engine/mechanisms/ppsyn/partition.py
 had before the change (numpy calls per box), kept here only as the reference. Both sum in a
 different order, so a cut whose squared error ties *exactly* in exact arithmetic (a box whose
 slabs are mirror images) may be broken differently by rounding; random real-valued counts (the
@@ -22,10 +22,10 @@ import numpy.typing as npt
 import pandas as pd
 import pytest
 
-import engine.mechanisms.partition as partition_module
+import engine.mechanisms.ppsyn.partition as partition_module
 from engine.domain import Dataset, Domain
 from engine.mechanisms import get_mechanism
-from engine.mechanisms.partition import (
+from engine.mechanisms.ppsyn.partition import (
     SPLIT_NOISE,
     SPLIT_PAPER,
     NoiseRule,

@@ -20,8 +20,14 @@ from engine.estimation import NoisyMarginal, estimate
 from engine.evaluation import marginal_tvd
 from engine.marginals import count_marginal, measure_marginal
 from engine.mechanisms import MECHANISMS, SynthesisCancelled, get_mechanism
-from engine.mechanisms.aim import AIMMechanism, workload_closure
-from engine.mechanisms.partition import (
+from engine.mechanisms.aim.mechanism import AIMMechanism, workload_closure
+from engine.mechanisms.ppsyn.mechanism import (
+    PPSynParams,
+    candidate_partition,
+    partition_contribution,
+    round_partitions,
+)
+from engine.mechanisms.ppsyn.partition import (
     NoiseRule,
     PaperRule,
     Partition,
@@ -30,12 +36,6 @@ from engine.mechanisms.partition import (
     partition_counts,
     reconstruction_error,
     split_partition,
-)
-from engine.mechanisms.ppsyn import (
-    PPSynParams,
-    candidate_partition,
-    partition_contribution,
-    round_partitions,
 )
 from tests.engine.support import correlated
 

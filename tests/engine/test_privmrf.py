@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from engine.domain import Dataset, Domain
 from engine.evaluation import marginal_tvd
 from engine.mechanisms import SynthesisCancelled
-from engine.mechanisms.privmrf import PrivMRFMechanism, PrivMRFParams
-from engine.mechanisms.privmrf_parts import (
+from engine.mechanisms.privmrf.mechanism import PrivMRFMechanism, PrivMRFParams
+from engine.mechanisms.privmrf.parts import (
     all_pairs,
     attribute_graph,
     candidate_marginals,

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from engine.domain import Dataset, Domain
 from engine.evaluation import marginal_tvd
 from engine.mechanisms import SynthesisCancelled, get_mechanism
-from engine.mechanisms.privsyn_parts import (
+from engine.mechanisms.privsyn.parts import (
     GUMSettings,
     NoisyTable,
     Target,

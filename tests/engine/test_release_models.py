@@ -1,5 +1,5 @@
 """Every run's release record and re-samplable model (engine.release.from_result,
-engine.release.model, engine.mechanisms.models).
+engine.models.fitted, engine.models.kinds).
 
 Runs use a seeded ``noise_source`` and seeded ``rng``s, so every assertion here is deterministic;
 the statistical bounds below are chosen so that they would fail with negligible probability for a
@@ -22,8 +22,8 @@ import pytest
 from engine.domain import Dataset, Domain
 from engine.marginals import Measurement
 from engine.mechanisms import MECHANISMS, SynthesisResult
+from engine.models.fitted import FittedModel, ModelError
 from engine.release.from_result import record_from_result
-from engine.release.model import FittedModel, ModelError
 from engine.release.record import RecordError, ReleaseRecord
 
 RHO = Fraction(1, 2)
@@ -351,7 +351,7 @@ def test_run_refuses_a_compressed_measurement_without_its_axis_map(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A mechanism that measured merged codes but did not say so is caught by ``run``."""
-    import engine.mechanisms.mst as mst
+    import engine.mechanisms.mst.mechanism as mst
 
     monkeypatch.setattr(mst, "measured_axis_maps", lambda *_args: None)
     rng = np.random.default_rng(5)

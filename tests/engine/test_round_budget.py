@@ -1,4 +1,4 @@
-"""AIM's round budget (engine.mechanisms.round_budget): exact totals, and the anneal guard keeps
+"""AIM's round budget (engine.mechanisms.aim.round_budget): exact totals, and the anneal guard keeps
 at least k rounds after every anneal, for any sequence of anneal decisions."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.mechanisms.round_budget import RoundBudget, RoundCharge
+from engine.mechanisms.aim.round_budget import RoundBudget, RoundCharge
 
 
 def _run(budget: RoundBudget, wants: list[bool]) -> tuple[list[RoundCharge], list[int]]:

@@ -29,7 +29,7 @@ from engine.marginals import (
     count_marginal,
     measure_marginal,
 )
-from engine.mechanisms.aim import check_one_way_model
+from engine.mechanisms.aim.mechanism import check_one_way_model
 from engine.mechanisms.base import (
     GRAPHICAL_OUTPUT,
     GaussianCharge,
@@ -42,15 +42,10 @@ from engine.mechanisms.base import (
     marginal_cells,
     resource_estimate,
 )
-from engine.mechanisms.compression import (
-    Compression,
-    compress_after_one_ways,
-    measured_axis_maps,
-)
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
-from engine.mechanisms.partition import NOISE_L1
+from engine.mechanisms.ppsyn.partition import NOISE_L1
 from engine.mechanisms.preview import NoisePreview, one_way_previews
-from engine.mechanisms.privmrf_parts import (
+from engine.mechanisms.privmrf.parts import (
     R_SCORE_SENSITIVITY,
     SELECTION_SENSITIVITY,
     Clique,
@@ -66,6 +61,11 @@ from engine.mechanisms.privmrf_parts import (
     useful_cells,
 )
 from engine.mechanisms.splits import one_way_parts, size_weight
+from engine.models.compression import (
+    Compression,
+    compress_after_one_ways,
+    measured_axis_maps,
+)
 from engine.noise import SecureRandom, discrete_gaussian_noise
 
 ANSWER_CACHE_CELLS = 200_000

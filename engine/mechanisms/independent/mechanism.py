@@ -19,9 +19,9 @@ from engine.mechanisms.base import (
     SynthesisResult,
     resolve_rows,
 )
-from engine.mechanisms.models import IndependentModel
 from engine.mechanisms.preview import NoisePreview, one_way_previews
-from engine.release.model import FittedModel
+from engine.models.fitted import FittedModel
+from engine.models.kinds import IndependentModel
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -28,13 +28,13 @@ from engine.mechanisms.base import (
     resolve_rows,
     resource_estimate,
 )
-from engine.mechanisms.compression import compress_after_one_ways, measured_axis_maps
 from engine.mechanisms.fitting import (
     estimation_progress,
     graphical_extra,
     graphical_fitted_model,
 )
 from engine.mechanisms.preview import NoisePreview, one_way_previews
+from engine.models.compression import compress_after_one_ways, measured_axis_maps
 from engine.selection import epsilon_for_rho, exponential_mechanism
 
 

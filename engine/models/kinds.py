@@ -1,4 +1,4 @@
-"""The kinds of fitted model the mechanisms leave behind (see :mod:`engine.release.model`).
+"""The kinds of fitted model the mechanisms leave behind (see :mod:`engine.models.fitted`).
 
 * ``"independent"``: one probability vector per attribute (the independent method).
 * ``"graphical"``: a graphical model's log-potentials on its junction tree's maximal cliques, over
@@ -12,7 +12,7 @@
   compression; sampling re-runs GUM.
 
 Every array here is a post-processing of noisy measurements or public information: sampling and
-marginals from these models cost no privacy budget (module docstring of engine.release.model).
+marginals from these models cost no privacy budget (module docstring of engine.models.fitted).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import numpy.typing as npt
 from engine.domain import CodeArray, Domain
 from engine.estimation import GraphicalModel
 from engine.estimation.synthesis import round_counts
-from engine.mechanisms.compression import Compression
-from engine.release.model import (
+from engine.models.compression import Compression
+from engine.models.fitted import (
     FloatArray,
     IntArray,
     ModelError,
@@ -475,7 +475,7 @@ class CopulaModel:
                 raise ModelError("a margin does not match its column's size")
 
     def sample(self, domain: Domain, rows: int, rng: np.random.Generator) -> IntArray:
-        from engine.mechanisms.copula import allocate_rows, sample_copula
+        from engine.mechanisms.dpcopula.copula import allocate_rows, sample_copula
 
         self._check(domain)
         n_partitions = self.partition_totals.size
@@ -611,7 +611,7 @@ class GUMModel:
     settings: Mapping[str, Any]
 
     def __post_init__(self) -> None:
-        from engine.mechanisms.privsyn_parts import GUMSettings
+        from engine.mechanisms.privsyn.parts import GUMSettings
 
         if not isinstance(self.compression, Compression):
             raise ModelError("compression must be a Compression")
@@ -669,7 +669,7 @@ class GUMModel:
         self, rows: int, rng: np.random.Generator, callback: Callable[[float], None] | None = None
     ) -> CodeArray:
         """:meth:`sample` with GUM's progress ``callback`` (fraction done), as the run uses it."""
-        from engine.mechanisms.privsyn_parts import Target, synthesize_records
+        from engine.mechanisms.privsyn.parts import Target, synthesize_records
 
         targets = [Target(a, t) for a, t in self.targets]
         small = synthesize_records(

@@ -24,7 +24,7 @@ from engine.marginals import (
     Measurement,
     measure_marginal,
 )
-from engine.mechanisms.aim import (
+from engine.mechanisms.aim.mechanism import (
     ADAPTIVE_MILESTONES,
     ANSWER_CACHE_CELLS,
     BYTES_PER_CELL,
@@ -48,11 +48,11 @@ from engine.mechanisms.base import (
     marginal_cells,
     resource_estimate,
 )
-from engine.mechanisms.compression import compress_after_one_ways, measured_axis_maps
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
-from engine.mechanisms.partition import NOISE_L1, NoiseRule, Partition, partition_counts
+from engine.mechanisms.ppsyn.partition import NOISE_L1, NoiseRule, Partition, partition_counts
 from engine.mechanisms.preview import NoisePreview, one_way_previews
 from engine.mechanisms.splits import one_way_parts, size_weight
+from engine.models.compression import compress_after_one_ways, measured_axis_maps
 from engine.noise import SecureRandom, discrete_gaussian_noise
 from engine.selection import epsilon_for_rho, exponential_mechanism
 

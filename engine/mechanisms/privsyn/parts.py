@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.estimation.synthesis import round_counts
-from engine.mechanisms.independent import project_to_simplex
+from engine.mechanisms.independent.mechanism import project_to_simplex
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

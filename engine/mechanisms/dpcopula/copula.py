@@ -22,7 +22,7 @@ import numpy.typing as npt
 from scipy import special
 
 from engine.domain import Domain
-from engine.mechanisms.independent import project_to_simplex as _simplex
+from engine.mechanisms.independent.mechanism import project_to_simplex as _simplex
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

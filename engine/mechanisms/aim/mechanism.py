@@ -19,6 +19,7 @@ from engine.domain import Dataset, Domain
 from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate, model_size
 from engine.estimation.growth import TreeGrowth
 from engine.marginals import FLAT_CACHE_BYTES, MarginalCache, Measurement, measure_marginal
+from engine.mechanisms.aim.round_budget import RoundBudget
 from engine.mechanisms.base import (
     GRAPHICAL_OUTPUT,
     DomainRefused,
@@ -32,10 +33,9 @@ from engine.mechanisms.base import (
     resource_estimate,
     widest_columns,
 )
-from engine.mechanisms.compression import compress_after_one_ways, measured_axis_maps
 from engine.mechanisms.fitting import estimation_progress, fit_and_sample
 from engine.mechanisms.preview import NoisePreview, one_way_previews
-from engine.mechanisms.round_budget import RoundBudget
+from engine.models.compression import compress_after_one_ways, measured_axis_maps
 from engine.noise import SecureRandom
 from engine.selection import epsilon_for_rho, exponential_mechanism
 
@@ -304,7 +304,7 @@ class AIMMechanism(Mechanism):
     measurement, both ×4 after each annealing step (σ halved, ε doubled). When what is left would
     not cover two more rounds, the last round takes exactly the remainder (s for selection,
     1 − s for measurement). All amounts are exact fractions, so the charges sum to ρ exactly
-    (engine.mechanisms.round_budget holds this schedule).
+    (engine.mechanisms.aim.round_budget holds this schedule).
     The selection score of a candidate c with weight w_c is w_c·(‖x_c − x̂_c‖₁ − √(2/π)·σ·n_c):
     it changes by at most w_c when one row is added or removed, so the exponential mechanism uses
     the largest weight as its sensitivity. Model fitting, the annealing test (model versus
@@ -467,7 +467,7 @@ class AIMMechanism(Mechanism):
         progress(0.02, "estimate")
         model = estimate(domain, noisy, iterations=params.round_iterations, max_cells=max_cells)
 
-        # Budget state of the rounds, in exact fractions (engine.mechanisms.round_budget).
+        # Budget state of the rounds, in exact fractions (engine.mechanisms.aim.round_budget).
         budget = RoundBudget.start(
             total=rho,
             used=used,

@@ -38,10 +38,10 @@ from engine.mechanisms.base import (
     resolve_rows,
     resource_estimate,
 )
-from engine.mechanisms.independent import estimate_total
-from engine.mechanisms.models import JointModel
+from engine.mechanisms.independent.mechanism import estimate_total
 from engine.mechanisms.preview import NoisePreview, marginal_preview
-from engine.release.model import FittedModel
+from engine.models.fitted import FittedModel
+from engine.models.kinds import JointModel
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

@@ -29,7 +29,7 @@ from engine.mechanisms.base import (
     resolve_rows,
     resource_estimate,
 )
-from engine.mechanisms.copula import (
+from engine.mechanisms.dpcopula.copula import (
     FloatArray,
     IntArray,
     association_order,
@@ -45,12 +45,12 @@ from engine.mechanisms.copula import (
     subsample_rows,
     tie_scales,
 )
-from engine.mechanisms.independent import project_to_simplex
-from engine.mechanisms.models import CopulaModel
+from engine.mechanisms.independent.mechanism import project_to_simplex
 from engine.mechanisms.preview import NoisePreview, marginal_preview, one_way_previews
 from engine.mechanisms.splits import exact_weight, size_weight
+from engine.models.fitted import FittedModel
+from engine.models.kinds import CopulaModel
 from engine.noise import SecureRandom, discrete_gaussian_noise
-from engine.release.model import FittedModel
 
 _SAFETY_SDS = 3
 """n̂ = ⌊ñ − 3·sd(ñ)⌋: the public Kendall sample size sits three noise standard deviations below

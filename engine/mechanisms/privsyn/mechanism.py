@@ -34,10 +34,8 @@ from engine.mechanisms.base import (
     resolve_rows,
     resource_estimate,
 )
-from engine.mechanisms.compression import Compression, measured_axis_maps
-from engine.mechanisms.models import GUMModel
 from engine.mechanisms.preview import NoisePreview, one_way_previews
-from engine.mechanisms.privsyn_parts import (
+from engine.mechanisms.privsyn.parts import (
     INDIF_SENSITIVITY,
     FloatArray,
     GUMSettings,
@@ -54,8 +52,10 @@ from engine.mechanisms.privsyn_parts import (
     refine_coarse,
 )
 from engine.mechanisms.splits import one_way_parts, size_weight
+from engine.models.compression import Compression, measured_axis_maps
+from engine.models.fitted import FittedModel
+from engine.models.kinds import GUMModel
 from engine.noise import discrete_gaussian_noise
-from engine.release.model import FittedModel
 
 
 def first_budget_split(

@@ -13,7 +13,7 @@ read from the data after the charge, so storing it, showing it and sampling from
 
 Each method's model is a *kind* (``"independent"``, ``"graphical"``, ``"joint"``, ``"copula"``):
 a class implementing :class:`ModelKind`, registered with :func:`register_kind`. The kinds live
-beside their mechanisms (engine/mechanisms/models.py), which this module imports only when it
+beside their mechanisms (engine/models/kinds.py), which this module imports only when it
 loads a file.
 
 Serialised as an ``.npz`` archive with a JSON header and a version number; loading never unpickles
@@ -98,8 +98,9 @@ def register_kind(kind: type[ModelKind]) -> type[ModelKind]:
 
 
 def _kinds() -> Mapping[str, type[ModelKind]]:
-    # The kinds live beside their mechanisms; importing the package registers them all.
-    import engine.mechanisms  # noqa: F401
+    # The kinds live in engine.models.kinds, which registers them all when it is imported
+    # (engine/models/__init__.py imports it, after this module).
+    import engine.models.kinds  # noqa: F401
 
     return _KINDS
 
