@@ -29,6 +29,7 @@ from engine.domain import CodeArray, Domain
 from engine.estimation import GraphicalModel
 from engine.estimation.synthesis import round_counts
 from engine.models.compression import Compression
+from engine.models.copula import allocate_rows, sample_copula
 from engine.models.fitted import (
     FloatArray,
     IntArray,
@@ -37,6 +38,7 @@ from engine.models.fitted import (
     probabilities,
     register_kind,
 )
+from engine.models.gum import GUMSettings, Target, synthesize_records
 from engine.sampling import sample_categorical
 
 Synthesis = Literal["balanced", "round", "sample"]
@@ -475,7 +477,6 @@ class CopulaModel:
                 raise ModelError("a margin does not match its column's size")
 
     def sample(self, domain: Domain, rows: int, rng: np.random.Generator) -> IntArray:
-        from engine.mechanisms.dpcopula.copula import allocate_rows, sample_copula
 
         self._check(domain)
         n_partitions = self.partition_totals.size
@@ -611,7 +612,6 @@ class GUMModel:
     settings: Mapping[str, Any]
 
     def __post_init__(self) -> None:
-        from engine.mechanisms.privsyn.parts import GUMSettings
 
         if not isinstance(self.compression, Compression):
             raise ModelError("compression must be a Compression")
@@ -669,7 +669,6 @@ class GUMModel:
         self, rows: int, rng: np.random.Generator, callback: Callable[[float], None] | None = None
     ) -> CodeArray:
         """:meth:`sample` with GUM's progress ``callback`` (fraction done), as the run uses it."""
-        from engine.mechanisms.privsyn.parts import Target, synthesize_records
 
         targets = [Target(a, t) for a, t in self.targets]
         small = synthesize_records(

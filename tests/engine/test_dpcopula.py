@@ -22,10 +22,8 @@ from engine.domain import Dataset, Domain
 from engine.evaluation import marginal_tvd
 from engine.mechanisms import MECHANISMS, SynthesisCancelled, get_mechanism
 from engine.mechanisms.dpcopula.copula import (
-    allocate_rows,
     association_order,
     block_correlation_grid_sums,
-    inverse_cdf,
     kendall_numerators,
     kendall_numerators_by_sorting,
     kendall_to_correlation,
@@ -34,7 +32,6 @@ from engine.mechanisms.dpcopula.copula import (
     partition_keys,
     partition_margins,
     repair_correlation,
-    sample_copula,
     secure_order_keys,
     secure_uniform_integers,
     subsample_rows,
@@ -46,6 +43,7 @@ from engine.mechanisms.dpcopula.mechanism import (
     kendall_sample_size,
     margin_noise,
 )
+from engine.models.copula import allocate_rows, inverse_cdf, sample_copula
 
 MECHANISM = get_mechanism("dpcopula")
 
@@ -599,7 +597,7 @@ def test_the_noise_source_not_rng_drives_the_private_randomness(
         captured.append(np.asarray(correlation).ravel().tolist())
         return original(correlation, margins, rows, rng)
 
-    monkeypatch.setattr("engine.mechanisms.dpcopula.copula.sample_copula", spy)
+    monkeypatch.setattr("engine.models.kinds.sample_copula", spy)
     data = gaussian_data(3000, 9, size=15)
     for params in (
         {"kendall_max_rows": 200, "hybrid": False},

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.domain import Dataset, Domain
+from engine.estimation.simplex import project_to_simplex
 from engine.marginals import Measurement, count_marginal, measure_marginal
 from engine.mechanisms import MECHANISMS, SynthesisCancelled, SynthesisResult, get_mechanism
 from engine.mechanisms.base import GaussianCharge, Mechanism, ProgressReporter
@@ -21,7 +22,6 @@ from engine.mechanisms.independent.mechanism import (
     IndependentMechanism,
     IndependentParams,
     estimate_total,
-    project_to_simplex,
 )
 
 MakeDataset = Callable[[Domain, int, int], Dataset]

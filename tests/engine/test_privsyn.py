@@ -18,9 +18,7 @@ from engine.domain import Dataset, Domain
 from engine.evaluation import marginal_tvd
 from engine.mechanisms import SynthesisCancelled, get_mechanism
 from engine.mechanisms.privsyn.parts import (
-    GUMSettings,
     NoisyTable,
-    Target,
     c23_weights,
     coarse_shape,
     coarsen,
@@ -28,14 +26,12 @@ from engine.mechanisms.privsyn.parts import (
     connect_isolated,
     frequency_groups,
     greedy_select,
-    indif,
     indif_floor,
     make_consistent,
     noise_error,
     refine_coarse,
-    run_gum,
-    synthesize_records,
 )
+from engine.models.gum import GUMSettings, Target, indif, run_gum, synthesize_records
 
 FAST = {"iterations": 10, "consistency_rounds": 50}
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.accounting import split_rho
 from engine.domain import Dataset, Domain
+from engine.estimation.simplex import project_to_simplex
 from engine.marginals import Measurement, measure_marginal
 from engine.mechanisms.base import (
     GaussianCharge,
@@ -45,7 +46,6 @@ from engine.mechanisms.dpcopula.copula import (
     subsample_rows,
     tie_scales,
 )
-from engine.mechanisms.independent.mechanism import project_to_simplex
 from engine.mechanisms.preview import NoisePreview, marginal_preview, one_way_previews
 from engine.mechanisms.splits import exact_weight, size_weight
 from engine.models.fitted import FittedModel

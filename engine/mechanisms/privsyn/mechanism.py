@@ -38,7 +38,6 @@ from engine.mechanisms.preview import NoisePreview, one_way_previews
 from engine.mechanisms.privsyn.parts import (
     INDIF_SENSITIVITY,
     FloatArray,
-    GUMSettings,
     IntArray,
     NoisyTable,
     coarse_shape,
@@ -54,6 +53,7 @@ from engine.mechanisms.privsyn.parts import (
 from engine.mechanisms.splits import one_way_parts, size_weight
 from engine.models.compression import Compression, measured_axis_maps
 from engine.models.fitted import FittedModel
+from engine.models.gum import GUMSettings
 from engine.models.kinds import GUMModel
 from engine.noise import discrete_gaussian_noise
 
