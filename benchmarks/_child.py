@@ -75,7 +75,7 @@ def load_dataset(csv_path: str, domain_path: str) -> tuple[Any, Any]:
     import pandas as pd
 
     from engine.domain import Dataset
-    from engine.encoding import TableSchema
+    from engine.tables.encoding import TableSchema
 
     schema = TableSchema.from_json(json.loads(Path(domain_path).read_text()))
     names = list(schema.names)
@@ -205,8 +205,8 @@ def profile(spec: dict[str, Any]) -> dict[str, Any]:
 
     from app.datasets.ingest import IngestLimits, ingest_table, read_encoded_table
     from engine.domain import Dataset
-    from engine.encoding import TableSchema
     from engine.mechanisms import get_mechanism
+    from engine.tables.encoding import TableSchema
 
     schema = TableSchema.from_json(json.loads(Path(spec["domain"]).read_text()))
     workdir = Path(spec["workdir"])

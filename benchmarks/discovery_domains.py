@@ -45,8 +45,8 @@ from engine.columns.categorical import CategoricalColumn
 from engine.columns.numeric import NumericColumn
 from engine.columns.temporal import DateColumn, DatetimeColumn
 from engine.discovery.plan import DEFAULT_DISCOVERY_SHARE
-from engine.encoding import SchemaSpec, TableSchema
 from engine.schema_draft import draft_schema
+from engine.tables.encoding import SchemaSpec, TableSchema
 
 HEADING = "## Discovery: learned domains on the raw tables"
 SPLIT_HEADING = "## Discovery budget split"

@@ -47,7 +47,7 @@ class Result:
 @contextmanager
 def _independent_draws() -> Any:
     """Decoding without the copula: every column draws inside its bins on its own."""
-    from engine.encoding import TableSchema
+    from engine.tables.encoding import TableSchema
 
     original = TableSchema.coupling
     TableSchema.coupling = lambda self, codes: None  # type: ignore[method-assign]
@@ -85,7 +85,7 @@ def pearson_diff(real: pd.DataFrame, synth: pd.DataFrame, kinds: Sequence[rf.Col
 
 
 def run_table(path: Path, method: str, epsilon: float, seed: int) -> list[Result]:
-    from engine.synthetic_output import write_synthetic
+    from engine.tables.synthetic_output import write_synthetic
 
     table = path.stem
     schema, codes = synthetic_codes(path, method, epsilon, seed)

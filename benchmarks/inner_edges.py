@@ -49,7 +49,7 @@ def run_once(
 ) -> Result:
     """One draft → discovery → method → decode with ``UNIFORM_SHARE = share``, scored."""
     import engine.discovery.learned as learned
-    from engine.synthetic_output import write_synthetic
+    from engine.tables.synthetic_output import write_synthetic
 
     kept = learned.UNIFORM_SHARE
     learned.UNIFORM_SHARE = share

@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 from app.datasets.ingest import IngestLimits, ingest_table
 from benchmarks.sections import replace_section
 from engine.cli import load_table
-from engine.encoding import TableSchema
+from engine.tables.encoding import TableSchema
 
 HEADING = "## Loading 2 M rows"
 NUMERIC = ("age", "fnlwgt", "capital-gain", "capital-loss", "hours-per-week")
@@ -243,8 +243,8 @@ def section(
         "for Parquet), which only parse and check nothing; CPU: this process's CPU time, all "
         "threads (pyarrow's readers use both cores). Before: main at aecea9b (each Parquet "
         "batch decoded, then encoded, in turn); after: a Parquet file's next batch decoded "
-        "on a thread while one is encoded (engine/prefetch.py), a faster page check, nullable "
-        "numbers binned from Arrow's own null filling, and a CSV upload's separator scan "
+        "on a thread while one is encoded (engine/tables/prefetch.py), a faster page check, "
+        "nullable numbers binned from Arrow's own null filling, and a CSV upload's separator scan "
         "halved. ``load_table`` is measured as ``rhosynth synthesize`` calls it (codes in "
         "their narrowest type) and as int64 (``load_table int64``, as ``evaluate`` and "
         "``report`` call it); the before runs used this benchmark file too.",
@@ -312,7 +312,7 @@ NOTES = [
     "",
     "What changed (aecea9b → this). Parquet: a batch was decoded (pyarrow, both cores) and "
     "then encoded (NumPy, one core), in turn. Now the next batch is decoded on a thread "
-    "while one is encoded (engine/prefetch.py): a strict handoff, where the thread starts "
+    "while one is encoded (engine/tables/prefetch.py): a strict handoff, where the thread starts "
     "on a batch only once the caller has taken the previous one and the caller lets go of "
     "each batch before asking for the next, so at most two batches exist and each is sized "
     "for half the batch budget (adult's batches 43,000 rows instead of 87,000; full-size "
@@ -336,7 +336,7 @@ NOTES = [
     "",
     "What changed before this (dbc15d3 → aecea9b), for CSV: pyarrow's streaming reader "
     "parses on one thread, its table "
-    "reader on all cores but over the whole file. engine/csv_blocks.py reads the file in "
+    "reader on all cores but over the whole file. engine/tables/csv_blocks.py reads the file in "
     "4 MiB reads cut after the last line feed and gives each block of whole rows to "
     "``read_csv`` on a pool of two threads (pyarrow releases the GIL while it parses), at "
     "most three blocks ahead of the encoder, and yields the batches in the file's order. A "
@@ -354,7 +354,7 @@ NOTES = [
     "page faults (13,000 for adult ×40's upload) were most of the encoding's time. The "
     "upload now copies each batch's codes into stored-batch buffers allocated once and "
     "reused after each write, load_table into 32 MiB slabs, both from Arrow's pool, which "
-    "keeps freed memory for the next table (engine/buffers.py); integer categories are "
+    "keeps freed memory for the next table (engine/tables/buffers.py); integer categories are "
     "looked up into one-byte codes (int8, a refusal being negative) instead of eight. On "
     "adult ×40 in one process: the typed Parquet upload 0.19 → 0.14–0.15 s (faults 13,000 "
     "→ under 4,500), load_table 0.16 → 0.14 s (6,700 → 800).",
@@ -396,7 +396,7 @@ NOTES = [
     "cast, which the text path used after the read) and reads categorical, date and "
     "datetime columns as dictionaries when the file's first 64 KiB show their texts repeat "
     "(at most one distinct text for two rows), so each distinct text of a block is parsed "
-    "or looked up once (engine/typed_csv.py; a column of distinct timestamps read as a "
+    "or looked up once (engine/tables/typed_csv.py; a column of distinct timestamps read as a "
     "dictionary cost 35 % more than as text). That is exact for the cells the reader "
     "accepts: a number "
     "with spaces or tabs around it, or a missing-value spelling written exactly (null). Any "
@@ -406,7 +406,7 @@ NOTES = [
     "comma or line break (counted as the reader reads the file: a converted number has no "
     "length left to check) sends the whole file through the text path again, so codes and "
     "refusal messages are the text path's; a refused file may be read twice. "
-    "tests/engine/test_typed_csv.py compares the two paths cell by cell (some 100 cells × "
+    "tests/engine/tables/test_typed_csv.py compares the two paths cell by cell (some 100 cells × "
     "4 kinds of numeric column × 3 spelling lists) and over 2 KiB blocks. On flights the "
     "reader now takes about 0.7 s of load_table's 0.9 s of CPU (converting a number costs "
     "pyarrow more than copying its text: 0.12 s more for the 13 numeric columns, and the "

@@ -5,7 +5,7 @@ Systems (``--systems``): ``rhosynth-mst``, ``rhosynth-aim`` (the upload's code p
 benchmarks/raw_tables.py drives it: ``rhosynth schema draft`` accepted as is, then
 :func:`app.datasets.discovery.discover_and_resolve`, :func:`app.datasets.ingest.ingest_table`,
 the method with default parameters, and the download's decoding,
-:func:`engine.synthetic_output.write_synthetic`); ``smartnoise-mst``, ``smartnoise-aim``,
+:func:`engine.tables.synthetic_output.write_synthetic`); ``smartnoise-mst``, ``smartnoise-aim``,
 ``dpmm-mst``, ``dpmm-aim`` (benchmarks/peers/run_smartnoise.py and run_dpmm.py, each with the
 peer's own virtualenv, ``--peers``; see ../shared/bench/peers/README.md). Every run is a child
 process, stopped at ``--time-limit`` minutes (its process group is killed and the run reported as
@@ -560,7 +560,7 @@ def discovered(path: Path, draft: Any, epsilon: float) -> Discovered:
     from app.datasets.discovery import discover_and_resolve
     from app.datasets.ingest import IngestLimits, ingest_table, read_encoded_table
     from engine.accounting import rho_from_epsilon_delta
-    from engine.encoding import SchemaSpec
+    from engine.tables.encoding import SchemaSpec
 
     limits = IngestLimits(max_columns=1000, max_rows=100_000_000, max_cell_bytes=1024)
     total = rho_from_epsilon_delta(Decimal(str(epsilon)), METHOD_DELTA)
@@ -594,7 +594,7 @@ def rhosynth_child(spec: dict[str, Any]) -> None:
     from engine.domain import Dataset
     from engine.mechanisms import MECHANISMS
     from engine.schema_draft import draft_schema
-    from engine.synthetic_output import write_synthetic
+    from engine.tables.synthetic_output import write_synthetic
 
     path, out, meta_path = Path(spec["data"]), Path(spec["out"]), Path(spec["meta"])
     epsilon, seed, method = float(spec["epsilon"]), int(spec["seed"]), str(spec["method"])

@@ -39,10 +39,10 @@ from benchmarks.sections import git_commit
 from engine.accounting import rho_from_epsilon_delta
 from engine.cli import parse_params
 from engine.domain import Dataset
-from engine.encoding import SchemaSpec
 from engine.evaluation import mean_tvd
 from engine.mechanisms import MECHANISMS
 from engine.schema_draft import draft_schema
+from engine.tables.encoding import SchemaSpec
 
 BEGIN = "<!-- raw:begin (benchmarks/raw_tables.py) -->"
 END = "<!-- raw:end -->"

@@ -34,13 +34,13 @@ from app.datasets.ingest import IngestLimits, ingest_table, read_encoded_table
 from benchmarks.sections import git_commit, markdown_table, replace_section
 from engine.accounting import rho_from_epsilon_delta
 from engine.domain import Dataset
-from engine.encoding import SchemaSpec
 from engine.mechanisms import MECHANISMS
-from engine.raw_values import value_columns
 from engine.reports.owner import build_owner_report
 from engine.reports.values import ValueSource
 from engine.schema_draft import draft_schema
-from engine.synthetic_output import write_synthetic
+from engine.tables.encoding import SchemaSpec
+from engine.tables.raw_values import value_columns
+from engine.tables.synthetic_output import write_synthetic
 
 HEADING = "## Raw values and the owner tier on values (issue 23 §4)"
 LIMITS = IngestLimits(max_columns=1_000, max_rows=100_000_000, max_cell_bytes=65_536)

@@ -33,9 +33,9 @@ import pandas as pd
 from engine.accounting import rho_from_epsilon_delta
 from engine.columns import BooleanColumn, CategoricalColumn, Column, NumericColumn
 from engine.domain import Dataset, Domain
-from engine.encoding import TableSchema
 from engine.mechanisms.mst.mechanism import MSTMechanism, MSTParams
 from engine.models.kinds import GraphicalModelKind
+from engine.tables.encoding import TableSchema
 
 T = TypeVar("T")
 
@@ -123,7 +123,7 @@ def _decode_and_write(
     codes: Any, schema: TableSchema, rng: np.random.Generator, out: Path, times: dict[str, float]
 ) -> dict[str, float]:
     if hasattr(schema, "decode_batches"):
-        from engine.synthetic_output import write_synthetic
+        from engine.tables.synthetic_output import write_synthetic
 
         timed(
             "decode + write (batched)",

@@ -48,11 +48,9 @@ import pyarrow.parquet as pq
 import pydantic
 
 from engine.accounting import RHO_QUANTUM, rho_from_epsilon_delta
-from engine.buffers import Slabs, pool_array
 from engine.columns.spec import DELTA_QUANTUM
 from engine.columns.spec import RHO_QUANTUM as RHO_GRID
 from engine.columns.spreadsheet import csv_header, csv_rows, unescape_cell, unescape_text
-from engine.csv_blocks import CsvBlocks
 from engine.discovery.plan import (
     Discovered,
     DiscoveryRefused,
@@ -62,20 +60,22 @@ from engine.discovery.plan import (
 )
 from engine.discovery.schema import discover, provisional, requests_for, resolve
 from engine.domain import CodeArray, Dataset, narrowest_unsigned
-from engine.encoding import SchemaError, SchemaSpec, TableSchema, encode_array
 from engine.evaluation import mean_tvd
-from engine.files import atomic_path
 from engine.mechanisms import MECHANISMS, Mechanism, get_mechanism
 from engine.mechanisms.base import resolve_rows
 from engine.models.fitted import ModelError
-from engine.prefetch import Prefetched
-from engine.raw_values import raw_values, value_columns
 from engine.release.from_result import record_from_result
 from engine.release.model_file import load_model_file, write_model_file
 from engine.release.record import RecordError, ReleaseRecord
 from engine.reports import build_owner_report, build_release_report, render_html
-from engine.synthetic_output import CSV_BATCH_ROWS, write_synthetic
-from engine.typed_csv import (
+from engine.tables.buffers import Slabs, pool_array
+from engine.tables.csv_blocks import CsvBlocks
+from engine.tables.encoding import SchemaError, SchemaSpec, TableSchema, encode_array
+from engine.tables.files import atomic_path
+from engine.tables.prefetch import Prefetched
+from engine.tables.raw_values import raw_values, value_columns
+from engine.tables.synthetic_output import CSV_BATCH_ROWS, write_synthetic
+from engine.tables.typed_csv import (
     TypedReadRefused,
     check_typed_batch,
     csv_types,
@@ -206,7 +206,7 @@ def _validated_params(mechanism: Mechanism, raw: Mapping[str, Any]) -> pydantic.
 
 
 def load_schema(path: Path) -> TableSchema:
-    """Parse a schema file (either form of engine.encoding); :class:`TableError` if it is bad
+    """Parse a schema file (either form of engine.tables.encoding); :class:`TableError` if it is bad
     or still has columns to discover (``synthesize`` discovers them, :func:`load_spec`)."""
     try:
         return load_spec(path).complete()
@@ -324,7 +324,7 @@ def _csv_batches(
     path: Path, schema: TableSchema, allow_extra: bool, *, typed: bool = False
 ) -> Generator[pa.RecordBatch]:
     """The stored columns of a CSV as text, in blocks; with ``typed``, converted where that is
-    exact (:mod:`engine.typed_csv`), raising :class:`TypedReadRefused` when it is not."""
+    exact (:mod:`engine.tables.typed_csv`), raising :class:`TypedReadRefused` when it is not."""
     header = _read_csv_header(path)
     _check_columns(header, schema, allow_extra)
     repetitive = repetitive_columns(path, header, dictionary_candidates(schema)) if typed else None
@@ -420,8 +420,8 @@ def _table_batches(
 ) -> Generator[pa.RecordBatch] | Prefetched[pa.RecordBatch]:
     """The file's rows in batches: Parquet when it starts with Parquet's magic bytes, else CSV
     (``typed``: see :func:`_csv_batches`). ``prefetch``: a Parquet file's next batch is decoded
-    on a thread while the caller encodes one (:class:`~engine.prefetch.Prefetched`; CSV blocks
-    are parsed on threads already); close what this returns to stop early."""
+    on a thread while the caller encodes one (:class:`~engine.tables.prefetch.Prefetched`; CSV
+    blocks are parsed on threads already); close what this returns to stop early."""
     try:
         with open(path, "rb") as handle:
             magic = handle.read(4)
@@ -440,7 +440,7 @@ def _table_batches(
 def load_numeric_values(path: Path, schema: TableSchema) -> pa.Table:
     """The raw values of a table's numeric, date and datetime columns as float64 (numbers as
     read, unclamped; dates in days and datetimes in seconds since 1970-01-01 UTC; missing or
-    unreadable cells as null: :mod:`engine.raw_values`), in the same rows and order as
+    unreadable cells as null: :mod:`engine.tables.raw_values`), in the same rows and order as
     :func:`load_table` encodes them (call it on a file that encoded); a cell is missing exactly
     where its code is the null code.
 
@@ -483,7 +483,7 @@ def load_table(
     try:
         return _load_table(path, schema, allow_extra_columns, typed=True, narrow=narrow)
     except TypedReadRefused:
-        # A cell only the text path reads exactly (engine/typed_csv.py): read it all as text.
+        # A cell only the text path reads exactly (engine/tables/typed_csv.py): read it all as text.
         return _load_table(path, schema, allow_extra_columns, typed=False, narrow=narrow)
 
 
@@ -493,7 +493,7 @@ def _load_table(
     # Each column's codes are kept per batch in the narrowest unsigned type, and copied once
     # into the column-major result (so a column of the result is contiguous memory).
     parts: list[list[npt.NDArray[np.unsignedinteger[Any]]]] = [[] for _ in schema.columns]
-    slabs = Slabs()  # the kept codes in a few large pieces (engine/buffers.py)
+    slabs = Slabs()  # the kept codes in a few large pieces (engine/tables/buffers.py)
     problems: Counter[tuple[str, int]] = Counter()
     rows = 0
     batches = _table_batches(path, schema, allow_extra, typed=typed, prefetch=True)

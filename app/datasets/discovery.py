@@ -39,7 +39,7 @@ from engine.discovery.plan import (
     detail_bound,
 )
 from engine.discovery.schema import discover, provisional, requests_for, resolve
-from engine.encoding import SchemaError, SchemaSpec, TableSchema
+from engine.tables.encoding import SchemaError, SchemaSpec, TableSchema
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from app.datasets import service
 from app.datasets.ingest import UploadRejected
 from app.datasets.schemas import DatasetList, DatasetOut, GrantRequest, LedgerEntryOut, LedgerOut
 from app.storage import Storage
-from engine.encoding import SchemaSpec
+from engine.tables.encoding import SchemaSpec
 
 logger = logging.getLogger(__name__)
 

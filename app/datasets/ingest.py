@@ -1,12 +1,12 @@
 """Turn an uploaded file (CSV or Parquet) into the stored, encoded table — or a precise refusal.
 
 The file is read in bounded chunks (CSV: blocks of whole rows parsed by pyarrow on two threads,
-engine/csv_blocks.py; Parquet: row batches sized from checked page headers), every row is
+engine/tables/csv_blocks.py; Parquet: row batches sized from checked page headers), every row is
 checked against the declared schema, and the integer codes are written to an Arrow IPC file as
 they are produced. The raw values of the numeric, date and datetime columns can be written beside
 them, batch by batch in the same loop, to a second IPC file that only the owner tier of the quality
-report reads (engine/raw_values.py). Error messages name columns and count rows; they never echo a
-value from the file (the uploader's own data could still end up in logs and proxies).
+report reads (engine/tables/raw_values.py). Error messages name columns and count rows; they never
+echo a value from the file (the uploader's own data could still end up in logs and proxies).
 """
 
 from __future__ import annotations
@@ -27,19 +27,19 @@ import pyarrow.parquet as pq
 
 from app.datasets.parquet_pages import ParquetRefused, ReadPlan, plan_parquet_read
 from app.storage import Storage
-from engine.buffers import column_buffers
-from engine.csv_blocks import CsvBlocks
 from engine.domain import narrowest_unsigned
-from engine.encoding import (
+from engine.tables.buffers import column_buffers
+from engine.tables.csv_blocks import CsvBlocks
+from engine.tables.encoding import (
     TableSchema,
     compact_codes,
     count_reasons,
     encode_array,
     gather_codes,
 )
-from engine.prefetch import Prefetched
-from engine.raw_values import raw_values, value_columns, values_arrow_schema
-from engine.typed_csv import (
+from engine.tables.prefetch import Prefetched
+from engine.tables.raw_values import raw_values, value_columns, values_arrow_schema
+from engine.tables.typed_csv import (
     TypedReadRefused,
     check_typed_batch,
     csv_types,
@@ -55,7 +55,7 @@ PARQUET_MAX_FOOTER_BYTES = 16 * 1024 * 1024  # the footer is parsed whole
 PARQUET_STREAM_BUFFER_BYTES = 64 * 1024  # per column: pages are streamed, never pre-buffered
 PARQUET_PAGES_BUDGET = 192 * 1024 * 1024  # pages held at once for one row group
 # Two batches of rows: the one being encoded and the next, decoded meanwhile on another thread
-# (engine/prefetch.py); each batch is sized for half of this.
+# (engine/tables/prefetch.py); each batch is sized for half of this.
 PARQUET_BATCH_BUDGET = 128 * 1024 * 1024
 PARQUET_CELL_WORK_BYTES = 64  # per cell: pandas conversion and encoding temporaries
 PARQUET_MAX_BATCH_ROWS = 131_072
@@ -101,9 +101,9 @@ def ingest_table(
     """Validate ``source`` against ``schema`` and write its codes to ``target``; return the rows.
 
     With ``values_target``, the raw values of the schema's numeric, date and datetime columns
-    are written there too (:mod:`engine.raw_values`: float64, row-aligned with the codes, in the
-    same batches; nothing is written when the schema has no such column). They are for the
-    owner tier of the quality report only (docs/privacy.md).
+    are written there too (:mod:`engine.tables.raw_values`: float64, row-aligned with the codes, in
+    the same batches; nothing is written when the schema has no such column). They are for the owner
+    tier of the quality report only (docs/privacy.md).
 
     Raises :class:`UploadRejected` (nothing is left at ``target`` or ``values_target``) when
     the file is not CSV or Parquet, is not UTF-8, lacks or adds columns, has values the schema
@@ -118,7 +118,7 @@ def ingest_table(
             ) as batches:
                 return _write_encoded(batches, schema, target, limits, values_target)
         except TypedReadRefused:
-            # A cell only the text path reads exactly (engine/typed_csv.py): read it as text.
+            # A cell only the text path reads exactly (engine/tables/typed_csv.py): read it as text.
             with closing(read_batches(source, schema, limits, prefetch=True)) as batches:
                 return _write_encoded(batches, schema, target, limits, values_target)
     except BaseException:
@@ -139,11 +139,11 @@ def read_batches(
     """The file's stored columns (``schema.names``) as record batches, read within the bounds
     of the upload (CSV: text in 4 MiB blocks; Parquet: its types, page-checked). Parquet text
     columns with short dictionaries arrive as dictionary arrays. With ``typed``, CSV cells are
-    converted by the reader where that is exact (:mod:`engine.typed_csv`); the batches raise
-    :class:`~engine.typed_csv.TypedReadRefused` where it is not. With ``prefetch``, a Parquet
+    converted by the reader where that is exact (:mod:`engine.tables.typed_csv`); the batches raise
+    :class:`~engine.tables.typed_csv.TypedReadRefused` where it is not. With ``prefetch``, a Parquet
     file's next batch is decoded on a thread while the caller encodes one
-    (:class:`~engine.prefetch.Prefetched`; the batches are sized for two at once); CSV blocks
-    are parsed on threads already (:class:`~engine.csv_blocks.CsvBlocks`). Close what this
+    (:class:`~engine.tables.prefetch.Prefetched`; the batches are sized for two at once); CSV blocks
+    are parsed on threads already (:class:`~engine.tables.csv_blocks.CsvBlocks`). Close what this
     returns (``contextlib.closing``) to stop the reading early."""
     with open(source, "rb") as handle:
         magic = handle.read(4)
@@ -194,7 +194,7 @@ def _write_encoded(
             values = None
             if pending_values is not None and not problems and batch_rows:
                 # The raw values of the same cells, missing exactly where the code is the null
-                # code (engine/raw_values.py): a float64 per value cell of this batch.
+                # code (engine/tables/raw_values.py): a float64 per value cell of this batch.
                 values = [
                     raw_values(column, batch.column(column.name), codes[j])
                     for column, j in zip(kept, positions, strict=True)
@@ -237,7 +237,7 @@ class _PendingCodes:
     :data:`WRITE_MAX_ROWS`: an upload's batch is often a few ten thousand rows, and each stored
     batch is compressed buffer by buffer (small buffers compress worse and cost a frame each).
 
-    The buffers are allocated once, from Arrow's pool (:mod:`engine.buffers`), and written
+    The buffers are allocated once, from Arrow's pool (:mod:`engine.tables.buffers`), and written
     again after each flush (the writer has compressed and written a batch when ``write_batch``
     returns): keeping each batch's codes and concatenating them at a flush touched fresh
     memory twice per code, and the page faults were most of the encoding's time (13,000 on

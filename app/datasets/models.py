@@ -22,7 +22,7 @@ class Dataset(Base):
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id"), index=True)
     name: Mapped[str] = mapped_column(String(200))
-    # The normalised declared schema (engine.encoding.TableSchema.to_json()).
+    # The normalised declared schema (engine.tables.encoding.TableSchema.to_json()).
     schema: Mapped[dict[str, Any]] = mapped_column(JSON)
     # What the upload noticed about the domain (engine.discovery.warnings.DomainWarning.to_json()
     # of each): functions of public information only. [] for datasets created before them.

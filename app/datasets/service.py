@@ -39,14 +39,14 @@ from app.storage import (
 )
 from engine.discovery.plan import DEFAULT_DISCOVERY_SHARE
 from engine.discovery.warnings import domain_warnings
-from engine.encoding import (
+from engine.tables.encoding import (
     SchemaError,
     SchemaLimits,
     SchemaSpec,
     TableSchema,
     schema_summary,
 )
-from engine.raw_values import value_columns
+from engine.tables.raw_values import value_columns
 
 logger = logging.getLogger(__name__)
 

@@ -58,10 +58,10 @@ from app.reports.artefacts import (
 )
 from app.storage import Storage, dataset_values_key, discard, job_output_key, open_storage
 from engine.domain import Dataset as EngineDataset
-from engine.encoding import TableSchema
 from engine.mechanisms import get_mechanism
 from engine.mechanisms.base import SynthesisCancelled
 from engine.release.from_result import record_from_result
+from engine.tables.encoding import TableSchema
 
 logger = logging.getLogger(__name__)
 

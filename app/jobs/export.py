@@ -13,8 +13,8 @@ from fastapi.responses import StreamingResponse
 
 from app.storage import Storage
 from engine.columns.spreadsheet import csv_header, csv_rows
-from engine.encoding import TableSchema
-from engine.synthetic_output import write_synthetic
+from engine.tables.encoding import TableSchema
+from engine.tables.synthetic_output import write_synthetic
 
 BATCH_ROWS = 65_536
 
@@ -62,8 +62,8 @@ def store_table(
     """Decode synthetic ``codes`` (``rng``: values drawn inside their bins; post-processing) and
     store them at ``key`` as Parquet, each column with its declared type (Int64, dates, booleans,
     nulls; see ``TableSchema.to_arrow``): a job's output and a derived sample alike. Decoded
-    and written in row batches (engine.synthetic_output), so memory beyond the codes is bounded
-    per batch."""
+    and written in row batches (engine.tables.synthetic_output), so memory beyond the codes is
+    bounded per batch."""
     temp = storage.temp_path(".parquet")
     try:
         write_synthetic(schema, codes, rng, temp, "parquet")

@@ -53,9 +53,9 @@ from app.reports.artefacts import (
 )
 from app.reports.names import OWNER_HTML, OWNER_INPUT, OWNER_JSON, artefact_key, owner_input_key
 from app.storage import Storage, dataset_values_key, open_storage
-from engine.encoding import TableSchema
-from engine.raw_values import value_columns
 from engine.reports.values import ValueSource
+from engine.tables.encoding import TableSchema
+from engine.tables.raw_values import value_columns
 from workers.celery_app import BUILD_OWNER_TIER_TASK
 
 logger = logging.getLogger(__name__)

@@ -35,7 +35,6 @@ from app.storage import Storage, StorageUnavailable, job_output_prefix
 from engine.accounting import rho_from_epsilon_delta
 from engine.costs import CostPrediction, predict_cost
 from engine.domain import Domain
-from engine.encoding import TableSchema
 from engine.mechanisms import (
     MECHANISMS,
     DomainRefused,
@@ -43,6 +42,7 @@ from engine.mechanisms import (
     ResourceEstimate,
     get_mechanism,
 )
+from engine.tables.encoding import TableSchema
 
 SYSTEM_ACTOR = "system"
 

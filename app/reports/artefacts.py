@@ -42,9 +42,7 @@ from app.reports.names import (
     artefact_key,
 )
 from app.storage import Storage, job_attempt_prefix
-from engine.encoding import TableSchema
 from engine.models.fitted import FittedModel
-from engine.raw_values import value_columns
 from engine.release.model_file import model_file_bytes
 from engine.release.record import ReleaseRecord
 from engine.release.tables import TooLarge, measurements_arrow, measurements_json
@@ -52,6 +50,8 @@ from engine.reports.html import render_html
 from engine.reports.owner import build_owner_report
 from engine.reports.release import build_release_report
 from engine.reports.values import ValueSource
+from engine.tables.encoding import TableSchema
+from engine.tables.raw_values import value_columns
 
 logger = logging.getLogger(__name__)
 

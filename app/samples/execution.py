@@ -29,8 +29,8 @@ from app.jobs.export import store_table
 from app.reports.names import MODEL, artefact_key
 from app.samples import repository
 from app.storage import Storage, discard, open_storage, sample_output_key
-from engine.encoding import TableSchema
 from engine.release.model_file import read_model_file
+from engine.tables.encoding import TableSchema
 
 logger = logging.getLogger(__name__)
 

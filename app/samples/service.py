@@ -26,8 +26,8 @@ from app.samples import repository
 from app.samples.models import GONE_STATUSES, LIVE_STATUSES, Sample
 from app.samples.schemas import SampleOut, SampleRequest
 from app.storage import Storage, discard
-from engine.encoding import TableSchema
 from engine.mechanisms import get_mechanism
+from engine.tables.encoding import TableSchema
 from workers.celery_app import RUN_SAMPLE_TASK
 
 

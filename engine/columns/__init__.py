@@ -1,6 +1,6 @@
 """Column types of a declared schema: how raw values become codes and codes become values.
 
-See :mod:`engine.encoding` for the table-level schema built from them.
+See :mod:`engine.tables.encoding` for the table-level schema built from them.
 """
 
 from engine.columns.base import (

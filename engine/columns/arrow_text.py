@@ -31,7 +31,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.buffers import null_mask
 from engine.columns.base import UNDECLARED, UNPARSEABLE, settle_missing
 from engine.columns.categorical import BooleanColumn, CategoricalColumn, CodesColumn, as_float
 from engine.columns.numeric import (
@@ -42,6 +41,7 @@ from engine.columns.numeric import (
     bins_inside,
 )
 from engine.domain import narrowest_signed, narrowest_unsigned
+from engine.tables.buffers import null_mask
 
 # The ASCII characters for which str.isspace() is true.
 ASCII_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"

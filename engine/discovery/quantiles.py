@@ -170,8 +170,8 @@ def dp_quantile_edges(
     ``values``: the column's non-missing values, all inside the PUBLIC bounds [lower, upper]
     (callers clip or refuse the others first; values outside, or NaN, are refused here, counted
     but never shown). Cells and bins are half-open [a, b) except the last, which includes
-    ``upper``, as in ``engine.encoding``. ``integer``: the bounds must be integers and every edge
-    is an integer. ``source=None`` draws the noise from the OS CSPRNG.
+    ``upper``, as in ``engine.tables.encoding``. ``integer``: the bounds must be integers and every
+    edge is an integer. ``source=None`` draws the noise from the OS CSPRNG.
 
     Privacy: see the module docstring and :func:`dp_quantile_edges_from_counts`.
     """

@@ -33,7 +33,7 @@ from engine.discovery.plan import (
     release_second,
 )
 from engine.discovery.quantiles import DEFAULT_GRID, QuantileGrid
-from engine.encoding import SchemaError, SchemaSpec, TableSchema
+from engine.tables.encoding import SchemaError, SchemaSpec, TableSchema
 
 Column: TypeAlias = pd.Series | pa.Array
 Batches = Callable[[], Iterable[Mapping[str, Column]]]

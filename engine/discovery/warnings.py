@@ -58,7 +58,7 @@ from engine.discovery.tails import smallest_tail_threshold
 
 if TYPE_CHECKING:
     from engine.discovery.plan import Discovered
-    from engine.encoding import TableSchema
+    from engine.tables.encoding import TableSchema
 
 END_BIN_FACTOR = 250
 """``wide_end_bin``: an end bin wider than this many median inner bins."""

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from engine.encoding import SchemaError, TableSchema
-from engine.files import atomic_path
 from engine.models.fitted import FittedModel, ModelError
+from engine.tables.encoding import SchemaError, TableSchema
+from engine.tables.files import atomic_path
 
 MODEL_FILE_VERSION = 1
 _HEADER, _MODEL, _SCHEMA = "header", "model", "schema"

@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 
 from engine.columns.labels import code_labels
-from engine.encoding import TableSchema
 from engine.release.record import MeasuredMarginal, ReleaseRecord
+from engine.tables.encoding import TableSchema
 
 MAX_GROUP_LABELS = 5
 MAX_JSON_CELLS = 1_000_000

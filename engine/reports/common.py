@@ -16,8 +16,8 @@ import numpy.typing as npt
 
 from engine.columns.labels import code_labels
 from engine.domain import Dataset, Domain
-from engine.encoding import TableSchema
 from engine.marginals import count_marginal
+from engine.tables.encoding import TableSchema
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

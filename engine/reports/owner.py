@@ -39,9 +39,7 @@ from engine.columns.numeric import NumericColumn
 from engine.columns.spec import Column
 from engine.columns.temporal import DateColumn, DatetimeColumn
 from engine.domain import Dataset
-from engine.encoding import TableSchema
 from engine.evaluation import marginal_tvd, mean_tvd
-from engine.raw_values import value_columns
 from engine.reports.common import (
     MAX_CODES_SHOWN,
     MAX_DISTRIBUTION_COLUMNS,
@@ -69,6 +67,8 @@ from engine.reports.values import (
     unavailable,
     verdict,
 )
+from engine.tables.encoding import TableSchema
+from engine.tables.raw_values import value_columns
 
 MAX_SUBSETS_PER_K = 300
 """Mean k-way TVDs average over every k-subset of columns when there are at most this many,
@@ -559,7 +559,7 @@ def build_owner_report(
     """The owner-tier report (JSON-able): the synthetic table against the real one.
 
     ``real`` and ``synthetic`` are code tables of ``schema``'s domain. ``real_values`` (the real
-    table's raw values, :mod:`engine.raw_values`) and ``synthetic_values`` (the synthetic
+    table's raw values, :mod:`engine.tables.raw_values`) and ``synthetic_values`` (the synthetic
     table's decoded values: the published rows), row-aligned with the codes, as Arrow tables or
     streamed :class:`~engine.reports.values.ValueSource`, give the value metrics, the verdict and
     Pearson/Spearman on values (engine/reports/values.py). Without both, numeric and date

@@ -21,7 +21,6 @@ import numpy.typing as npt
 
 from engine.accounting import epsilon_from_rho_delta
 from engine.domain import Dataset
-from engine.encoding import TableSchema
 from engine.evaluation import DENSE_CELL_LIMIT
 from engine.marginals import count_marginal
 from engine.release.record import MeasuredMarginal, ReleaseRecord
@@ -43,6 +42,7 @@ from engine.reports.common import (
     shares,
     shown_codes,
 )
+from engine.tables.encoding import TableSchema
 
 ModelMarginal = Callable[[tuple[str, ...]], npt.NDArray[np.float64]]
 

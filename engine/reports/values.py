@@ -3,7 +3,8 @@
 Bins cannot say how far from the real data a synthetic value lies: a synthetic latitude drawn
 uniformly inside an end bin that reaches 70° lands in the same bin code as the real 45°, so a
 comparison of codes scores it as perfect. Here every numeric, date and datetime column is compared
-on its values (dates in days, datetimes in seconds since 1970-01-01, :mod:`engine.raw_values`):
+on its values (dates in days, datetimes in seconds since 1970-01-01,
+:mod:`engine.tables.raw_values`):
 
 * exactly, over **every row** of both tables, in one streamed pass each: the real minimum and
   maximum, the synthetic minimum and maximum, the share of synthetic values below the real
@@ -35,9 +36,9 @@ import numpy.typing as npt
 import pyarrow as pa
 from scipy.stats import ks_2samp
 
-from engine.encoding import TableSchema
-from engine.raw_values import ValueColumn, parse_values, unit_of, value_columns
 from engine.reports.common import cap_note, rounded
+from engine.tables.encoding import TableSchema
+from engine.tables.raw_values import ValueColumn, parse_values, unit_of, value_columns
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -73,7 +74,7 @@ class ValueSource:
     """The decoded values of a table's numeric, date and datetime columns, read in row batches
     that are row-aligned with its codes. ``batches()`` starts a new pass each time it is called;
     a batch may hold Arrow numbers, ``date32`` or timestamps, or float64 already in the units of
-    :mod:`engine.raw_values`. ``rows``: the rows the batches add up to (None: as many as the
+    :mod:`engine.tables.raw_values`. ``rows``: the rows the batches add up to (None: as many as the
     codes; checked while reading)."""
 
     batches: Callable[[], Iterable[pa.RecordBatch | pa.Table]]

@@ -19,7 +19,7 @@ import pytest
 import app.datasets.ingest as ingest
 from app.datasets.ingest import IngestLimits, UploadRejected, ingest_table, read_encoded_table
 from app.datasets.parquet_pages import MAX_DICTIONARY_READ_ENTRIES
-from engine.encoding import TableSchema
+from engine.tables.encoding import TableSchema
 
 LIMITS = IngestLimits(max_columns=100, max_rows=10_000_000, max_cell_bytes=1024)
 
@@ -226,7 +226,7 @@ def _typed_csv(rows: int, rng: np.random.Generator) -> tuple[list[str], TableSch
 def test_csv_read_in_small_blocks_gives_the_codes_and_refusals_of_one_block(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
 ) -> None:
-    """The CSV blocks parsed on threads (engine/csv_blocks.py) and then, after the first quote,
+    """The CSV blocks parsed on threads (engine/tables/csv_blocks.py) and then, after the first quote,
     by the streaming reader: codes, and a refusal's message, as when one block holds it all."""
     rng = np.random.default_rng(11)
     lines, schema = _typed_csv(3000, rng)

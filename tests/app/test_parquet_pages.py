@@ -213,7 +213,7 @@ def test_the_pages_checked_are_the_stored_columns_after_a_nested_ignored_one(
     # The page check reads a column's pages by its leaf in the footer: a nested column before
     # it has several leaves, so its Arrow field index would point at another column's pages.
     from app.datasets.ingest import IngestLimits, UploadRejected, ingest_table
-    from engine.encoding import TableSchema
+    from engine.tables.encoding import TableSchema
 
     rows = 2000
     nested = {

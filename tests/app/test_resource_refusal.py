@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from engine.costs import predict_cost
-from engine.encoding import TableSchema
 from engine.mechanisms import get_mechanism
+from engine.tables.encoding import TableSchema
 from tests.conftest import Tenant, make_tenant
 from tests.support.api import budget, create_dataset, submit, untouched_budget
 from tests.support.ledger import assert_reconciled

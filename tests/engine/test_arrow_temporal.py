@@ -13,7 +13,7 @@ import pytest
 from engine.columns.arrow_temporal import parse_text, template, templates_for
 from engine.columns.arrow_text import strip
 from engine.columns.temporal import _parse_text, _timestamps
-from engine.encoding import TableSchema, encode_array, encode_values
+from engine.tables.encoding import TableSchema, encode_array, encode_values
 
 DATE_CELLS = [
     *("2013-02-28", "2013-02-29", "2012-02-29", "1900-02-29", "2000-02-29", "2013-02-30"),

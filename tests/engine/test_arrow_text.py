@@ -15,7 +15,7 @@ import pytest
 from engine.columns import MISSING, OUTSIDE, UNDECLARED, UNPARSEABLE
 from engine.columns.arrow_text import _PLAIN_NUMBER, parse_numbers, strip
 from engine.domain import narrowest_unsigned
-from engine.encoding import TableSchema, compact_codes, encode_array, encode_values
+from engine.tables.encoding import TableSchema, compact_codes, encode_array, encode_values
 
 CELLS = [
     *(" 1e3", "+5", "3.0", "-0", "00012", "1.e5", ".5", "5.", "-.5", "1E2", "2.5e1", "1e-5"),

@@ -33,9 +33,9 @@ from engine.cli import (
     synthesize,
 )
 from engine.columns.spreadsheet import unescape_cell
-from engine.encoding import CategoricalColumn, NumericColumn, TableSchema
 from engine.evaluation import mean_tvd
 from engine.mechanisms import MECHANISMS
+from engine.tables.encoding import CategoricalColumn, NumericColumn, TableSchema
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 PEOPLE = FIXTURES / "people.csv"

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from app.cli import main
 from app.jobs.export import stream_csv
 from engine.cli import load_table, write_table
-from engine.encoding import TableSchema
+from engine.tables.encoding import TableSchema
 
 
 def _schema() -> TableSchema:

@@ -15,10 +15,10 @@ from click.testing import CliRunner, Result
 
 from app.cli import ENGINE_COMMANDS, main
 from engine.cli import load_table, sample
-from engine.encoding import TableSchema
 from engine.mechanisms import MECHANISMS
 from engine.models.fitted import ModelError
 from engine.release.model_file import read_model_file
+from engine.tables.encoding import TableSchema
 
 SCHEMA = {
     "columns": [

@@ -16,7 +16,7 @@ import pytest
 
 from engine.columns import MISSING, OUTSIDE, UNDECLARED, UNPARSEABLE
 from engine.columns.output import text_batch
-from engine.encoding import (
+from engine.tables.encoding import (
     DiscoveryRequired,
     SchemaError,
     SchemaLimits,

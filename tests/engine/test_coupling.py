@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from engine.columns.coupling import MIN_LINK, fit_coupling
-from engine.encoding import SchemaLimits, TableSchema
+from engine.tables.encoding import SchemaLimits, TableSchema
 
 LIMITS = SchemaLimits(max_columns=10, max_domain_size=1000, max_total_domain_size=5000)
 EDGES = [-4.0, -1.0, -0.3, 0.3, 1.0, 4.0]  # five bins, the end ones wide

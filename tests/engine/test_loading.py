@@ -20,7 +20,7 @@ from app.datasets.ingest import (
     read_encoded_table,
 )
 from engine.cli import TableError, load_table
-from engine.encoding import TableSchema, encode_values
+from engine.tables.encoding import TableSchema, encode_values
 
 LIMITS = IngestLimits(max_columns=50, max_rows=1_000_000, max_cell_bytes=200)
 SCHEMA: dict[str, Any] = {

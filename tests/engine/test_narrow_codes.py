@@ -59,7 +59,7 @@ def test_the_cli_loads_the_same_codes_narrow(tmp_path: Path) -> None:
     """`rhosynth synthesize` loads its table as the worker does, in the narrowest type."""
     from engine.cli import load_table
     from engine.columns.categorical import CodesColumn
-    from engine.encoding import TableSchema
+    from engine.tables.encoding import TableSchema
 
     sizes = (300, 30, 7)
     schema = TableSchema(tuple(CodesColumn(f"c{j}", size) for j, size in enumerate(sizes)))

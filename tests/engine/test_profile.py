@@ -19,7 +19,7 @@ from engine.columns.spec import QuantileBins, parse_column
 from engine.columns.temporal import DateColumn, DatetimeColumn
 from engine.discovery.cost import DiscoveryCost
 from engine.discovery.learned import PROFILE_POINTS, LearnedBins
-from engine.encoding import SchemaError, SchemaSpec
+from engine.tables.encoding import SchemaError, SchemaSpec
 
 
 def _bins_of(column: NumericColumn, values: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from engine.discovery.plan import Counts, allocate, release
 from engine.discovery.schema import count_batch, requests_for, resolve
-from engine.encoding import SchemaSpec
+from engine.tables.encoding import SchemaSpec
 
 
 def _learn(raw: dict[str, Any], batch: dict[str, pd.Series], seed: int) -> Any:

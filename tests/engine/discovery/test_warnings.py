@@ -28,7 +28,7 @@ from engine.discovery.warnings import (
     DomainWarning,
     domain_warnings,
 )
-from engine.encoding import TableSchema
+from engine.tables.encoding import TableSchema
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from engine.columns.labels import MISSING_LABEL, code_labels
-from engine.encoding import TableSchema
 from engine.release.record import Charge, MeasuredMarginal, RecordError, ReleaseRecord
 from engine.release.tables import MAX_GROUP_LABELS, measurements_arrow, measurements_json
+from engine.tables.encoding import TableSchema
 
 SCHEMA = TableSchema.from_json(
     {

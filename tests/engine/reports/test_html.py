@@ -10,9 +10,9 @@ import pytest
 
 from engine.columns.categorical import BooleanColumn, CategoricalColumn
 from engine.columns.numeric import NumericColumn
-from engine.encoding import TableSchema
 from engine.release.record import MeasuredMarginal, ReleaseRecord
 from engine.reports import build_owner_report, build_release_report, render_html
+from engine.tables.encoding import TableSchema
 
 HOSTILE = "<script>alert(1)</script>"
 SCHEMA = TableSchema(

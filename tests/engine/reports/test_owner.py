@@ -11,7 +11,6 @@ import pytest
 
 from engine.columns.categorical import BooleanColumn, CategoricalColumn, CodesColumn
 from engine.columns.numeric import NumericColumn
-from engine.encoding import TableSchema
 from engine.reports.html import render_html
 from engine.reports.owner import (
     build_owner_report,
@@ -22,6 +21,7 @@ from engine.reports.owner import (
     share_found,
     spearman,
 )
+from engine.tables.encoding import TableSchema
 
 SCHEMA = TableSchema(
     (

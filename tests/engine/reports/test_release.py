@@ -15,11 +15,11 @@ from engine.accounting import epsilon_from_rho_delta
 from engine.columns.categorical import CategoricalColumn, CodesColumn
 from engine.columns.numeric import NumericColumn
 from engine.domain import Dataset
-from engine.encoding import TableSchema
 from engine.marginals import measure_marginal
 from engine.release.record import Charge, MeasuredMarginal, ReleaseRecord
 from engine.reports import build_release_report, render_html
 from engine.reports.common import mutual_information
+from engine.tables.encoding import TableSchema
 
 DISTINCTIVE_TEXT = ("zebra-unique-771", "quokka-secret-042")
 DISTINCTIVE_NUMBERS = (98765.4321, 12345.6789)

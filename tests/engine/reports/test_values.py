@@ -13,7 +13,6 @@ import pytest
 from engine.columns.categorical import CodesColumn
 from engine.columns.numeric import NumericColumn
 from engine.columns.temporal import DateColumn
-from engine.encoding import TableSchema
 from engine.reports.html import render_html
 from engine.reports.owner import build_owner_report
 from engine.reports.values import (
@@ -22,6 +21,7 @@ from engine.reports.values import (
     ValueSource,
     ks_threshold,
 )
+from engine.tables.encoding import TableSchema
 
 EDGES = (0.0, 50.0, 100.0, 150.0, 200.0)
 SCHEMA = TableSchema(

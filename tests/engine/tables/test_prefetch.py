@@ -1,4 +1,4 @@
-"""engine/prefetch.py: order, the two-item bound, errors, and closing early."""
+"""engine/tables/prefetch.py: order, the two-item bound, errors, and closing early."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine.prefetch import Prefetched
+from engine.tables.prefetch import Prefetched
 
 
 class Item:

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from engine.cli import write_table
-from engine.encoding import SchemaLimits, TableSchema
-from engine.synthetic_output import write_synthetic
+from engine.tables.encoding import SchemaLimits, TableSchema
+from engine.tables.synthetic_output import write_synthetic
 from tests.engine.test_columns import ENTRIES
 
 LIMITS = SchemaLimits(max_columns=50, max_domain_size=1000, max_total_domain_size=5000)

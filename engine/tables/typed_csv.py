@@ -3,7 +3,7 @@
 The loaders read a CSV with every column as text and encode the text
 (:mod:`engine.columns.arrow_text`, :mod:`engine.columns.arrow_temporal`). A *typed* read lets
 pyarrow's parser do part of that work while it splits the cells (on the block reader's threads,
-:mod:`engine.csv_blocks`):
+:mod:`engine.tables.csv_blocks`):
 
 * numeric columns are converted to float64 by the reader: the parser of Arrow's cast, which
   the text path uses too, once, straight from the bytes (no string array, no second pass);
@@ -41,10 +41,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from engine.buffers import null_mask
 from engine.columns import CategoricalColumn, DateColumn, DatetimeColumn, NumericColumn
 from engine.columns.arrow_text import non_numbers
-from engine.encoding import TableSchema
+from engine.tables.buffers import null_mask
+from engine.tables.encoding import TableSchema
 
 _TEXT = pa.string()
 _DICTIONARY = pa.dictionary(pa.int32(), pa.string())

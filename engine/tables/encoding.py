@@ -29,7 +29,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.buffers import null_mask
 from engine.columns import (
     DEFAULT_MISSING_VALUES,
     REASONS,
@@ -57,6 +56,7 @@ from engine.columns.coupling import Coupling, fit_coupling
 from engine.columns.spec import Entry, declared_lists, declared_size, parse_column
 from engine.discovery.learned import LearnedBins
 from engine.domain import Domain, narrowest_unsigned
+from engine.tables.buffers import null_mask
 
 __all__ = [
     "DEFAULT_MISSING_VALUES",

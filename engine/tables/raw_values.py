@@ -27,12 +27,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.buffers import null_mask
 from engine.columns import Column, DateColumn, DatetimeColumn, NumericColumn
 from engine.columns.arrow_temporal import parse_text, timestamp_micros
 from engine.columns.arrow_text import is_arrow_number, is_arrow_text, parse_numbers, strip
 from engine.columns.categorical import as_float
-from engine.encoding import TableSchema
+from engine.tables.buffers import null_mask
+from engine.tables.encoding import TableSchema
 
 FloatArray = npt.NDArray[np.float64]
 ValueColumn = NumericColumn | DateColumn | DatetimeColumn
@@ -70,11 +70,10 @@ def parse_values(column: ValueColumn, values: pa.Array | pa.ChunkedArray) -> Flo
     """Each cell's value in the column's unit (:data:`UNITS`), NaN where a cell holds none (a
     null, a missing-value spelling, text that is no number or date of the column's format).
 
-    Read as the encoder reads it (:func:`engine.encoding.encode_array`): text numbers by Arrow's
-    cast and pandas for unusual cells, text dates by the same templates and pandas format, typed
-    numbers, ``date32`` and timestamps as they are. A dictionary array is read once per entry.
-    Numbers in a date or datetime column are taken as already in its unit (a stored values
-    file)."""
+    Read as the encoder reads it (:func:`engine.tables.encoding.encode_array`): text numbers by
+    Arrow's cast and pandas for unusual cells, text dates by the same templates and pandas format,
+    typed numbers, ``date32`` and timestamps as they are. A dictionary array is read once per entry.
+    Numbers in a date or datetime column are taken as already in its unit (a stored values file)."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if isinstance(values, pa.DictionaryArray):

@@ -2,8 +2,8 @@
 
 Decoding (values drawn inside bins with the job's seeded ``rng``) is post-processing of the
 model's output; it costs no privacy budget. Memory is bounded per batch of
-:data:`engine.encoding.DECODE_BATCH_ROWS` rows beyond the codes themselves, and the file is the
-same as a one-shot decode and write with the same ``rng`` (see ``TableSchema.decode_batches``).
+:data:`engine.tables.encoding.DECODE_BATCH_ROWS` rows beyond the codes themselves, and the file is
+the same as a one-shot decode and write with the same ``rng`` (see ``TableSchema.decode_batches``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy.typing as npt
 import pyarrow.parquet as pq
 
 from engine.columns.spreadsheet import csv_header, csv_rows
-from engine.encoding import DECODE_BATCH_ROWS, TableSchema
+from engine.tables.encoding import DECODE_BATCH_ROWS, TableSchema
 
 CSV_BATCH_ROWS = 65_536
 """Rows rendered to CSV text at a time."""

@@ -20,8 +20,8 @@ from engine import cli
 from engine.cli import TableError
 from engine.columns.arrow_text import encode_number_array
 from engine.columns.numeric import _general_bin_codes, bin_codes_compact
-from engine.encoding import TableSchema, encode_values
-from engine.typed_csv import TypedReadRefused, csv_types
+from engine.tables.encoding import TableSchema, encode_values
+from engine.tables.typed_csv import TypedReadRefused, csv_types
 
 LIMITS = IngestLimits(max_columns=50, max_rows=1_000_000, max_cell_bytes=200)
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.csv_blocks import CsvBlocks
+from engine.tables.csv_blocks import CsvBlocks
 
 NAMES = ["a", "b", "c"]
 CONVERT = pacsv.ConvertOptions(column_types=dict.fromkeys(NAMES, pa.string()))

@@ -1,4 +1,4 @@
-"""Raw values beside the codes (engine/raw_values.py): each cell's number or instant as the encoder
+"""Raw values beside the codes (engine/tables/raw_values.py): each cell's number or instant as the encoder
 reads it, unclamped, missing exactly where the code is the null code."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from engine.columns.numeric import NumericColumn
 from engine.columns.temporal import DateColumn, DatetimeColumn
-from engine.encoding import TableSchema, encode_array
-from engine.raw_values import (
+from engine.tables.encoding import TableSchema, encode_array
+from engine.tables.raw_values import (
     UNIT_KEY,
     parse_values,
     raw_values,

@@ -39,7 +39,7 @@ from engine.mechanisms.ppsyn.partition import (
 )
 from tests.engine.support import correlated
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 FloatArray = npt.NDArray[np.float64]
 
 

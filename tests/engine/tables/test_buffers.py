@@ -1,4 +1,4 @@
-"""engine/buffers.py: copies that stay intact, buffers that do not overlap."""
+"""engine/tables/buffers.py: copies that stay intact, buffers that do not overlap."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from engine.buffers import ALIGNMENT, Slabs, column_buffers, null_mask, pool_array
+from engine.tables.buffers import ALIGNMENT, Slabs, column_buffers, null_mask, pool_array
 
 
 def test_kept_copies_are_independent_and_intact_across_slabs() -> None:
