@@ -8,8 +8,8 @@ and 3-way marginals, 469 of them) are counted twice, as two of AIM's scoring rou
   copies of each column) on the row-major int64 array the loader used to return; AIM's
   ``MarginalCache`` then kept tables ≤ 200,000 cells and recounted the rest the same way;
 * after: :class:`engine.marginals.MarginalCache` on the column-major int64 array
-  :func:`engine.cli.load_table` returns now (compact columns, narrow flat indices, kept flat
-  indices of large tables).
+  :func:`engine.tables.local.load_table` returns now (compact columns, narrow flat indices, kept
+  flat indices of large tables).
 
 Each phase runs in a fresh child process (``--phase``), so its peak RSS (VmHWM, reset after
 the table is built where Linux allows) is its own. ``--mst`` also runs ``rhosynth synthesize

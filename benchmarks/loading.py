@@ -4,9 +4,9 @@ adult is stacked ``--times`` times into a temporary CSV (and the same table as P
 reader runs on the same file:
 
 * baselines: ``pd.read_csv`` and ``pyarrow.csv.read_csv`` (types inferred, nothing checked);
-* ``engine.cli.load_table`` (the ``rhosynth`` CLI's path: read, validate, encode to codes), with
-  ``narrow=True`` as ``rhosynth synthesize`` calls it (codes in the narrowest unsigned type) and
-  as int64 (``load_table int64``, as ``evaluate`` and ``report`` call it);
+* ``engine.tables.local.load_table`` (the ``rhosynth`` CLI's path: read, validate, encode to
+  codes), with ``narrow=True`` as ``rhosynth synthesize`` calls it (codes in the narrowest unsigned
+  type) and as int64 (``load_table int64``, as ``evaluate`` and ``report`` call it);
 * ``app.datasets.ingest.ingest_table`` (the service's upload path: read within the upload's
   limits, validate, encode, write the codes as Parquet).
 
@@ -45,8 +45,8 @@ import pyarrow.parquet as pq
 
 from app.datasets.ingest import IngestLimits, ingest_table
 from benchmarks.sections import replace_section
-from engine.cli import load_table
 from engine.tables.encoding import TableSchema
+from engine.tables.local import load_table
 
 HEADING = "## Loading 2 M rows"
 NUMERIC = ("age", "fnlwgt", "capital-gain", "capital-loss", "hours-per-week")

@@ -25,8 +25,8 @@ from app.jobs.repository import Claim
 from app.reports import names
 from app.reports.artefacts import VALUES_NOT_KEPT, ArtefactWriter
 from app.storage import LocalStorage, dataset_table_key, dataset_values_key, job_output_key
-from engine.cli import load_numeric_values
 from engine.tables.encoding import TableSchema
+from engine.tables.local import load_numeric_values
 from tests.conftest import Tenant
 from tests.support.api import create_dataset, submit
 from tests.support.stack import Stack

@@ -22,20 +22,12 @@ from click.testing import CliRunner, Result
 
 from app.cli import ENGINE_COMMANDS, main
 from engine.accounting import rho_from_epsilon_delta
-from engine.cli import (
-    ProgressBar,
-    TableError,
-    evaluate,
-    load_schema,
-    load_table,
-    parse_params,
-    parse_rho,
-    synthesize,
-)
+from engine.cli import ProgressBar, evaluate, parse_params, parse_rho, synthesize
 from engine.columns.spreadsheet import unescape_cell
 from engine.evaluation import mean_tvd
 from engine.mechanisms import MECHANISMS
 from engine.tables.encoding import CategoricalColumn, NumericColumn, TableSchema
+from engine.tables.local import TableError, load_schema, load_table
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 PEOPLE = FIXTURES / "people.csv"

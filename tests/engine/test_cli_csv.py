@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from app.cli import main
 from app.jobs.export import stream_csv
-from engine.cli import load_table, write_table
 from engine.tables.encoding import TableSchema
+from engine.tables.local import load_table, write_table
 
 
 def _schema() -> TableSchema:

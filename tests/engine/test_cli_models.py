@@ -14,11 +14,12 @@ import pytest
 from click.testing import CliRunner, Result
 
 from app.cli import ENGINE_COMMANDS, main
-from engine.cli import load_table, sample
+from engine.cli import sample
 from engine.mechanisms import MECHANISMS
 from engine.models.fitted import ModelError
 from engine.release.model_file import read_model_file
 from engine.tables.encoding import TableSchema
+from engine.tables.local import load_table
 
 SCHEMA = {
     "columns": [

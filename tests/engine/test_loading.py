@@ -19,8 +19,8 @@ from app.datasets.ingest import (
     ingest_table,
     read_encoded_table,
 )
-from engine.cli import TableError, load_table
 from engine.tables.encoding import TableSchema, encode_values
+from engine.tables.local import TableError, load_table
 
 LIMITS = IngestLimits(max_columns=50, max_rows=1_000_000, max_cell_bytes=200)
 SCHEMA: dict[str, Any] = {

@@ -57,9 +57,9 @@ def test_narrow_codes_give_the_same_release(method: str) -> None:
 
 def test_the_cli_loads_the_same_codes_narrow(tmp_path: Path) -> None:
     """`rhosynth synthesize` loads its table as the worker does, in the narrowest type."""
-    from engine.cli import load_table
     from engine.columns.categorical import CodesColumn
     from engine.tables.encoding import TableSchema
+    from engine.tables.local import load_table
 
     sizes = (300, 30, 7)
     schema = TableSchema(tuple(CodesColumn(f"c{j}", size) for j, size in enumerate(sizes)))

@@ -20,12 +20,12 @@ from app.datasets.ingest import read_encoded_table
 from app.jobs.models import Job
 from app.reports import names
 from app.storage import dataset_table_key
-from engine.cli import load_table
 from engine.release.model_file import read_model_file
 from engine.release.record import ReleaseRecord
 from engine.reports.owner import build_owner_report
 from engine.reports.release import build_release_report
 from engine.tables.encoding import TableSchema
+from engine.tables.local import load_table
 from tests.conftest import Tenant
 from tests.support.api import wait_for_sample
 from tests.support.ledger import assert_reconciled

@@ -10,8 +10,9 @@ import numpy as np
 from click.testing import CliRunner, Result
 
 from app.cli import ENGINE_COMMANDS, main
-from engine.cli import load_numeric_values, load_schema, load_table, report
+from engine.cli import report
 from engine.release.record import MeasuredMarginal, ReleaseRecord
+from engine.tables.local import load_numeric_values, load_schema, load_table
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 PEOPLE = FIXTURES / "people.csv"

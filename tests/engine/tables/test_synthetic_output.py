@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine.cli import write_table
 from engine.tables.encoding import SchemaLimits, TableSchema
+from engine.tables.local import write_table
 from engine.tables.synthetic_output import write_synthetic
 from tests.engine.test_columns import ENTRIES
 

@@ -16,11 +16,11 @@ import pytest
 
 from app.datasets import ingest
 from app.datasets.ingest import IngestLimits, SeparatorRuns, UploadRejected
-from engine import cli
-from engine.cli import TableError
 from engine.columns.arrow_text import encode_number_array
 from engine.columns.numeric import _general_bin_codes, bin_codes_compact
+from engine.tables import local
 from engine.tables.encoding import TableSchema, encode_values
+from engine.tables.local import TableError
 from engine.tables.typed_csv import TypedReadRefused, csv_types
 
 LIMITS = IngestLimits(max_columns=50, max_rows=1_000_000, max_cell_bytes=200)
@@ -104,8 +104,8 @@ def _loaded(path: Path, schema: TableSchema, *, typed: bool | None) -> tuple[str
     """load_table (``typed`` None: the public function, which reads typed and falls back)."""
     try:
         if typed is None:
-            return "codes", cli.load_table(path, schema)
-        return "codes", cli._load_table(path, schema, False, typed=typed)
+            return "codes", local.load_table(path, schema)
+        return "codes", local._load_table(path, schema, False, typed=typed)
     except TableError as error:
         return "refused", str(error)
 
@@ -197,7 +197,7 @@ def test_a_cell_the_typed_read_cannot_stand_for_abandons_it(tmp_path: Path, cell
         list(ingest.read_batches(path, schema, LIMITS, typed=True))
     if len(cell) < 200:  # load_table has no cell limit
         with pytest.raises(TypedReadRefused):
-            cli._load_table(path, schema, False, typed=True)
+            local._load_table(path, schema, False, typed=True)
 
 
 def test_typed_read_of_many_blocks_matches_the_text_path(
@@ -205,7 +205,7 @@ def test_typed_read_of_many_blocks_matches_the_text_path(
 ) -> None:
     # Small blocks: refusals in late blocks only, after clean ones were encoded (and, for the
     # upload, written); mixed blocks of nulls, spellings and numbers.
-    monkeypatch.setattr(cli, "CSV_BLOCK_BYTES", 2048)
+    monkeypatch.setattr(local, "CSV_BLOCK_BYTES", 2048)
     monkeypatch.setattr(ingest, "CSV_BLOCK_BYTES", 2048)
     schema = TableSchema.from_json({"columns": COLUMNS})
     columns = _base(3000, 5)
