@@ -5,7 +5,9 @@
   ``.npz`` file format;
 * :mod:`engine.models.kinds`: the kinds (independent, graphical, joint, copula, GUM);
 * :mod:`engine.models.compression`: the public re-coding of a compressed domain that a model
-  carries, and how a mechanism builds it from noisy one-way counts.
+  carries, and how a mechanism builds it from noisy one-way counts;
+* :mod:`engine.models.gum`: GUM, the record synthesis PrivSyn runs and its model re-runs;
+* :mod:`engine.models.copula`: drawing records from a fitted Gaussian copula.
 
 Nothing here imports a mechanism, the release package, FastAPI, SQLAlchemy or Celery.
 """

@@ -61,7 +61,8 @@ def sample_copula(
 ) -> IntArray:
     """``rows`` records from the Gaussian copula with ``correlation`` and the given margins:
     Z ~ N(0, P), U = Φ(Z), X_j = F_j⁻¹(U_j) (the paper's Algorithm 3). Post-processing, seeded
-    by ``rng``. ``correlation`` must be positive semi-definite (see :func:`repair_correlation`).
+    by ``rng``. ``correlation`` must be positive semi-definite (DPCopula repairs it:
+    ``repair_correlation`` in engine/mechanisms/dpcopula/copula.py).
     """
     p = np.asarray(correlation, dtype=np.float64)
     m = len(margins)

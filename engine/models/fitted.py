@@ -11,10 +11,10 @@ counts, correlations estimated from noisy releases), compression supports and de
 weights computed from noisy one-way counts, the declared domain and the params. Nothing in it was
 read from the data after the charge, so storing it, showing it and sampling from it cost no ρ.
 
-Each method's model is a *kind* (``"independent"``, ``"graphical"``, ``"joint"``, ``"copula"``):
-a class implementing :class:`ModelKind`, registered with :func:`register_kind`. The kinds live
-beside their mechanisms (engine/models/kinds.py), which this module imports only when it
-loads a file.
+Each method's model is a *kind* (``"independent"``, ``"graphical"``, ``"joint"``, ``"copula"``,
+``"gum"``): a class implementing :class:`ModelKind`, registered with :func:`register_kind`. The
+kinds live in :mod:`engine.models.kinds`, which ``import engine.models`` loads after this module;
+below the mechanisms that fit them and the release package that stores them.
 
 Serialised as an ``.npz`` archive with a JSON header and a version number; loading never unpickles
 (``allow_pickle=False``) and validates every array, so a corrupted or tampered file raises

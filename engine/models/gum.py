@@ -28,9 +28,9 @@ Clique = tuple[int, ...]
 def indif(table: npt.ArrayLike) -> float:
     """InDif of a two-way count table: Σ_{x,y} |M_ab[x, y] − M_a[x]·M_b[y]/n| (0 when n = 0).
 
-    In count units, so it is comparable with the expected L1 noise of a measured marginal. PrivSyn's
-    selection (engine/mechanisms/privsyn/parts.py) scores the data with it before adding noise;
-    GUM's tree start scores released tables with it (post-processing)."""
+    In count units, so it is comparable with the expected L1 noise of a measured marginal. GUM's
+    tree start scores released tables with it (post-processing); PrivSyn's selection releases
+    the exact integer ``indif_floor`` of the data instead (engine/mechanisms/privsyn/parts.py)."""
     counts = np.asarray(table, dtype=np.float64)
     if counts.ndim != 2:
         raise ValueError("InDif needs a two-way table")
@@ -41,7 +41,9 @@ def indif(table: npt.ArrayLike) -> float:
     return float(np.abs(counts - independent).sum())
 
 
-def _project(table: FloatArray, attrs: Clique, subset: Clique) -> FloatArray:
+def project_table(table: FloatArray, attrs: Clique, subset: Clique) -> FloatArray:
+    """``table`` over ``attrs`` summed down to the attributes of ``subset`` (kept in ``attrs``'
+    order)."""
     axes = tuple(i for i, a in enumerate(attrs) if a not in subset)
     projected: FloatArray = table.sum(axis=axes) if axes else table
     return projected
@@ -283,7 +285,7 @@ def _tree_init(records: IntArray, targets: Sequence[Target], rng: np.random.Gene
         for i, j in itertools.combinations(range(len(target.attributes)), 2):
             key = (target.attributes[i], target.attributes[j])
             if key not in tables:
-                tables[key] = _project(target.probabilities, target.attributes, key)
+                tables[key] = project_table(target.probabilities, target.attributes, key)
     edges = sorted(tables, key=lambda e: -indif(tables[e]))
     d = records.shape[1]
     parent = list(range(d))

@@ -477,7 +477,6 @@ class CopulaModel:
                 raise ModelError("a margin does not match its column's size")
 
     def sample(self, domain: Domain, rows: int, rng: np.random.Generator) -> IntArray:
-
         self._check(domain)
         n_partitions = self.partition_totals.size
         allocation = allocate_rows(self.partition_totals, rows)
@@ -612,7 +611,6 @@ class GUMModel:
     settings: Mapping[str, Any]
 
     def __post_init__(self) -> None:
-
         if not isinstance(self.compression, Compression):
             raise ModelError("compression must be a Compression")
         sizes = self.compression.domain.sizes

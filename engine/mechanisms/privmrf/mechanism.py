@@ -206,7 +206,8 @@ class PrivMRFMechanism(Mechanism):
       these noisy marginals (post-processing) and no separate ñ is released.
     * R-scores: for each of the m = d(d−1)/2 pairs, ⌊g·R⌋ (g = ``score_grid``) computed exactly
       in integers; R moves by ≤ 2 (Lemma 4, property-tested), so ⌊g·R⌋ moves by ≤ 2g (lemma in
-      privmrf_parts). Noise σ² = (2g)²·m/(2ρ_R): one ``GaussianCharge`` of ρ_R/m per score.
+      engine/mechanisms/privmrf/parts.py). Noise σ² = (2g)²·m/(2ρ_R): one ``GaussianCharge`` of
+      ρ_R/m per score.
     * ñ (only without ``compress``): the row count (sensitivity 1) with σ² = 1/(2ρ_n), one
       ``GaussianCharge``.
     * Marginals: d' ≤ d initial (d' = d without ``prune_subsumed`` and

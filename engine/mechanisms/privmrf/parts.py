@@ -34,7 +34,8 @@ Clique = tuple[str, ...]
 R_SCORE_SENSITIVITY = 2
 """|R(D) − R(D′)| ≤ 2 under add/remove-one-row (PrivMRF Lemma 4, from PrivBayes). R is half of
 PrivSyn's InDif, whose bound 4 = 1 (the joint moves by 1 in L1) + 3 (the product table
-M_a·M_bᵀ/n moves by (3n + 1)/(n + 1) < 3 in L1) is proved in privsyn_parts; property-tested."""
+M_a·M_bᵀ/n moves by (3n + 1)/(n + 1) < 3 in L1) is proved in engine/mechanisms/privsyn/parts.py;
+property-tested."""
 
 SELECTION_SENSITIVITY = 1
 """|h(D) − h(D′)| ≤ 1 for h = ‖μ − T_{D,M}‖₁ with μ fixed (Lemma 5): one row moves one cell of

@@ -1,8 +1,8 @@
 """The building blocks of PrivSyn (Zhang et al., USENIX Security 2021), as pure functions.
 
 * InDif, the dependency score of a two-way table (reads data; released by the mechanism with
-  noise): :func:`indif_floor` here, exact in integers; the float :func:`engine.models.gum.indif`
-  lives below, where GUM's tree start also scores released tables with it.
+  noise): :func:`indif_floor`, exact in integers. (The float :func:`engine.models.gum.indif`
+  scores released tables in GUM's tree start.)
 * :func:`c23_weights`, :func:`greedy_select`, :func:`connect_isolated`, :func:`combine_marginals`
   — DenseMarg selection from noisy scores (post-processing).
 * :func:`make_consistent` — weighted-average consistency, Norm-Sub and a common total
@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.estimation.simplex import project_to_simplex
+from engine.models.gum import project_table
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -293,12 +294,6 @@ class NoisyTable:
         object.__setattr__(self, "counts", counts)
 
 
-def _project(table: FloatArray, attrs: Clique, subset: Clique) -> FloatArray:
-    axes = tuple(i for i, a in enumerate(attrs) if a not in subset)
-    projected: FloatArray = table.sum(axis=axes) if axes else table
-    return projected
-
-
 def _closure(sets: Sequence[frozenset[int]]) -> list[frozenset[int]]:
     closed: set[frozenset[int]] = set(sets) | {frozenset()}
     frontier = set(closed)
@@ -316,7 +311,7 @@ def _consistency_step(
     plan: Sequence[tuple[Clique, list[int]]],
 ) -> None:
     for sub, members in plan:
-        projections = [_project(tables[i], attrs[i], sub) for i in members]
+        projections = [project_table(tables[i], attrs[i], sub) for i in members]
         groups = [tables[i].size // max(1, projections[k].size) for k, i in enumerate(members)]
         precision = np.array(
             [1.0 / (g * variances[i]) for g, i in zip(groups, members, strict=True)]
