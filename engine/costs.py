@@ -50,46 +50,53 @@ RHO_REFERENCE: Final[Fraction] = Fraction("0.014973057673")
 """ρ₁ of the model: ``engine.accounting.rho_from_epsilon_delta(1, 1e-9)``, the ρ of ε = 1."""
 
 # Fitted by `python -m benchmarks.cost_model --data ../shared/data --from-json docs/cost_model.json
-# --fit` (docs/cost_model.json holds every run fitted on; the same fit as when it was produced
-# from the ε = 1 runs it held before and the files of the ε = 0.1 and 10 runs) on the runs
-# measured by `python -m benchmarks.cost_model --data ../shared/data` (ε = 1), `… --datasets
-# temporal-match2 --methods ppsyn --cap 1500` (ε = 1, past the 300 s cap), `… --datasets adult
-# nist-taxi nltcs salary titanic --epsilons 0.1 10 --cap 120` and `… --datasets temporal-match2
-# --epsilons 0.1 10 --cap 120 --skip temporal-match2:aim:… temporal-match2:ppsyn:…` on
-# 2026-11-26 (docs/benchmarks.md, "Cost preview: predicted vs measured"). `aim` was refitted on
-# 2026-12-01 after its defaults changed (issue 25: model cap 10 MB, candidate subsets, local
-# growth), on runs measured by `python -m benchmarks.cost_model --data CALIB --methods aim
-# --epsilons 0.1 1 10 --cap 300`, where CALIB holds the six integer-coded tables and the
-# discovered codes of the raw diamonds, flights and loans at ε = 1 (`python -m
-# benchmarks.export_codes --nested`), merged by `--from-json docs/cost_model.json THAT.json`. That
-# machine ran aim on adult at ε = 1 in 10.6 s against 3.5 s on 2026-11-26, so aim's seconds are
-# those of a slower machine than the other methods'.
+# --fit` (docs/cost_model.json holds every run fitted on; the same fit as when it was produced from
+# the ε = 1 runs it held before and the files of the ε = 0.1 and 10 runs) on the runs measured by
+# `python -m benchmarks.cost_model --data ../shared/data` (ε = 1), `… --datasets temporal-match2
+# --methods ppsyn --cap 1500` (ε = 1, past the 300 s cap), `… --datasets adult nist-taxi nltcs
+# salary titanic --epsilons 0.1 10 --cap 120` and `… --datasets temporal-match2 --epsilons 0.1 10
+# --cap 120 --skip temporal-match2:aim:… temporal-match2:ppsyn:…` on 2026-11-26 (docs/benchmarks.md,
+# "Cost preview: predicted vs measured"). `aim` was refitted on 2026-12-01 after its defaults
+# changed (issue 25: model cap 10 MB, candidate subsets, local growth), on runs measured by `python
+# -m benchmarks.cost_model --data CALIB --methods aim --epsilons 0.1 1 10 --cap 300`, where CALIB
+# holds the six integer-coded tables and the discovered codes of the raw diamonds, flights and loans
+# at ε = 1 (`python -m benchmarks.export_codes --nested`), merged by `--from-json
+# docs/cost_model.json THAT.json`. That machine ran aim on adult at ε = 1 in 10.6 s against 3.5 s on
+# 2026-11-26, so aim's seconds are those of a slower machine than the other methods'. All were
+# refitted on 2026-12-02 (issue 25: raw and wide tables in the calibration) with the runs of `python
+# -m benchmarks.cost_model --data CALIB --datasets diamonds flights loans wide200 --methods
+# independent mst privsyn privmrf dpcopula --epsilons 0.1 1 10 --cap 300` and `… --datasets diamonds
+# flights loans temporal-match2 --methods ppsyn --epsilons 0.1 1 10 --cap 800` added (wide200:
+# `python -m benchmarks.wide_table`, 196 columns after the draft; ppsyn's runs replace its older
+# ones on temporal-match2, measured before its candidate cap), merged by `--from-json
+# docs/cost_model.json THOSE.json --fit`; the two commands ran side by side, one per core. `aim` has
+# no new runs: only its memory terms moved (by under 1 %).
 COST_COEFFICIENTS: Final[dict[str, dict[str, float]]] = {
     "independent": {
-        "seconds_log_scale": -13.5733,
-        "seconds_rows_exponent": 0.6332,
-        "seconds_columns_exponent": 1.2379,
-        "seconds_rho_exponent_below": 0.001,
-        "seconds_rho_exponent_above": -0.0097,
-        "seconds_factor": 2.59,
-        "memory_base_bytes": 235702223.0,
-        "memory_bytes_per_cell": 24.076,
+        "seconds_log_scale": -14.2508,
+        "seconds_rows_exponent": 0.7382,
+        "seconds_columns_exponent": 1.1977,
+        "seconds_rho_exponent_below": 0.0211,
+        "seconds_rho_exponent_above": -0.0322,
+        "seconds_factor": 3.19,
+        "memory_base_bytes": 218243527.0,
+        "memory_bytes_per_cell": 18.581,
         "memory_bound_weight": 0.0,
         "memory_bound_weight_rho": 0.0,
-        "memory_factor": 1.02,
+        "memory_factor": 1.16,
     },
     "mst": {
-        "seconds_log_scale": -8.4097,
-        "seconds_rows_exponent": 0.4744,
-        "seconds_columns_exponent": 1.3123,
-        "seconds_rho_exponent_below": 0.1164,
-        "seconds_rho_exponent_above": -0.014,
-        "seconds_factor": 3.19,
-        "memory_base_bytes": 236975881.0,
-        "memory_bytes_per_cell": 50.821,
-        "memory_bound_weight": 0.0748,
-        "memory_bound_weight_rho": 0.0187,
-        "memory_factor": 1.04,
+        "seconds_log_scale": -8.6449,
+        "seconds_rows_exponent": 0.4263,
+        "seconds_columns_exponent": 1.6794,
+        "seconds_rho_exponent_below": 0.081,
+        "seconds_rho_exponent_above": -0.0244,
+        "seconds_factor": 4.03,
+        "memory_base_bytes": 215162998.0,
+        "memory_bytes_per_cell": 13.689,
+        "memory_bound_weight": 1.4559,
+        "memory_bound_weight_rho": 0.0,
+        "memory_factor": 1.36,
     },
     "aim": {
         "seconds_log_scale": -5.904,
@@ -98,63 +105,63 @@ COST_COEFFICIENTS: Final[dict[str, dict[str, float]]] = {
         "seconds_rho_exponent_below": 0.1635,
         "seconds_rho_exponent_above": 0.14,
         "seconds_factor": 2.04,
-        "memory_base_bytes": 174809017.0,
-        "memory_bytes_per_cell": 37.059,
-        "memory_bound_weight": 0.0719,
-        "memory_bound_weight_rho": 0.0319,
-        "memory_factor": 1.49,
-    },
-    "privsyn": {
-        "seconds_log_scale": -12.6433,
-        "seconds_rows_exponent": 0.8566,
-        "seconds_columns_exponent": 1.7029,
-        "seconds_rho_exponent_below": 0.1381,
-        "seconds_rho_exponent_above": 0.0961,
-        "seconds_factor": 3.13,
-        "memory_base_bytes": 237023245.0,
-        "memory_bytes_per_cell": 42.561,
-        "memory_bound_weight": 0.8628,
-        "memory_bound_weight_rho": 0.2244,
-        "memory_factor": 1.04,
-    },
-    "ppsyn": {
-        "seconds_log_scale": -9.1646,
-        "seconds_rows_exponent": 0.6107,
-        "seconds_columns_exponent": 2.1553,
-        "seconds_rho_exponent_below": 0.1897,
-        "seconds_rho_exponent_above": 0.1764,
-        "seconds_factor": 1.71,
-        "memory_base_bytes": 200298122.0,
-        "memory_bytes_per_cell": 102.817,
-        "memory_bound_weight": 0.0902,
-        "memory_bound_weight_rho": 0.0304,
+        "memory_base_bytes": 174325996.0,
+        "memory_bytes_per_cell": 37.188,
+        "memory_bound_weight": 0.0709,
+        "memory_bound_weight_rho": 0.0324,
         "memory_factor": 1.45,
     },
-    "privmrf": {
-        "seconds_log_scale": -8.3635,
-        "seconds_rows_exponent": 0.3802,
-        "seconds_columns_exponent": 2.0214,
-        "seconds_rho_exponent_below": 0.1676,
-        "seconds_rho_exponent_above": 0.0528,
-        "seconds_factor": 6.83,
-        "memory_base_bytes": 236601858.0,
-        "memory_bytes_per_cell": 58.058,
+    "privsyn": {
+        "seconds_log_scale": -13.4727,
+        "seconds_rows_exponent": 0.9145,
+        "seconds_columns_exponent": 1.9396,
+        "seconds_rho_exponent_below": 0.1468,
+        "seconds_rho_exponent_above": 0.0183,
+        "seconds_factor": 5.12,
+        "memory_base_bytes": 222481528.0,
+        "memory_bytes_per_cell": 36.293,
         "memory_bound_weight": 0.0,
-        "memory_bound_weight_rho": 0.0035,
-        "memory_factor": 1.07,
+        "memory_bound_weight_rho": 0.0,
+        "memory_factor": 1.22,
+    },
+    "ppsyn": {
+        "seconds_log_scale": -8.0832,
+        "seconds_rows_exponent": 0.5773,
+        "seconds_columns_exponent": 1.9112,
+        "seconds_rho_exponent_below": 0.1765,
+        "seconds_rho_exponent_above": 0.0846,
+        "seconds_factor": 3.74,
+        "memory_base_bytes": 228179904.0,
+        "memory_bytes_per_cell": 68.244,
+        "memory_bound_weight": 0.0959,
+        "memory_bound_weight_rho": 0.0332,
+        "memory_factor": 2.08,
+    },
+    "privmrf": {
+        "seconds_log_scale": -8.2669,
+        "seconds_rows_exponent": 0.4664,
+        "seconds_columns_exponent": 1.7033,
+        "seconds_rho_exponent_below": 0.1985,
+        "seconds_rho_exponent_above": 0.091,
+        "seconds_factor": 6.29,
+        "memory_base_bytes": 234650360.0,
+        "memory_bytes_per_cell": 25.115,
+        "memory_bound_weight": 0.0,
+        "memory_bound_weight_rho": 0.0023,
+        "memory_factor": 1.61,
     },
     "dpcopula": {
-        "seconds_log_scale": -13.0412,
-        "seconds_rows_exponent": 0.6734,
-        "seconds_columns_exponent": 1.4834,
-        "seconds_rho_exponent_below": 0.0547,
-        "seconds_rho_exponent_above": 0.0071,
-        "seconds_factor": 2.05,
-        "memory_base_bytes": 240840369.0,
-        "memory_bytes_per_cell": 28.212,
-        "memory_bound_weight": 0.223,
+        "seconds_log_scale": -14.3259,
+        "seconds_rows_exponent": 0.7271,
+        "seconds_columns_exponent": 1.821,
+        "seconds_rho_exponent_below": 0.0167,
+        "seconds_rho_exponent_above": 0.0278,
+        "seconds_factor": 2.93,
+        "memory_base_bytes": 225152566.0,
+        "memory_bytes_per_cell": 0.0,
+        "memory_bound_weight": 0.7292,
         "memory_bound_weight_rho": 0.0,
-        "memory_factor": 1.12,
+        "memory_factor": 1.19,
     },
     "cipher": {
         "seconds_log_scale": -8.9517,
@@ -162,12 +169,12 @@ COST_COEFFICIENTS: Final[dict[str, dict[str, float]]] = {
         "seconds_columns_exponent": 1.0,
         "seconds_rho_exponent_below": 0.0729,
         "seconds_rho_exponent_above": -0.0539,
-        "seconds_factor": 6.83,
-        "memory_base_bytes": 236601858.0,
-        "memory_bytes_per_cell": 50.821,
-        "memory_bound_weight": 0.224,
+        "seconds_factor": 6.29,
+        "memory_base_bytes": 222481528.0,
+        "memory_bytes_per_cell": 25.115,
+        "memory_bound_weight": 0.2572,
         "memory_bound_weight_rho": 0.0,
-        "memory_factor": 1.82,
+        "memory_factor": 2.08,
     },
 }
 """Per method: ``seconds_log_scale`` (a), ``seconds_rows_exponent`` and
