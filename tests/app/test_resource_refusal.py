@@ -175,7 +175,7 @@ def test_a_job_predicted_past_the_time_limit_is_refused_with_its_prediction(
 ) -> None:
     """Issue 25: a job whose calibrated prediction passes the time limit even at the optimistic
     end of its stated factor is refused at submission (and by the dry run, word for word), with
-    the prediction and the row count it used; nothing is reserved. `ppsyn` on a million rows:
+    the prediction and the row count it used; nothing is reserved. `ppsyn` on two million rows:
     its work bound (which does not grow with the rows) passes, its prediction does not. The same
     rows with `mst`, predicted well inside the limit, are accepted. The row count is the one
     requested: public."""
@@ -183,7 +183,7 @@ def test_a_job_predicted_past_the_time_limit_is_refused_with_its_prediction(
     try:
         dataset = create_dataset(tenant.owner, adult_csv, adult_schema, budget_rho="1")
         domain = TableSchema.from_json(json.loads(adult_schema)).domain()
-        rows, rho = 1_000_000, "0.5"
+        rows, rho = 2_000_000, "0.5"
         optimistic = {}
         for name in ("ppsyn", "mst"):
             mechanism = get_mechanism(name)
