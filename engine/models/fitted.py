@@ -86,6 +86,8 @@ class ModelKind(Protocol):
 
 
 _KINDS: dict[str, type[ModelKind]] = {}
+# Filled by engine.models.kinds, which engine/models/__init__.py imports right after this module:
+# importing this module imports its package first, so every kind is registered before a load.
 
 
 def register_kind(kind: type[ModelKind]) -> type[ModelKind]:
@@ -95,14 +97,6 @@ def register_kind(kind: type[ModelKind]) -> type[ModelKind]:
         raise ValueError(f"model kind {name!r} is registered twice")
     _KINDS[name] = kind
     return kind
-
-
-def _kinds() -> Mapping[str, type[ModelKind]]:
-    # The kinds live in engine.models.kinds, which registers them all when it is imported
-    # (engine/models/__init__.py imports it, after this module).
-    import engine.models.kinds  # noqa: F401
-
-    return _KINDS
 
 
 def check_array(
@@ -258,7 +252,7 @@ class FittedModel:
     @classmethod
     def from_bytes(cls, data: bytes) -> FittedModel:
         """The model :meth:`to_bytes` wrote; :class:`ModelError` for anything else."""
-        kinds = _kinds()
+        kinds = _KINDS
         try:
             with np.load(io.BytesIO(data), allow_pickle=False) as archive:
                 names = set(archive.files)
