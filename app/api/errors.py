@@ -11,6 +11,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from app.api.types import public_location
+
 
 class ErrorOut(BaseModel):
     """Every error is ``{"detail": ...}``: a sentence, or FastAPI's list of validation errors."""
@@ -49,7 +51,8 @@ def _json_safe(value: Any) -> Any:
 
 
 async def validation_error_handler(_request: Request, error: Exception) -> JSONResponse:
-    """FastAPI's 422 body, with any value strict JSON cannot hold turned into text.
+    """FastAPI's 422 body, with any value strict JSON cannot hold turned into text and union
+    tags left out of each location (app.api.types.public_location).
 
     FastAPI's own handler fails (500) when an error's ``input`` or ``ctx`` holds NaN or
     Infinity, for example a query parameter ``nan`` given for a float.
@@ -58,5 +61,7 @@ async def validation_error_handler(_request: Request, error: Exception) -> JSONR
     details = []
     for item in error.errors():
         encoded = jsonable_encoder(item)
+        if "loc" in encoded:
+            encoded["loc"] = public_location(encoded["loc"])
         details.append({str(key): _json_safe(value) for key, value in encoded.items()})
     return JSONResponse({"detail": details}, status_code=422)

@@ -92,6 +92,22 @@ RhoIn = Annotated[
 
 DecimalIn = Annotated[Decimal, BeforeValidator(parse_decimal)]
 
+UNION_TAGS = frozenset({"rho", "epsilon_delta"})
+"""The tags of the wire's tagged unions (a job's budget: ``rho`` or ``epsilon_delta``, see
+app/jobs/schemas.py). Pydantic puts the tag into each error's location
+(``budget.epsilon_delta.delta``); :func:`public_location` leaves it out."""
+
+
+def public_location(location: Any) -> list[Any]:
+    """An error's location as the client wrote it: the union tags left out."""
+    parts = list(location) if isinstance(location, (list, tuple)) else [location]
+    return [
+        part
+        for index, part in enumerate(parts)
+        if not (index > 0 and part in UNION_TAGS and parts[index - 1] == "budget")
+    ]
+
+
 MAX_DELTA = Decimal("0.001")
 """The largest δ any request may give (a job's (ε, δ) budget, an upload's ``budget_delta``, a
 grant's ``add_delta``): a δ near 1 states no privacy at all, and δ should be far below 1/n

@@ -29,7 +29,7 @@ from app.api.deps import (
     resources,
     throttled,
 )
-from app.api.types import format_decimal
+from app.api.types import format_decimal, public_location
 from app.console import service
 from app.console.domains import column_domain
 from app.console.forms import ParamError, param_fields, parse_params
@@ -162,9 +162,20 @@ def _detail(error: HTTPException | JSONResponse) -> str:
     return str(detail)
 
 
+# The API's locations of the budget form's fields, in the console's own labels.
+_FORM_LABELS = {"budget": "Budget", "budget.rho": "ρ", "budget.epsilon": "ε", "budget.delta": "δ"}
+
+
 def _validation_text(item: Any) -> str:
-    location = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
-    return f"{location}: {item.get('msg', '')}" if location else str(item.get("msg", ""))
+    parts = public_location(item.get("loc", ()))
+    location = ".".join(str(part) for part in parts if part != "body")
+    label = _FORM_LABELS.get(location, location)
+    if item.get("type") == "budget_form":
+        # The API's sentence names its JSON keys; the form has fields.
+        message = "fill in ρ, or both ε and δ"
+    else:
+        message = str(item.get("msg", "")).removeprefix("Value error, ")
+    return f"{label}: {message}" if label else message
 
 
 def _validation_errors(error: ValidationError) -> str:
@@ -581,8 +592,17 @@ async def delete(
 
 
 def _job_request(form: dict[str, str], method: MethodOut) -> JobRequest:
-    """The API's ``JobRequest`` from the form (raises ValidationError or ParamError)."""
-    if form.get("budget_kind") == "epsilon_delta":
+    """The API's ``JobRequest`` from the form (raises ValidationError or ParamError).
+
+    The budget is the form the radio button names, unless its fields are empty and the other
+    form's are not: a user who typed ε and δ without switching the button means (ε, δ)."""
+    filled = {name: bool(form.get(name, "").strip()) for name in ("rho", "epsilon", "delta")}
+    kind = form.get("budget_kind")
+    if kind == "epsilon_delta" and not (filled["epsilon"] or filled["delta"]) and filled["rho"]:
+        kind = "rho"
+    elif kind != "epsilon_delta" and not filled["rho"] and (filled["epsilon"] or filled["delta"]):
+        kind = "epsilon_delta"
+    if kind == "epsilon_delta":
         budget: dict[str, str] = {
             "epsilon": form.get("epsilon", ""),
             "delta": form.get("delta", ""),

@@ -7,7 +7,16 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from app.api.types import (
     MAX_DELTA,
@@ -57,6 +66,19 @@ class EpsilonDeltaBudgetIn(BaseModel):
         ),
     ]
 
+    @model_validator(mode="before")
+    @classmethod
+    def _both(cls, value: Any) -> Any:
+        # One sentence instead of "delta: Field required" next to the other form's errors.
+        if isinstance(value, dict) and not {"epsilon", "delta"} <= value.keys():
+            missing = "delta" if "epsilon" in value else "epsilon"
+            raise PydanticCustomError(
+                "budget_form",
+                f"{missing} is missing: an (ε, δ) budget gives both epsilon and delta "
+                "(or give rho alone)",
+            )
+        return value
+
     @field_validator("epsilon", "delta")
     @classmethod
     def _digits(cls, value: Decimal) -> Decimal:
@@ -65,11 +87,42 @@ class EpsilonDeltaBudgetIn(BaseModel):
         return check_significant_digits(value, MAX_EPSILON_DELTA_DIGITS)
 
 
+BUDGET_FORM_MESSAGE = "give either rho, or epsilon and delta (not both)"
+
+
+def _budget_form(value: Any) -> str | None:
+    """Which of the two budget forms a body is, from its keys alone: ``rho`` or ``epsilon_delta``
+    (app.api.types.UNION_TAGS); None (one error, :data:`BUDGET_FORM_MESSAGE`) when it has both
+    or neither. Without this, pydantic tried both forms and reported every error of both
+    ("budget.RhoBudgetIn.rho: Field required; budget.EpsilonDeltaBudgetIn.rho: Extra inputs are
+    not permitted; ...", issue 26 §2)."""
+    if isinstance(value, RhoBudgetIn):
+        return "rho"
+    if isinstance(value, EpsilonDeltaBudgetIn):
+        return "epsilon_delta"
+    if not isinstance(value, dict):
+        return None
+    has_rho, has_epsilon_delta = "rho" in value, bool({"epsilon", "delta"} & value.keys())
+    if has_rho == has_epsilon_delta:
+        return None
+    return "rho" if has_rho else "epsilon_delta"
+
+
+BudgetIn = Annotated[
+    Annotated[RhoBudgetIn, Tag("rho")] | Annotated[EpsilonDeltaBudgetIn, Tag("epsilon_delta")],
+    Discriminator(
+        _budget_form,
+        custom_error_type="budget_form",
+        custom_error_message=BUDGET_FORM_MESSAGE,
+    ),
+]
+
+
 class JobRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     method: str = Field(min_length=1, max_length=64, description="see GET /v1/methods")
-    budget: RhoBudgetIn | EpsilonDeltaBudgetIn
+    budget: BudgetIn = Field(description='either {"rho": ...} or {"epsilon": ..., "delta": ...}')
     rows: int | None = Field(
         default=None,
         ge=1,

@@ -113,6 +113,33 @@ def test_invalid_requests_reserve_nothing(tenant: Tenant, dataset: dict, body: d
     assert _ledger(tenant, dataset["id"]) == [("grant", "1")]
 
 
+@pytest.mark.parametrize(
+    ("given", "location", "says"),
+    [
+        # Issue 26 §2: each used to answer with the errors of both budget forms
+        # ("budget.RhoBudgetIn.rho: Field required; budget.EpsilonDeltaBudgetIn.rho: Extra ...").
+        ({"epsilon": 1}, ["body", "budget"], "delta is missing"),
+        ({"delta": "1e-6"}, ["body", "budget"], "epsilon is missing"),
+        ({"rho": 0.1, "epsilon": 1, "delta": 1e-6}, ["body", "budget"], "either rho, or epsilon"),
+        ({}, ["body", "budget"], "either rho, or epsilon and delta"),
+        ("0.1", ["body", "budget"], "either rho, or epsilon and delta"),
+        ({"rho": "abc"}, ["body", "budget", "rho"], "expected a decimal number"),
+        ({"epsilon": 1, "delta": 0.5}, ["body", "budget", "delta"], "less than or equal"),
+        ({"rho": 0.1, "surprise": 1}, ["body", "budget", "surprise"], "Extra inputs"),
+    ],
+)
+def test_a_malformed_budget_gets_one_error_of_its_own_form(
+    tenant: Tenant, dataset: dict, given: object, location: list[str], says: str
+) -> None:
+    response = tenant.analyst.post(
+        f"/v1/datasets/{dataset['id']}/jobs", json={"method": "independent", "budget": given}
+    )
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"] == location and says in error["msg"], error
+    assert "BudgetIn" not in response.text and "epsilon_delta" not in response.text
+
+
 def test_idempotency_key(api_stack: Stack, tenant: Tenant, dataset: dict) -> None:
     key = {"Idempotency-Key": f"req-{uuid.uuid4()}"}
     first = submit(tenant.analyst, dataset["id"], rho="0.1", seed=3, headers=key)

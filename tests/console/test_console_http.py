@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import re
 import uuid
@@ -341,6 +342,32 @@ def test_the_release_form_previews_submits_and_shows_the_apis_errors(
     assert eps.status_code == 303
     eps_job = tenant.analyst.get(f"/v1/jobs/{eps.headers['location'].rsplit('/', 1)[1]}")
     assert eps_job.json()["epsilon"] == "1"
+
+
+def test_the_release_form_takes_the_budget_that_was_filled_in_and_says_what_is_missing(
+    tenant: Tenant, analyst: Console, dataset: dict[str, Any]
+) -> None:
+    """Issue 26 §2: ε and δ typed without switching the radio button used to answer
+    "budget.RhoBudgetIn.rho: Value error, expected a decimal number; budget.EpsilonDeltaBudgetIn.
+    epsilon: Field required; ... Extra inputs are not permitted"."""
+    path = f"/console/datasets/{dataset['id']}/jobs"
+    base = {"method": "independent", "action": "submit"}
+    typed = analyst.post(
+        path, {**base, "budget_kind": "rho", "rho": "", "epsilon": "1", "delta": "1e-6"}
+    )
+    assert typed.status_code == 303, typed.text
+    job = tenant.analyst.get(f"/v1/jobs/{typed.headers['location'].rsplit('/', 1)[1]}").json()
+    assert job["epsilon"] == "1" and job["delta"] == "0.000001"
+    for fields, says in (
+        ({"budget_kind": "rho", "rho": "", "epsilon": "", "delta": ""}, "ρ: expected a decimal"),
+        ({"budget_kind": "epsilon_delta", "epsilon": "1", "delta": ""}, "δ: expected a decimal"),
+        ({"budget_kind": "rho", "rho": "", "epsilon": "1"}, "δ: expected a decimal"),
+    ):
+        refused = analyst.post(path, {**base, **fields})
+        assert refused.status_code == 422, refused.text
+        assert says in html.unescape(refused.text), fields
+        for internal in ("BudgetIn", "Extra inputs", "Value error", "budget."):
+            assert internal not in refused.text, (fields, internal)
 
 
 def test_an_owner_uploads_drafts_grants_and_sees_the_ledger(
