@@ -153,9 +153,15 @@ def _detail(error: HTTPException | JSONResponse) -> str:
         body = json.loads(bytes(error.body))
         detail = body.get("detail", "")
         if "requested_rho" in body:
+            # The API's sentence names its route; the console's names its own button.
+            needs, left = f"ρ = {body['requested_rho']}", f"ρ = {body['remaining_rho']}"
+            if body.get("delta") is not None:
+                needs = f"ε = {body['requested_epsilon']} at δ = {body['delta']} ({needs})"
+                left = f"ε = {body['remaining_epsilon']} at that δ ({left})"
             return (
-                f"{detail}: requested ρ = {body['requested_rho']}, "
-                f"remaining ρ = {body['remaining_rho']}"
+                f"Over the dataset's remaining privacy budget: this release needs {needs}, the "
+                f"dataset has {left} left. Ask for less, or ask an owner of the dataset to add "
+                "budget (“Grant budget” on the dataset's page). Nothing was reserved."
             )
     if isinstance(detail, list):
         return "; ".join(_validation_text(item) for item in detail)

@@ -106,15 +106,26 @@ async def create_dataset(
             415, "send multipart/form-data with fields file, schema, name, budget_rho"
         )
     try:
+        # Two files at most: the table, and the schema when it is sent as one (curl's
+        # -F schema=@schema.json; with one allowed, Starlette answered "Too many files").
         async with request.form(
-            max_files=1, max_fields=10, max_part_size=settings.max_schema_bytes
+            max_files=2, max_fields=10, max_part_size=settings.max_schema_bytes
         ) as form:
             upload = form.get("file")
             fields = {key: form.get(key) for key in ("schema", "name", "budget_rho")}
+            if isinstance(fields["schema"], UploadFile):
+                fields["schema"] = await _schema_file(fields["schema"], settings)
             budget_delta = form.get("budget_delta", "0")
             discovery_rho = form.get("discovery_rho")
             if not isinstance(upload, UploadFile):
                 raise UploadRejected(422, "the form needs a file field named 'file'")
+            files = [key for key, value in fields.items() if isinstance(value, UploadFile)]
+            if files:
+                raise UploadRejected(
+                    422,
+                    f"{', '.join(files)} must be text (-F {files[0]}=value), not a file "
+                    f"(-F {files[0]}=@path); only 'file' and 'schema' may be files",
+                )
             missing = [key for key, value in fields.items() if not isinstance(value, str)]
             if missing:
                 raise UploadRejected(422, f"the form needs text fields: {', '.join(missing)}")
@@ -152,6 +163,17 @@ async def create_dataset(
         raise HTTPException(rejected.status_code, rejected.message) from None
     except OSError as error:
         raise storage_unavailable("upload", error) from None
+
+
+async def _schema_file(part: UploadFile, settings: Settings) -> str:
+    """The schema sent as a file part, read up to its cap (the cap of the text field)."""
+    raw = await part.read(settings.max_schema_bytes + 1)
+    if len(raw) > settings.max_schema_bytes:
+        raise UploadRejected(422, f"the schema is limited to {settings.max_schema_bytes} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UploadRejected(422, "the schema file is not UTF-8 text") from None
 
 
 def _store_upload(

@@ -156,6 +156,18 @@ def parse_schema(raw: str, settings: Settings) -> SchemaSpec:
         raise UploadRejected(422, f"schema: {error}") from None
     except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
         raise UploadRejected(422, "schema is not valid JSON") from None
+    if (
+        isinstance(document, dict)
+        and isinstance(document.get("schema"), dict)
+        and ("reasons" in document or "rows" in document)
+    ):
+        # The whole answer of POST /v1/schema-drafts (issue 26 §7: it was refused as "column
+        # 'schema': a domain map gives each column an integer size").
+        raise UploadRejected(
+            422,
+            "schema: this is the whole answer of POST /v1/schema-drafts; send its 'schema' "
+            "member (for example: jq .schema draft.json > schema.json)",
+        )
     if isinstance(document, dict) and "discovered" in document:
         # Set by the service for columns it learned with DP; an upload cannot claim it.
         raise UploadRejected(422, "invalid schema: 'discovered' is set by the service")

@@ -197,9 +197,16 @@ class MethodList(BaseModel):
 
 
 class OverBudgetOut(BaseModel):
-    detail: str
+    detail: str = Field(description="what the request needs, what is left, and what to do")
     requested_rho: RhoOut
     remaining_rho: RhoOut
+    delta: str | None = Field(
+        default=None, description="the request's δ when it gave (ε, δ): the ε below are at it"
+    )
+    requested_epsilon: str | None = None
+    remaining_epsilon: str | None = Field(
+        default=None, description="the ε the remaining ρ gives at the request's δ"
+    )
 
 
 class NoisePreviewOut(BaseModel):

@@ -291,6 +291,51 @@ def test_upload_needs_multipart(tenant: Tenant) -> None:
     assert response.status_code == 422
 
 
+def test_the_common_upload_slips_get_answers_that_say_what_to_do(
+    tenant: Tenant, people_csv: bytes, people_schema: str
+) -> None:
+    """Issue 26 §7: ``-F schema=@schema.json`` answered "Too many files. Maximum number of files
+    is 1.", and the whole draft answer sent as the schema "column 'schema': a domain map gives
+    each column an integer size"."""
+    as_file = tenant.owner.post(
+        "/v1/datasets",
+        data={"name": "schema-as-file", "budget_rho": "1"},
+        files={
+            "file": ("people.csv", people_csv, "text/csv"),
+            "schema": ("schema.json", people_schema.encode(), "application/json"),
+        },
+    )
+    assert as_file.status_code == 201, as_file.text
+    assert (
+        as_file.json()["columns"]
+        == create_dataset(tenant.owner, people_csv, people_schema)["columns"]
+    )
+    too_big = tenant.owner.post(
+        "/v1/datasets",
+        data={"name": "x", "budget_rho": "1"},
+        files={
+            "file": ("people.csv", people_csv, "text/csv"),
+            "schema": ("schema.json", b" " * 2_000_000 + people_schema.encode(), "text/plain"),
+        },
+    )
+    assert too_big.status_code == 422 and "schema is limited to" in too_big.json()["detail"]
+    name_as_file = tenant.owner.post(
+        "/v1/datasets",
+        data={"schema": people_schema, "budget_rho": "1"},
+        files={"file": ("people.csv", people_csv, "text/csv"), "name": ("n.txt", b"x")},
+    )
+    assert name_as_file.status_code == 422
+    assert "name must be text (-F name=value)" in name_as_file.json()["detail"]
+    draft = tenant.owner.post(
+        "/v1/schema-drafts", files={"file": ("people.csv", people_csv, "text/csv")}
+    )
+    assert draft.status_code == 200, draft.text
+    whole = upload(tenant.owner, people_csv, draft.text)
+    assert whole.status_code == 422
+    assert "whole answer of POST /v1/schema-drafts" in whole.json()["detail"]
+    assert "jq .schema" in whole.json()["detail"]
+
+
 def test_budget_grants_and_ledger(
     api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str
 ) -> None:

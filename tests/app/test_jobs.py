@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from engine.accounting import rho_from_epsilon_delta
+from engine.accounting import epsilon_from_rho_delta, rho_from_epsilon_delta
 from tests.conftest import Tenant
 from tests.support.api import budget, create_dataset, submit
 from tests.support.ledger import D, assert_reconciled
@@ -71,10 +71,26 @@ def test_over_budget_is_refused_without_ledger_change(
     response = submit(tenant.analyst, dataset["id"], rho="0.26")
     assert response.status_code == 409
     assert response.json() == {
-        "detail": "the request exceeds the dataset's remaining privacy budget",
+        "detail": "over the dataset's remaining privacy budget: the request needs ρ = 0.26, the "
+        "dataset has ρ = 0.25 left. Ask for less, or ask an owner of the dataset to add budget "
+        f"(POST /v1/datasets/{dataset['id']}/budget); nothing was reserved",
         "requested_rho": "0.26",
         "remaining_rho": "0.25",
+        "delta": None,
+        "requested_epsilon": None,
+        "remaining_epsilon": None,
     }
+    # Asked in (ε, δ), the refusal answers in ε at that δ too (issue 26 §7).
+    in_epsilon = submit(
+        tenant.analyst, dataset["id"], rho=None, budget={"epsilon": 10, "delta": "1e-6"}
+    )
+    assert in_epsilon.status_code == 409, in_epsilon.text
+    refused = in_epsilon.json()
+    left = epsilon_from_rho_delta(Decimal("0.25"), Decimal("1e-6"))
+    assert refused["remaining_epsilon"] == str(left) and refused["delta"] == "0.000001"
+    assert refused["requested_epsilon"] == "10"
+    assert f"ε = 10 at δ = 0.000001 (ρ = {refused['requested_rho']})" in refused["detail"]
+    assert f"ε = {left} at that δ (ρ = 0.25) left" in refused["detail"]
     assert _ledger(tenant, dataset["id"]) == before
     assert submit(tenant.analyst, dataset["id"], rho="0.25").status_code == 202  # exactly fits
     assert budget(tenant.analyst, dataset["id"])["remaining_rho"] == "0"

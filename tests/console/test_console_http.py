@@ -313,7 +313,8 @@ def test_the_release_form_previews_submits_and_shows_the_apis_errors(
     assert not_int.status_code == 422 and "iterations: not a valid integer" in not_int.text
     over = analyst.post(path, {**base, "rho": "50", "action": "submit"})
     assert over.status_code == 409
-    assert "requested ρ = 50" in over.text and "remaining ρ = " in over.text
+    assert "this release needs ρ = 50, the dataset has ρ = " in over.text
+    assert "ask an owner of the dataset to add budget" in over.text
     submitted = analyst.post(
         path,
         {**base, "param.iterations": "150", "param.compress": "false", "action": "submit"},
