@@ -127,6 +127,14 @@ class Progress(_Wire):
     stage: str
 
 
+class Queue(_Wire):
+    """Where a queued job stands: ``position`` 1 is the next of the tenant's queued jobs;
+    ``jobs_ahead`` counts every tenant's queued jobs the workers start before it (an estimate)."""
+
+    position: int
+    jobs_ahead: int
+
+
 class Job(_Wire):
     """A synthesis job: its request, status and public progress."""
 
@@ -149,6 +157,7 @@ class Job(_Wire):
     error: str | None
     output_rows: int | None
     artefacts: list[str] = Field(default_factory=list)
+    queue: Queue | None = None
 
     @property
     def finished(self) -> bool:
@@ -260,6 +269,7 @@ SERVER_NAMES: dict[type[BaseModel], str] = {
     LedgerEntry: "LedgerEntryOut",
     Ledger: "LedgerOut",
     Progress: "ProgressOut",
+    Queue: "QueueOut",
     Job: "JobOut",
     Method: "MethodOut",
     NoisePreview: "NoisePreviewOut",
