@@ -111,6 +111,7 @@ class LedgerEntry(_Wire):
     actor: str
     at: datetime
     detail: dict[str, Any] | None
+    actor_name: str | None = None
 
 
 class Ledger(_Wire):

@@ -18,6 +18,22 @@ def format_decimal(value: Decimal) -> str:
     return text
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def format_scientific(value: Decimal) -> str:
+    """Exact, for people: plain between 0.001 and 10000, else m × 10ⁿ with every digit kept
+    (Decimal('0.000000999999999999') -> '9.99999999999999 × 10⁻⁷', Decimal('4E-18') ->
+    '4 × 10⁻¹⁸')."""
+    if value == 0:
+        return "0"
+    exponent = value.adjusted()
+    if -3 <= exponent < 4:
+        return format_decimal(value)
+    mantissa = format_decimal(value.scaleb(-exponent))
+    return f"{mantissa} × 10{str(exponent).translate(_SUPERSCRIPT)}"
+
+
 MAX_DECIMAL_EXPONENT = 1000
 
 

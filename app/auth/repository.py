@@ -35,3 +35,15 @@ def find_active_key(session: Session, key_hash: str) -> ApiKey | None:
     return session.scalars(
         select(ApiKey).where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
     ).one_or_none()
+
+
+def key_names(
+    session: Session, tenant_id: uuid.UUID, key_ids: set[uuid.UUID]
+) -> dict[uuid.UUID, str]:
+    """The names of these keys of the tenant (revoked ones too: a ledger outlives its keys)."""
+    if not key_ids:
+        return {}
+    rows = session.execute(
+        select(ApiKey.id, ApiKey.name).where(ApiKey.tenant_id == tenant_id, ApiKey.id.in_(key_ids))
+    ).all()
+    return {row.id: row.name for row in rows}

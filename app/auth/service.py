@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -75,3 +76,18 @@ def authenticate(session: Session, secret: bytes, presented: str) -> Principal |
     if row is None:
         return None
     return Principal(key_id=row.id, tenant_id=row.tenant_id, role=row.role, name=row.name)
+
+
+def actor_names(session: Session, tenant_id: uuid.UUID, actors: Iterable[str]) -> dict[str, str]:
+    """Ledger actors (``key:<id>``, Principal.actor) of the tenant's keys → the keys' names.
+    Other actors (the worker, the service) and other tenants' keys are left out."""
+    ids: set[uuid.UUID] = set()
+    for actor in actors:
+        prefix, _, rest = actor.partition(":")
+        if prefix == "key":
+            try:
+                ids.add(uuid.UUID(rest))
+            except ValueError:
+                continue
+    names = repository.key_names(session, tenant_id, ids)
+    return {f"key:{key_id}": name for key_id, name in names.items()}

@@ -29,7 +29,7 @@ from app.api.deps import (
     resources,
     throttled,
 )
-from app.api.types import format_decimal, public_location
+from app.api.types import format_decimal, format_scientific, public_location
 from app.console import service
 from app.console.domains import column_domain
 from app.console.forms import ParamError, param_fields, parse_params
@@ -61,6 +61,8 @@ HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
 # Decimals as the API writes them in JSON: plain notation, no trailing zeros.
 templates.env.filters["dec"] = lambda value: format_decimal(Decimal(value))
+# δ for people: exact, in scientific notation when small (issue 26 §4: "0.000000999999999999").
+templates.env.filters["sci"] = lambda value: format_scientific(Decimal(value))
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
 

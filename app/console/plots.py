@@ -52,8 +52,23 @@ def ledger_series(
     return times, g, s, r
 
 
+# Tick labels at each level of ConciseDateFormatter (years, months, days, hours, minutes,
+# seconds): every tick names its hour and minute, so a ledger of a few minutes reads
+# "05:45:50, 05:45:55, 05:46:00" rather than its default "50, 55, 05:46, 05".
+TICK_FORMATS = ["%Y", "%b", "%d %b", "%H:%M", "%H:%M", "%H:%M:%S"]
+ZERO_FORMATS = ["", "%Y", "%b", "%d %b %H:%M", "%H:%M", "%H:%M:%S"]
+
+
 def ledger_timeline_png(entries: Sequence[LedgerEntryOut]) -> bytes:
     """A step plot of :func:`ledger_series` (an empty ledger draws empty axes)."""
+    figure = ledger_timeline(entries)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def ledger_timeline(entries: Sequence[LedgerEntryOut]) -> Figure:
+    """The figure of :func:`ledger_timeline_png`, times in UTC."""
     times, granted, spent, reserved = ledger_series(entries)
     stamps = np.array([t.replace(tzinfo=None) for t in times], dtype="datetime64[us]")  # UTC
     figure = Figure(figsize=(8, 3), layout="constrained")
@@ -70,9 +85,12 @@ def ledger_timeline_png(entries: Sequence[LedgerEntryOut]) -> bytes:
     axes.grid(True, alpha=0.3)
     if times:
         axes.legend(loc="upper left", fontsize="small")
-    locator = AutoDateLocator()  # type: ignore[no-untyped-call]
+    axes.set_xlabel("time (UTC)")
+    locator = AutoDateLocator(maxticks=7)  # type: ignore[no-untyped-call]
     axes.xaxis.set_major_locator(locator)
-    axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
-    return buffer.getvalue()
+    axes.xaxis.set_major_formatter(
+        ConciseDateFormatter(  # type: ignore[no-untyped-call]
+            locator, formats=TICK_FORMATS, zero_formats=ZERO_FORMATS
+        )
+    )
+    return figure

@@ -16,7 +16,7 @@ from app.api.deps import AnalystKey, Database, DatabaseDep, OwnerKey, SettingsDe
 from app.api.errors import error_responses
 from app.api.limits import FiniteJSONRoute
 from app.api.uploads import UploadSlots, spooled_file, storage_unavailable
-from app.auth.service import Principal
+from app.auth.service import Principal, actor_names
 from app.budget import repository as budget_repository
 from app.budget.service import BudgetLimitExceeded
 from app.config import Settings
@@ -259,9 +259,10 @@ def get_ledger(
                 session, dataset_id, limit=limit + 1, after_id=after
             )
             state = service.account_of(session, dataset_id)
+            page = entries[:limit]
+            names = actor_names(session, principal.tenant_id, {e.actor for e in page})
     except service.DatasetNotFound:
         raise _not_found() from None
-    page = entries[:limit]
     return LedgerOut(
         dataset_id=dataset_id,
         budget=service.budget_out(state),
@@ -275,6 +276,7 @@ def get_ledger(
                 actor=e.actor,
                 at=e.at,
                 detail=e.detail,
+                actor_name=names.get(e.actor),
             )
             for e in page
         ],

@@ -118,6 +118,10 @@ class LedgerEntryOut(BaseModel):
     detail: dict[str, Any] | None = Field(
         description="discover entries: the mechanism, its parameters and per-column costs"
     )
+    actor_name: str | None = Field(
+        default=None,
+        description="the name of the key the actor is (`key:<id>` of your tenant), else null",
+    )
 
 
 class LedgerOut(BaseModel):

@@ -353,6 +353,8 @@ def test_budget_grants_and_ledger(
         ("grant", "0.25", None),
     ]
     assert all(e["actor"].startswith("key:") for e in ledger["items"])
+    # The key's name beside its id (issue 26 §4); Stack.create_key names every key "test".
+    assert [e["actor_name"] for e in ledger["items"]] == ["test", "test"]
     assert ledger["budget"]["remaining_rho"] == "0.75"
     result = assert_reconciled(api_stack, dataset["id"])
     assert result.granted == D("0.75")

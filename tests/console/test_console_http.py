@@ -397,13 +397,23 @@ def test_an_owner_uploads_drafts_grants_and_sees_the_ledger(
     created = post_upload("upload", people_schema)
     assert created.status_code == 303, created.text
     dataset_id = created.headers["location"].rsplit("/", 1)[1]
-    grant = owner.post(f"/console/datasets/{dataset_id}/grant", {"add_rho": "0.5"})
-    assert grant.status_code == 303
+    grant = owner.post(
+        f"/console/datasets/{dataset_id}/grant",
+        {"add_rho": "0.5", "add_delta": "0.000000999999999999"},
+    )
+    assert grant.status_code == 303, grant.text
     assert float(_total_rho(tenant, dataset_id)) == 2.5
     bad_grant = owner.post(f"/console/datasets/{dataset_id}/grant", {"add_rho": "-1"})
     assert bad_grant.status_code == 422 and "add_rho" in bad_grant.text
     page = owner.http.get(f"/console/datasets/{dataset_id}")
     assert "Ledger" in page.text and page.text.count('<td data-label="Kind">grant</td>') == 2
+    # Issue 26 §4: δ exact in scientific notation, and the key's name rather than its id.
+    assert '<td data-label="δ">9.99999999999 × 10⁻⁷</td>' in page.text
+    assert "0.000000999999999999" not in page.text
+    actors = re.findall(
+        r'<td data-label="Actor"><span title="key:[0-9a-f-]+">([^<]+)</span>', page.text
+    )
+    assert actors == ["console-owner", "console-owner"], actors
     gone = owner.post(f"/console/datasets/{dataset_id}/delete", {"confirm": "yes"})
     assert gone.status_code == 303
     assert tenant.owner.get(f"/v1/datasets/{dataset_id}").json()["deleted_at"] is not None

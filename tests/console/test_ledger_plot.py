@@ -1,0 +1,54 @@
+"""The ledger timeline's time axis (issue 26 §4: a ledger of a few minutes read
+"45, 50, 55, 05:50, 05", seconds without their minute)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from app.console.plots import ledger_timeline, ledger_timeline_png
+from app.datasets.schemas import LedgerEntryOut
+
+
+def _entries(start: datetime, step: timedelta, count: int) -> list[LedgerEntryOut]:
+    entries = [
+        LedgerEntryOut(
+            id=1, kind="grant", rho=Decimal(1), delta=Decimal(0), job_id=None, actor="key:x",
+            at=start, detail=None,
+        )
+    ]  # fmt: skip
+    for i in range(1, count):
+        kind = "reserve" if i % 2 else "spend"
+        entries.append(
+            LedgerEntryOut(
+                id=i + 1, kind=kind, rho=Decimal("0.01"), delta=Decimal(0),
+                job_id=uuid.uuid4(), actor="worker", at=start + i * step, detail=None,
+            )
+        )  # fmt: skip
+    return entries
+
+
+@pytest.mark.parametrize(
+    ("step", "pattern"),
+    [
+        (timedelta(seconds=7), r"^\d\d:\d\d:\d\d$"),  # under two minutes: seconds
+        (timedelta(minutes=3), r"^\d\d:\d\d(:\d\d)?$"),  # an hour: hours and minutes
+    ],
+)
+def test_every_tick_names_its_hour_and_minute(step: timedelta, pattern: str) -> None:
+    figure = ledger_timeline(_entries(datetime(2026, 12, 3, 5, 45, 48, tzinfo=UTC), step, 16))
+    figure.canvas.draw()
+    [axes] = figure.axes
+    labels = [label.get_text() for label in axes.get_xticklabels() if label.get_text()]
+    assert len(labels) >= 3, labels
+    assert all(re.match(pattern, label) for label in labels), labels
+    assert axes.get_xlabel() == "time (UTC)"
+
+
+def test_the_png_is_drawn() -> None:
+    png = ledger_timeline_png(_entries(datetime(2026, 12, 3, tzinfo=UTC), timedelta(hours=5), 9))
+    assert png.startswith(b"\x89PNG")
