@@ -1,7 +1,8 @@
 """Simultaneous requests, released together by a barrier, against a real rhosynth.
 
-Issue 11's burst targets, measured the way a real burst arrives: every client thread opens its own
-connection and waits at a ``threading.Barrier``; all of them send at the same instant.
+Issue 11's burst targets, measured the way a real burst arrives: every client thread has its own
+HTTP client and waits at a ``threading.Barrier``; all of them connect and send at the same instant
+(httpx opens the connection on the first request, so each response's time includes its connect).
 
 * **Submissions.** ``n`` job submissions against a dataset whose budget fits exactly ``fit`` of
   them. Each client behaves as a well-written one: its own ``Idempotency-Key``, and on ``503`` it
@@ -455,8 +456,9 @@ def render_markdown(
         "that catch a stall on any machine (every response within 10 s, `/healthz` within "
         "5 s); the latency targets below are timings, met or not on the machine of this run.",
         "",
-        "Every client thread opens its own connection and waits at a barrier; all are released "
-        "at once. *submissions*: a dataset whose budget fits exactly the accepted count, each "
+        "Every client thread has its own HTTP client and waits at a barrier; all are released "
+        "at once, and each opens its TCP connection then (httpx connects on the first "
+        "request). *submissions*: a dataset whose budget fits exactly the accepted count, each "
         "client with its own Idempotency-Key, retrying after a 503 as `Retry-After` says. "
         "*reads*: `GET /v1/jobs/{id}` of one job. Latencies are per response, in seconds, "
         "client side. A probe calls `/healthz` every 100 ms during each burst; on PostgreSQL "
