@@ -337,6 +337,40 @@ async def logout(request: Request, db: DatabaseDep) -> Response:
 # ---------------------------------------------------------------- datasets
 
 
+DRAFT_DISCOVERY_DELTA = "0.000001"
+"""The δ the upload form takes when a draft discovers categories without candidates and the form
+said 0: a fixed public value (one derived from the row count would publish it in the ledger)."""
+
+
+def open_set_columns(schema: Any) -> list[str]:
+    """Columns of a schema whose categories are discovered without a candidate list: the
+    clauses that need δ > 0 (engine/discovery/plan.py, ``open_set``)."""
+    columns = schema.get("columns", []) if isinstance(schema, dict) else []
+    names = []
+    for column in columns:
+        categories = column.get("categories") if isinstance(column, dict) else None
+        if (
+            isinstance(categories, dict)
+            and categories.get("discover") is True
+            and categories.get("candidates") is None
+        ):
+            names.append(str(column.get("name")))
+    return names
+
+
+def _columns_text(names: list[str]) -> str:
+    shown = ", ".join(f"“{name}”" for name in names[:5])
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    return f"{'column' if len(names) == 1 else 'columns'} {shown}{more}"
+
+
+def _is_zero(text: str) -> bool:
+    try:
+        return Decimal(text.strip() or "0") == 0
+    except ArithmeticError:
+        return False
+
+
 def _datasets_page(
     request: Request,
     db: DatabaseDep,
@@ -419,13 +453,24 @@ async def upload(
             fields["schema"] = json.dumps(draft.schema_, indent=2)
             fields["schema_source"] = "form"
             fields[EXTRA_FIELD] = schema_extra(draft.schema_)
+            shown = draft.model_dump(by_alias=True)
+            open_sets = open_set_columns(draft.schema_)
+            if open_sets and _is_zero(fields["budget_delta"]):
+                # Issue 26 §1: the form's δ of 0 refused the console's own draft at upload.
+                fields["budget_delta"] = DRAFT_DISCOVERY_DELTA
+                shown["delta_reason"] = (
+                    f"δ is set to {DRAFT_DISCOVERY_DELTA}: {_columns_text(open_sets)} "
+                    "discover their categories from the data, which is (ρ, δ)-DP and needs "
+                    "δ > 0 (keep δ far below 1 / the number of rows). To upload with δ = 0, "
+                    "declare or list those columns' categories instead."
+                )
             return await run_in_threadpool(
                 _datasets_page,
                 request,
                 db,
                 signed,
                 upload=fields,
-                draft=draft.model_dump(by_alias=True),
+                draft=shown,
                 columns=rows_from_schema(draft.schema_),
             )
         if texts.get("col.count") is not None:

@@ -392,6 +392,31 @@ def test_an_owner_uploads_drafts_grants_and_sees_the_ledger(
     draft = post_upload("draft", "")
     assert draft.status_code == 200 and "Drafted from" in draft.text
     assert "&#34;columns&#34;" in draft.text  # the textarea holds the proposed schema
+    # Issue 26 §1: the draft discovers city's categories, which needs δ > 0; the form said 0
+    # and the upload of the console's own draft was refused. Now δ is filled in, with why.
+    delta = re.search(
+        r'id="budget_delta" name="budget_delta" inputmode="decimal" value="([^"]*)"', draft.text
+    )
+    assert delta is not None and delta.group(1) == "0.000001", draft.text
+    assert 'id="delta_reason"' in draft.text and "“city”" in html.unescape(draft.text)
+    textarea = re.search(
+        r'<textarea id="schema" name="schema"[^>]*>(.*?)</textarea>', draft.text, re.S
+    )
+    assert textarea is not None
+    as_drafted = owner.http.post(
+        "/console/datasets/upload",
+        data={
+            "csrf": owner.token(),
+            "name": "as-drafted",
+            "budget_rho": "2",
+            "budget_delta": delta.group(1),
+            "schema": html.unescape(textarea.group(1)),
+            "schema_source": "json",
+            "action": "upload",
+        },
+        files={"file": ("people.csv", people_csv, "text/csv")},
+    )
+    assert as_drafted.status_code == 303, as_drafted.text
     rejected = post_upload("upload", '{"columns": [{"name": "city"}]}')
     assert rejected.status_code == 422 and 'class="error"' in rejected.text
     created = post_upload("upload", people_schema)
