@@ -198,6 +198,51 @@ def _replace_form_field(request: Request, form: FormData, key: str, value: str) 
     request._form = FormData([*items, (key, value)])
 
 
+# The API's words in upload errors, in the upload form's own labels (issue 26 §1).
+_UPLOAD_WORDS = (
+    ("give the upload a budget_delta > 0 (locally: --discovery-delta)", "give “Total δ” above 0"),
+    ("budget_delta", "“Total δ”"),
+    ("discovery_rho", "the discovery ρ"),
+    ("budget_rho", "“Total budget ρ”"),
+)
+
+# Which field an error is about: (the error's context key, a word in its text, the field's id,
+# the field's label), first match wins; the last entry of each key is its form.
+_ERROR_FIELDS: tuple[tuple[str, str, str, str], ...] = (
+    ("upload_error", "Total δ", "budget_delta", "Total δ"),
+    ("upload_error", "Total budget ρ", "budget_rho", "Total budget ρ"),
+    ("upload_error", "name must", "name", "Name"),
+    ("upload_error", "schema", "schema", "the schema"),
+    ("upload_error", "column", "schema", "the schema"),
+    ("upload_error", "", "upload", "the upload form"),
+    ("job_error", "ρ:", "rho", "ρ"),
+    ("job_error", "ε:", "epsilon", "ε"),
+    ("job_error", "δ:", "delta", "δ"),
+    ("job_error", "Budget:", "budget_rho_kind", "the budget"),
+    ("job_error", "rows", "rows", "Rows"),
+    ("job_error", "", "release", "the release form"),
+    ("grant_error", "", "add_rho", "Grant budget"),
+    ("sample_error", "", "samples", "the sample form"),
+)
+
+
+def upload_words(message: str) -> str:
+    """An upload error in the console's labels instead of the API's field names."""
+    for api, console in _UPLOAD_WORDS:
+        message = message.replace(api, console)
+    return message
+
+
+def error_summary(context: dict[str, Any]) -> dict[str, str] | None:
+    """The page's error, repeated at the top of the page with a link to its field (the inline
+    message sits next to its form, which can be thousands of pixels down)."""
+    for key, word, target, label in _ERROR_FIELDS:
+        text = context.get(key)
+        if text and word in str(text):
+            return {"text": str(text), "target": target, "label": label}
+    return None
+
+
 def _page(
     request: Request,
     name: str,
@@ -208,7 +253,12 @@ def _page(
     return templates.TemplateResponse(
         request,
         name,
-        {"signed": signed, "csrf_field": service.CSRF_FIELD, **context},
+        {
+            "signed": signed,
+            "csrf_field": service.CSRF_FIELD,
+            "error_summary": error_summary(context),
+            **context,
+        },
         status_code=status_code,
     )
 
@@ -442,7 +492,7 @@ async def upload(
             db,
             signed,
             upload=fields,
-            upload_error=error,
+            upload_error=upload_words(error),
             columns=columns,
             status_code=code,
         )

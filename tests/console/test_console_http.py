@@ -311,6 +311,9 @@ def test_the_release_form_previews_submits_and_shows_the_apis_errors(
     assert bad.status_code == 422 and "iterations" in bad.text
     not_int = analyst.post(path, {**base, "param.iterations": "many", "action": "submit"})
     assert not_int.status_code == 422 and "iterations: not a valid integer" in not_int.text
+    # Issue 26 §1: the error is repeated at the top of the page, with a link to its form.
+    top = not_int.text.index('id="error_summary"')
+    assert top < not_int.text.index('id="release"') and 'href="#release"' in not_int.text
     over = analyst.post(path, {**base, "rho": "50", "action": "submit"})
     assert over.status_code == 409
     assert "this release needs ρ = 50, the dataset has ρ = " in over.text
@@ -370,6 +373,8 @@ def test_the_release_form_takes_the_budget_that_was_filled_in_and_says_what_is_m
         assert says in html.unescape(refused.text), fields
         for internal in ("BudgetIn", "Extra inputs", "Value error", "budget."):
             assert internal not in refused.text, (fields, internal)
+        field = {"ρ": "rho", "δ": "delta"}[says[0]]
+        assert f'<a href="#{field}">' in refused.text, fields
 
 
 def test_an_owner_uploads_drafts_grants_and_sees_the_ledger(
@@ -417,6 +422,14 @@ def test_an_owner_uploads_drafts_grants_and_sees_the_ledger(
         files={"file": ("people.csv", people_csv, "text/csv")},
     )
     assert as_drafted.status_code == 303, as_drafted.text
+    no_delta = post_upload("upload", html.unescape(textarea.group(1)))  # δ 0 as typed by hand
+    assert no_delta.status_code == 422
+    page = html.unescape(no_delta.text)
+    assert "give “Total δ” above 0" in page and '<a href="#budget_delta">' in page
+    summary = re.search(r'id="error_summary"><p>(.*?)</p>', page, re.S)
+    assert summary is not None and "budget_delta" not in summary.group(1)
+    assert "--discovery-delta" not in page
+    assert page.index('id="error_summary"') < page.index('id="upload"')
     rejected = post_upload("upload", '{"columns": [{"name": "city"}]}')
     assert rejected.status_code == 422 and 'class="error"' in rejected.text
     created = post_upload("upload", people_schema)
