@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.schema_draft.inference import MAX_CATEGORIES as DRAFT_MAX_CATEGORIES
+
 COLUMN_TYPES = ("categorical", "numeric", "date", "datetime", "boolean", "codes", "ignore")
 BINNED = ("numeric", "date", "datetime")
 NULLABLE_TYPES = ("categorical", "numeric", "date", "datetime", "boolean")
@@ -229,9 +231,14 @@ def _categories(row: ColumnRow, original: Mapping[str, Any], where: str) -> Any:
         clause = original.get("categories")
         found: dict[str, Any] = dict(clause) if isinstance(clause, Mapping) else {}
         found["discover"] = True
-        found.pop("max", None)
+        previous = found.pop("max", None)
         if row.max_categories:
             found["max"] = _integer(row.max_categories, "the most categories", where)
+        else:
+            # An empty "At most" (a column switched to categorical) keeps the clause's own cap
+            # or takes the draft's; the schema needs one (issue 26 §5: the upload answered
+            # "max must be an integer from 1 to 100000", naming a field the form does not have).
+            found["max"] = previous if isinstance(previous, int) else DRAFT_MAX_CATEGORIES
         return found
     text = row.categories
     if text.startswith("["):

@@ -14,6 +14,7 @@ from app.console.schema_form import (
     schema_extra,
     schema_from_rows,
 )
+from engine.tables.encoding import SchemaSpec
 
 DRAFT: dict[str, Any] = {
     "columns": [
@@ -131,12 +132,18 @@ def test_edits_of_type_nullable_and_domain_are_written() -> None:
 
 def test_a_type_change_drops_the_old_types_keys() -> None:
     edited = _round_trip(DRAFT, {"col.0.type": "categorical", "col.0.domain": "discover"})
+    # "At most" left empty takes the draft's cap: without one the upload refused the schema with
+    # "max must be an integer from 1 to 100000", a field the form does not show (issue 26 §5).
     assert edited["columns"][0] == {
         "name": "id",
         "type": "categorical",
-        "categories": {"discover": True},
+        "categories": {"discover": True, "max": 200},
         "other": "other",
     }
+    SchemaSpec.from_json({"columns": edited["columns"][:1]})  # the engine accepts the column
+    numeric = _round_trip(DRAFT, {"col.2.type": "categorical", "col.2.domain": "discover"})
+    assert numeric["columns"][2]["categories"] == {"discover": True, "max": 200}
+    SchemaSpec.from_json({"columns": numeric["columns"][2:3]})
 
 
 @pytest.mark.parametrize(
