@@ -128,14 +128,6 @@ class Progress(_Wire):
     stage: str
 
 
-class Queue(_Wire):
-    """Where a queued job stands: ``position`` 1 is the next of the tenant's queued jobs;
-    ``jobs_ahead`` counts every tenant's queued jobs the workers start before it (an estimate)."""
-
-    position: int
-    jobs_ahead: int
-
-
 class Job(_Wire):
     """A synthesis job: its request, status and public progress."""
 
@@ -158,7 +150,6 @@ class Job(_Wire):
     error: str | None
     output_rows: int | None
     artefacts: list[str] = Field(default_factory=list)
-    queue: Queue | None = None
 
     @property
     def finished(self) -> bool:
@@ -270,7 +261,6 @@ SERVER_NAMES: dict[type[BaseModel], str] = {
     LedgerEntry: "LedgerEntryOut",
     Ledger: "LedgerOut",
     Progress: "ProgressOut",
-    Queue: "QueueOut",
     Job: "JobOut",
     Method: "MethodOut",
     NoisePreview: "NoisePreviewOut",

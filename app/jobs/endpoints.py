@@ -167,8 +167,7 @@ def job_for(job_id: uuid.UUID, db: Database, principal: Principal) -> JobOut:
 
 def _job_view(session: Session, principal: Principal, job_id: uuid.UUID) -> JobOut:
     try:
-        job = service.get_job(session, principal, job_id)
-        return service.job_out(job, principal, queue=service.queue_out(session, job))
+        return service.job_out(service.get_job(session, principal, job_id), principal)
     except service.JobNotFound:
         raise _job_not_found() from None
 

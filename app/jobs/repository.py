@@ -243,57 +243,6 @@ def tenants_in_fair_order(
     return [(row.tenant_id, int(row.running)) for row in rows]
 
 
-@dataclass(frozen=True)
-class QueuePlace:
-    """Where a queued job stands: ``position`` in its tenant's queue (1: next of its tenant) and
-    ``jobs_ahead``, the queued jobs of every tenant that the fair order starts before it if
-    nothing else changes."""
-
-    position: int
-    jobs_ahead: int
-
-
-def queue_place(session: Session, job_id: uuid.UUID, tenant_id: uuid.UUID) -> QueuePlace | None:
-    """The place of a queued job (None if it is not queued), from counts alone.
-
-    ``claim_next`` takes one job per tenant in the order of ``tenants_in_fair_order`` and then
-    starts again (a tenant's running count and latest start move it to the back), so the job at
-    position p of the tenant at rank r is started in round p, after p − 1 jobs of its own tenant
-    and, of every other tenant t with q_t queued, min(q_t, p − 1) if t comes after it in the
-    order or min(q_t, p) if before. An estimate for the current queue: arrivals, cancels and the
-    per-tenant running cap change it."""
-    mine = session.execute(
-        select(Job.created_at).where(Job.id == job_id, Job.status == "queued")
-    ).first()
-    if mine is None:
-        return None
-    before = session.scalar(
-        select(func.count())
-        .select_from(Job)
-        .where(
-            Job.tenant_id == tenant_id,
-            Job.status == "queued",
-            tuple_(Job.created_at, Job.id) < tuple_(mine.created_at, job_id),
-        )
-    )
-    position = int(before or 0) + 1
-    queued = dict(
-        session.execute(
-            select(Job.tenant_id, func.count())
-            .where(Job.status == "queued")
-            .group_by(Job.tenant_id)
-        ).all()
-    )
-    ahead = position - 1
-    earlier = True
-    for other, _running in tenants_in_fair_order(session):
-        if other == tenant_id:
-            earlier = False
-            continue
-        ahead += min(int(queued.get(other, 0)), position if earlier else position - 1)
-    return QueuePlace(position=position, jobs_ahead=ahead)
-
-
 def claim_next(
     session: Session,
     *,

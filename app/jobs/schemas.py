@@ -145,16 +145,6 @@ class ProgressOut(BaseModel):
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
 
-class QueueOut(BaseModel):
-    """Where a queued job stands (counts only: no other tenant's names or jobs)."""
-
-    position: int = Field(description="1 = the next of your tenant's queued jobs to start")
-    jobs_ahead: int = Field(
-        description="queued jobs of every tenant that the workers' fair order (one job per "
-        "tenant in turn) starts before this one if nothing else changes: an estimate"
-    )
-
-
 class JobOut(BaseModel):
     id: uuid.UUID
     dataset_id: uuid.UUID
@@ -184,10 +174,6 @@ class JobOut(BaseModel):
         default_factory=list,
         description="the release's artefacts, published with its output (GET .../report, "
         ".../measurements; the owner-tier report names are listed to owner keys only)",
-    )
-    queue: QueueOut | None = Field(
-        default=None,
-        description="while queued, where the job stands (GET /v1/jobs/{id} only; null in lists)",
     )
 
 

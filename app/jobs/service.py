@@ -29,7 +29,7 @@ from app.db.session import after_commit
 from app.jobs import dispatch, repository
 from app.jobs.models import TERMINAL_STATUSES, Job
 from app.jobs.resources import ResourcesExceeded, check_predicted_time, check_resources
-from app.jobs.schemas import EpsilonDeltaBudgetIn, JobOut, JobRequest, ProgressOut, QueueOut
+from app.jobs.schemas import EpsilonDeltaBudgetIn, JobOut, JobRequest, ProgressOut
 from app.reports.names import visible
 from app.storage import Storage, StorageUnavailable, job_output_prefix
 from engine.accounting import rho_from_epsilon_delta
@@ -389,15 +389,7 @@ def _coarse(value: datetime | None) -> datetime | None:
     return None if value is None else value.replace(second=0, microsecond=0)
 
 
-def queue_out(session: Session, job: Job) -> QueueOut | None:
-    """Where a queued job stands (repository.queue_place); None once it is not queued."""
-    if job.status != "queued":
-        return None
-    place = repository.queue_place(session, job.id, job.tenant_id)
-    return None if place is None else QueueOut(position=place.position, jobs_ahead=place.jobs_ahead)
-
-
-def job_out(job: Job, principal: Principal, queue: QueueOut | None = None) -> JobOut:
+def job_out(job: Job, principal: Principal) -> JobOut:
     exact = principal.is_owner
     public = ProgressOut(fraction=job.progress_fraction, stage=job.progress_stage)
     detail: ProgressOut | None = None
@@ -428,5 +420,4 @@ def job_out(job: Job, principal: Principal, queue: QueueOut | None = None) -> Jo
         error=job.error,
         output_rows=job.output_rows,
         artefacts=visible(job.artefacts, owner=principal.is_owner),
-        queue=queue,
     )

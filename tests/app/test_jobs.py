@@ -63,20 +63,6 @@ def test_epsilon_delta_budget_converted_safely(tenant: Tenant, dataset: dict) ->
     assert rho <= Decimal("0.0149730577") + Decimal("1e-12")
 
 
-def test_a_queued_job_says_where_it_stands(tenant: Tenant, dataset: dict) -> None:
-    """Issue 26 §3 (the estimate itself: tests/app/test_queue_place.py). No worker runs here."""
-    first = submit(tenant.analyst, dataset["id"], rho="0.1").json()
-    second = submit(tenant.analyst, dataset["id"], rho="0.1").json()
-    place = tenant.analyst.get(f"/v1/jobs/{second['id']}").json()["queue"]
-    assert place["position"] == 2 and place["jobs_ahead"] >= 1
-    assert tenant.analyst.get(f"/v1/jobs/{first['id']}").json()["queue"]["position"] == 1
-    listed = tenant.analyst.get(f"/v1/datasets/{dataset['id']}/jobs").json()["items"]
-    assert [job["queue"] for job in listed] == [None, None]
-    tenant.analyst.post(f"/v1/jobs/{first['id']}/cancel")
-    assert tenant.analyst.get(f"/v1/jobs/{first['id']}").json()["queue"] is None
-    assert tenant.analyst.get(f"/v1/jobs/{second['id']}").json()["queue"]["position"] == 1
-
-
 def test_over_budget_is_refused_without_ledger_change(
     api_stack: Stack, tenant: Tenant, dataset: dict
 ) -> None:
