@@ -42,10 +42,22 @@ class Conflict(ApiError):
 class OverBudget(Conflict):
     """409: the job's ρ exceeds the dataset's remaining ρ; nothing was reserved."""
 
-    def __init__(self, detail: str, requested_rho: Decimal, remaining_rho: Decimal) -> None:
+    def __init__(
+        self,
+        detail: str,
+        requested_rho: Decimal,
+        remaining_rho: Decimal,
+        delta: Decimal | None = None,
+        requested_epsilon: Decimal | None = None,
+        remaining_epsilon: Decimal | None = None,
+    ) -> None:
         super().__init__(409, detail)
         self.requested_rho = requested_rho
         self.remaining_rho = remaining_rho
+        # Set when the request gave (ε, δ): the ε of the request and of the remaining ρ at δ.
+        self.delta = delta
+        self.requested_epsilon = requested_epsilon
+        self.remaining_epsilon = remaining_epsilon
 
     def __str__(self) -> str:
         return (
@@ -124,8 +136,15 @@ def error_for(status: int, body: Any, retry_after: float | None = None) -> ApiEr
         and "remaining_rho" in body
         and isinstance(detail, str)
     ):
+        optional = {
+            key: None if body.get(key) is None else Decimal(str(body[key]))
+            for key in ("delta", "requested_epsilon", "remaining_epsilon")
+        }
         return OverBudget(
-            detail, Decimal(str(body["requested_rho"])), Decimal(str(body["remaining_rho"]))
+            detail,
+            Decimal(str(body["requested_rho"])),
+            Decimal(str(body["remaining_rho"])),
+            **optional,
         )
     if status == 429:
         return RateLimited(status, detail, retry_after)

@@ -23,8 +23,8 @@ _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 def format_scientific(value: Decimal) -> str:
     """Exact, for people: plain between 0.001 and 10000, else m × 10ⁿ with every digit kept
-    (Decimal('0.000000999999999999') -> '9.99999999999999 × 10⁻⁷', Decimal('4E-18') ->
-    '4 × 10⁻¹⁸')."""
+    (Decimal('0.000000999999999999') -> '9.99999999999 × 10⁻⁷', Decimal('4E-18') ->
+    '4 × 10⁻¹⁸'), up to the 28 significant digits of the default decimal context."""
     if value == 0:
         return "0"
     exponent = value.adjusted()

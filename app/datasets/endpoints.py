@@ -171,7 +171,7 @@ async def _schema_file(part: UploadFile, settings: Settings) -> str:
     if len(raw) > settings.max_schema_bytes:
         raise UploadRejected(422, f"the schema is limited to {settings.max_schema_bytes} bytes")
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig")  # a byte-order mark is accepted, as on the table
     except UnicodeDecodeError:
         raise UploadRejected(422, "the schema file is not UTF-8 text") from None
 

@@ -428,3 +428,18 @@ def test_healthz_and_docs(api_stack: Stack) -> None:
         assert (
             "multipart/form-data" in spec["paths"]["/v1/datasets"]["post"]["requestBody"]["content"]
         )
+
+
+def test_ledger_names_only_the_callers_own_keys(api_stack: Stack, tenant: Tenant) -> None:
+    """actor_name comes from the caller's tenant only: another tenant's key id is not named."""
+    from app.auth.service import actor_names
+    from app.db.session import get_session_factory, read_only_session
+
+    other = make_tenant(api_stack)
+    mine = tenant.owner.get("/v1/me").json()
+    theirs = other.owner.get("/v1/me").json()
+    actors = [f"key:{mine['key_id']}", f"key:{theirs['key_id']}", "worker", "key:not-a-uuid"]
+    factory = get_session_factory(api_stack.settings.sqlalchemy_url)
+    with read_only_session(factory) as session:
+        names = actor_names(session, uuid.UUID(mine["tenant_id"]), actors)
+    assert names == {f"key:{mine['key_id']}": mine["name"]}

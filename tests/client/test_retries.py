@@ -208,7 +208,25 @@ def test_over_budget_carries_requested_and_remaining_rho() -> None:
     assert isinstance(raised.value, errors.Conflict)
     assert raised.value.requested_rho == Decimal("0.75")
     assert raised.value.remaining_rho == Decimal("0.25")
+    assert raised.value.remaining_epsilon is None  # a ρ request
     assert len(mock.requests) == 1  # a 409 is an answer, not retried
+
+
+def test_over_budget_in_epsilon_carries_the_epsilons() -> None:
+    body = {
+        "detail": "over budget",
+        "requested_rho": "0.75",
+        "remaining_rho": "0.25",
+        "delta": "0.000001",
+        "requested_epsilon": "10",
+        "remaining_epsilon": "4.25",
+    }
+    mock = Recorder(httpx.Response(409, json=body))
+    with mock.client() as client, pytest.raises(errors.OverBudget) as raised:
+        client.submit(DATASET, "mst", epsilon="10", delta="0.000001")
+    assert raised.value.delta == Decimal("0.000001")
+    assert raised.value.requested_epsilon == Decimal("10")
+    assert raised.value.remaining_epsilon == Decimal("4.25")
 
 
 def test_rate_limited_is_raised_with_retry_after() -> None:
