@@ -379,15 +379,16 @@ def test_the_release_form_takes_the_budget_that_was_filled_in_and_says_what_is_m
 def test_an_owner_uploads_drafts_grants_and_sees_the_ledger(
     tenant: Tenant, owner: Console, people_csv: bytes, people_schema: str
 ) -> None:
-    def post_upload(action: str, schema: str) -> httpx.Response:
+    def post_upload(action: str, schema: str, budget_delta: str = "0") -> httpx.Response:
         return owner.http.post(
             "/console/datasets/upload",
             data={
                 "csrf": owner.token(),
                 "name": "uploaded-in-console",
                 "budget_rho": "2",
-                "budget_delta": "0",
+                "budget_delta": budget_delta,
                 "schema": schema,
+                "schema_source": "json",
                 "action": action,
             },
             files={"file": ("people.csv", people_csv, "text/csv")},
@@ -407,19 +408,7 @@ def test_an_owner_uploads_drafts_grants_and_sees_the_ledger(
         r'<textarea id="schema" name="schema"[^>]*>(.*?)</textarea>', draft.text, re.S
     )
     assert textarea is not None
-    as_drafted = owner.http.post(
-        "/console/datasets/upload",
-        data={
-            "csrf": owner.token(),
-            "name": "as-drafted",
-            "budget_rho": "2",
-            "budget_delta": delta.group(1),
-            "schema": html.unescape(textarea.group(1)),
-            "schema_source": "json",
-            "action": "upload",
-        },
-        files={"file": ("people.csv", people_csv, "text/csv")},
-    )
+    as_drafted = post_upload("upload", html.unescape(textarea.group(1)), delta.group(1))
     assert as_drafted.status_code == 303, as_drafted.text
     no_delta = post_upload("upload", html.unescape(textarea.group(1)))  # δ 0 as typed by hand
     assert no_delta.status_code == 422
