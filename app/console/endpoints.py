@@ -514,6 +514,12 @@ async def upload(
                     "δ > 0 (keep δ far below 1 / the number of rows). To upload with δ = 0, "
                     "declare or list those columns' categories instead."
                 )
+                if draft.rows * Decimal(DRAFT_DISCOVERY_DELTA) > Decimal("0.01"):
+                    # The owner's own page (the draft read the file): nothing is published.
+                    shown["delta_reason"] += (
+                        f" With {draft.rows} rows, {DRAFT_DISCOVERY_DELTA} is not far below "
+                        f"1/{draft.rows}: consider a smaller δ."
+                    )
             return await run_in_threadpool(
                 _datasets_page,
                 request,

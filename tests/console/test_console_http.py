@@ -640,3 +640,15 @@ def test_signing_in_again_ends_the_previous_session(api_stack: Stack, tenant: Te
     assert out.status_code == 303
     stale.close()
     console.http.close()
+
+
+def test_a_large_tables_draft_warns_that_the_filled_delta_is_not_small(owner: Console) -> None:
+    rows = "\n".join(f"{'abc'[i % 3]},{i % 7}" for i in range(20_000))
+    drafted = owner.http.post(
+        "/console/datasets/upload",
+        data={"csrf": owner.token(), "name": "big", "budget_rho": "1", "action": "draft"},
+        files={"file": ("big.csv", f"letter,n\n{rows}\n".encode(), "text/csv")},
+    )
+    assert drafted.status_code == 200, drafted.text
+    page = html.unescape(drafted.text)
+    assert 'id="delta_reason"' in page and "With 20000 rows" in page, page[-2000:]
