@@ -510,7 +510,8 @@ async def upload(
                 fields["budget_delta"] = DRAFT_DISCOVERY_DELTA
                 shown["delta_reason"] = (
                     f"δ is set to {DRAFT_DISCOVERY_DELTA}: {_columns_text(open_sets)} "
-                    "discover their categories from the data, which is (ρ, δ)-DP and needs "
+                    f"{'discovers its' if len(open_sets) == 1 else 'discover their'} "
+                    "categories from the data, which is (ρ, δ)-DP and needs "
                     "δ > 0 (keep δ far below 1 / the number of rows). To upload with δ = 0, "
                     "declare or list those columns' categories instead."
                 )
