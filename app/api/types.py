@@ -108,7 +108,9 @@ RhoIn = Annotated[
 
 DecimalIn = Annotated[Decimal, BeforeValidator(parse_decimal)]
 
-UNION_TAGS = frozenset({"rho", "epsilon_delta"})
+RHO_TAG = "rho"
+EPSILON_DELTA_TAG = "epsilon_delta"
+UNION_TAGS = frozenset({RHO_TAG, EPSILON_DELTA_TAG})
 """The tags of the wire's tagged unions (a job's budget: ``rho`` or ``epsilon_delta``, see
 app/jobs/schemas.py). Pydantic puts the tag into each error's location
 (``budget.epsilon_delta.delta``); :func:`public_location` leaves it out."""

@@ -50,10 +50,15 @@ from app.datasets import endpoints as datasets_api
 from app.datasets.schemas import BudgetOut, DatasetOut, GrantRequest, LedgerEntryOut
 from app.drafts import endpoints as drafts_api
 from app.jobs import endpoints as jobs_api
-from app.jobs.schemas import JobOut, JobRequest, MethodOut
+from app.jobs import service as jobs_service
+from app.jobs.schemas import JobOut, JobRequest, MethodOut, OverBudgetOut
 from app.reports import endpoints as reports_api
 from app.samples import endpoints as samples_api
 from app.samples.schemas import SampleRequest
+from engine.columns.base import SchemaError
+from engine.discovery.plan import CategoryRequest
+from engine.discovery.schema import requests_for
+from engine.tables.encoding import SchemaSpec
 
 PREFIX = "/console"
 UPLOAD_PATH = f"{PREFIX}/datasets/upload"
@@ -156,10 +161,7 @@ def _detail(error: HTTPException | JSONResponse) -> str:
         detail = body.get("detail", "")
         if "requested_rho" in body:
             # The API's sentence names its route; the console's names its own button.
-            needs, left = f"ρ = {body['requested_rho']}", f"ρ = {body['remaining_rho']}"
-            if body.get("delta") is not None:
-                needs = f"ε = {body['requested_epsilon']} at δ = {body['delta']} ({needs})"
-                left = f"ε = {body['remaining_epsilon']} at that δ ({left})"
+            needs, left = jobs_service.over_budget_terms(OverBudgetOut.model_validate(body))
             return (
                 f"Over the dataset's remaining privacy budget: this release needs {needs}, the "
                 f"dataset has {left} left. Ask for less, or ask an owner of the dataset to add "
@@ -393,19 +395,13 @@ said 0: a fixed public value (one derived from the row count would publish it in
 
 
 def open_set_columns(schema: Any) -> list[str]:
-    """Columns of a schema whose categories are discovered without a candidate list: the
-    clauses that need δ > 0 (engine/discovery/plan.py, ``open_set``)."""
-    columns = schema.get("columns", []) if isinstance(schema, dict) else []
-    names = []
-    for column in columns:
-        categories = column.get("categories") if isinstance(column, dict) else None
-        if (
-            isinstance(categories, dict)
-            and categories.get("discover") is True
-            and categories.get("candidates") is None
-        ):
-            names.append(str(column.get("name")))
-    return names
+    """Columns of a (drafted) schema whose categories are discovered without a candidate list:
+    the discovery requests that need δ > 0 (engine/discovery/plan.py, ``allocate``)."""
+    try:
+        requests = requests_for(SchemaSpec.from_json(schema))
+    except SchemaError:
+        return []  # the upload reports what is wrong with it
+    return [r.column for r in requests if isinstance(r, CategoryRequest) and r.open_set]
 
 
 def _columns_text(names: list[str]) -> str:

@@ -12,13 +12,11 @@ from sqlalchemy.orm import Session
 from app.api.deps import AnalystKey, AnalystRead, Database, DatabaseDep, SettingsDep, StorageDep
 from app.api.errors import ErrorOut, error_responses
 from app.api.limits import FiniteJSONRoute
-from app.api.types import format_decimal
 from app.auth.service import Principal
 from app.budget.service import BudgetExceeded
 from app.jobs import preview, service
 from app.jobs.export import table_download
 from app.jobs.schemas import (
-    EpsilonDeltaBudgetIn,
     JobList,
     JobOut,
     JobPreview,
@@ -27,7 +25,6 @@ from app.jobs.schemas import (
     MethodOut,
     OverBudgetOut,
 )
-from engine.accounting import epsilon_from_rho_delta
 from engine.mechanisms import MECHANISMS
 
 router = APIRouter(
@@ -98,38 +95,9 @@ def submit_job(
     except service.JobConflict as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
     except BudgetExceeded as error:
-        body_out = over_budget(dataset_id, body, error)
+        body_out = service.over_budget_out(dataset_id, body, error)
         return JSONResponse(body_out.model_dump(mode="json"), status_code=status.HTTP_409_CONFLICT)
     return out
-
-
-def over_budget(dataset_id: uuid.UUID, body: JobRequest, error: BudgetExceeded) -> OverBudgetOut:
-    """The 409 body: what the request needs and what is left, in the request's own terms (ε at
-    its δ when it gave (ε, δ)), and who can add budget (issue 26 §7: it named neither)."""
-    requested, remaining = error.requested_rho, error.remaining_rho
-    needs = f"ρ = {format_decimal(requested)}"
-    left = f"ρ = {format_decimal(remaining)}"
-    extra: dict[str, str] = {}
-    if isinstance(body.budget, EpsilonDeltaBudgetIn):
-        delta = body.budget.delta
-        remaining_epsilon = epsilon_from_rho_delta(remaining, delta)
-        extra = {
-            "delta": format_decimal(delta),
-            "requested_epsilon": format_decimal(body.budget.epsilon),
-            "remaining_epsilon": format_decimal(remaining_epsilon),
-        }
-        needs = f"ε = {extra['requested_epsilon']} at δ = {extra['delta']} ({needs})"
-        left = f"ε = {extra['remaining_epsilon']} at that δ ({left})"
-    return OverBudgetOut(
-        detail=(
-            f"over the dataset's remaining privacy budget: the request needs {needs}, the "
-            f"dataset has {left} left. Ask for less, or ask an owner of the dataset to add "
-            f"budget (POST /v1/datasets/{dataset_id}/budget); nothing was reserved"
-        ),
-        requested_rho=requested,
-        remaining_rho=remaining,
-        **extra,
-    )
 
 
 @router.get("/datasets/{dataset_id}/jobs", response_model=JobList)

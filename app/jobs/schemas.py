@@ -19,7 +19,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from app.api.types import (
+    EPSILON_DELTA_TAG,
     MAX_DELTA,
+    RHO_TAG,
     DecimalIn,
     RhoIn,
     RhoOut,
@@ -97,19 +99,19 @@ def _budget_form(value: Any) -> str | None:
     ("budget.RhoBudgetIn.rho: Field required; budget.EpsilonDeltaBudgetIn.rho: Extra inputs are
     not permitted; ...", issue 26 §2)."""
     if isinstance(value, RhoBudgetIn):
-        return "rho"
+        return RHO_TAG
     if isinstance(value, EpsilonDeltaBudgetIn):
-        return "epsilon_delta"
+        return EPSILON_DELTA_TAG
     if not isinstance(value, dict):
         return None
     has_rho, has_epsilon_delta = "rho" in value, bool({"epsilon", "delta"} & value.keys())
     if has_rho == has_epsilon_delta:
         return None
-    return "rho" if has_rho else "epsilon_delta"
+    return RHO_TAG if has_rho else EPSILON_DELTA_TAG
 
 
 BudgetIn = Annotated[
-    Annotated[RhoBudgetIn, Tag("rho")] | Annotated[EpsilonDeltaBudgetIn, Tag("epsilon_delta")],
+    Annotated[RhoBudgetIn, Tag(RHO_TAG)] | Annotated[EpsilonDeltaBudgetIn, Tag(EPSILON_DELTA_TAG)],
     Discriminator(
         _budget_form,
         custom_error_type="budget_form",

@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 
+from app.api.types import format_decimal
 from app.auth.service import Principal
 from app.budget import service as budget_service
 from app.config import Settings
@@ -29,10 +30,10 @@ from app.db.session import after_commit
 from app.jobs import dispatch, repository
 from app.jobs.models import TERMINAL_STATUSES, Job
 from app.jobs.resources import ResourcesExceeded, check_predicted_time, check_resources
-from app.jobs.schemas import EpsilonDeltaBudgetIn, JobOut, JobRequest, ProgressOut
+from app.jobs.schemas import EpsilonDeltaBudgetIn, JobOut, JobRequest, OverBudgetOut, ProgressOut
 from app.reports.names import visible
 from app.storage import Storage, StorageUnavailable, job_output_prefix
-from engine.accounting import rho_from_epsilon_delta
+from engine.accounting import epsilon_from_rho_delta, rho_from_epsilon_delta
 from engine.costs import CostPrediction, predict_cost
 from engine.domain import Domain
 from engine.mechanisms import (
@@ -93,6 +94,45 @@ def resolve_budget(request: JobRequest) -> ResolvedBudget:
             raise InvalidJob("the (ε, δ) budget is too small: it converts to ρ = 0")
         return ResolvedBudget(rho=rho, epsilon=budget.epsilon, delta=budget.delta)
     return ResolvedBudget(rho=budget.rho, epsilon=None, delta=None)
+
+
+def over_budget_out(
+    dataset_id: uuid.UUID, request: JobRequest, error: budget_service.BudgetExceeded
+) -> OverBudgetOut:
+    """The 409 body: what the request needs and what is left, in the request's own terms (ε at
+    its δ when it gave (ε, δ)), and who can add budget (issue 26 §7: it named neither)."""
+    out = OverBudgetOut(
+        detail="", requested_rho=error.requested_rho, remaining_rho=error.remaining_rho
+    )
+    if isinstance(request.budget, EpsilonDeltaBudgetIn):
+        delta = request.budget.delta
+        out = out.model_copy(
+            update={
+                "delta": format_decimal(delta),
+                "requested_epsilon": format_decimal(request.budget.epsilon),
+                "remaining_epsilon": format_decimal(
+                    epsilon_from_rho_delta(error.remaining_rho, delta)
+                ),
+            }
+        )
+    needs, left = over_budget_terms(out)
+    detail = (
+        f"over the dataset's remaining privacy budget: the request needs {needs}, the dataset "
+        f"has {left} left. Ask for less, or ask an owner of the dataset to add budget "
+        f"(POST /v1/datasets/{dataset_id}/budget); nothing was reserved"
+    )
+    return out.model_copy(update={"detail": detail})
+
+
+def over_budget_terms(out: OverBudgetOut) -> tuple[str, str]:
+    """What an over-budget request needs and what is left, as text: ρ, and ε at the request's
+    δ when it gave (ε, δ). The API's 409 sentence and the console's are built from these."""
+    needs = f"ρ = {format_decimal(out.requested_rho)}"
+    left = f"ρ = {format_decimal(out.remaining_rho)}"
+    if out.delta is not None:
+        needs = f"ε = {out.requested_epsilon} at δ = {out.delta} ({needs})"
+        left = f"ε = {out.remaining_epsilon} at that δ ({left})"
+    return needs, left
 
 
 def fingerprint(dataset_id: uuid.UUID, request: JobRequest) -> str:
