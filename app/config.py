@@ -140,6 +140,9 @@ class Settings(BaseSettings):
     # 1.06-1.32 s with two, side by side (docs/benchmarks.md, "Bursts of simultaneous
     # requests"). Each process has its own upload memory budget and failed-key throttle.
     embedded_api_processes: int = Field(default=2, ge=1, le=64)
+    # GET /v1/jobs/{id} answered by app/jobs/polled_read.py below the framework (issue 24 §4);
+    # off, the FastAPI route answers it (the same bytes; for before/after benchmarks).
+    polled_job_read: bool = True
 
     # Memory the API process may give to uploads and drafts reading at once: each may add up to
     # 512 MiB (docs/operations.md, "Upload memory"), so the default lets two run; one more is

@@ -17,7 +17,7 @@ from starlette.types import Scope
 
 from app.api.deps import ApiResources
 from app.api.docs import install_docs
-from app.api.errors import validation_error_handler
+from app.api.errors import database_unavailable_response, validation_error_handler
 from app.api.limits import BodySizeLimitMiddleware
 from app.api.strict_json import StrictJSONMiddleware
 from app.api.uploads import UploadSlots
@@ -26,9 +26,10 @@ from app.auth.throttle import FailedAuthThrottle
 from app.config import Settings, get_settings
 from app.console import endpoints as console
 from app.datasets.endpoints import router as datasets_router
-from app.db.session import get_health_engine, note_pool_timeout, pool_health
+from app.db.session import get_health_engine, pool_health
 from app.drafts.endpoints import router as drafts_router
 from app.jobs.endpoints import router as jobs_router
+from app.jobs.polled_read import PolledJobRead
 from app.reports.endpoints import router as reports_router
 from app.samples.endpoints import router as samples_router
 from app.storage import StorageUnavailable, open_storage
@@ -112,29 +113,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimitMiddleware, limit_for=body_limit)
     # After the body limit, so the console's headers middleware wraps it and its 413s too.
     console.install(app)
+    # Outermost: the polled job read answers below the framework (app/jobs/polled_read.py); it
+    # takes no body, so the body limits inside it have nothing to check.
+    app.add_middleware(PolledJobRead, enabled=settings.polled_job_read)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
 
     @app.exception_handler(exc.OperationalError)
     @app.exception_handler(exc.TimeoutError)
     def database_unavailable(_request: Request, error: Exception) -> JSONResponse:
-        # No pooled connection came free in time, or PostgreSQL kept refusing new ones, or the
-        # connection dropped. The request's transaction was rolled back (if the connection died
-        # during COMMIT the outcome is unknown); a retry with the same Idempotency-Key is safe.
-        # exc_info=error, not True: Starlette calls this handler outside the except block, where
-        # exc_info=True would log "NoneType: None" instead of the cause.
-        if isinstance(error, exc.TimeoutError):
-            note_pool_timeout()  # /healthz reports the pool while this lasts
-        logger.warning(
-            "database unavailable, answering 503: %s: %s",
-            type(error).__name__,
-            str(error).strip().splitlines()[0] if str(error).strip() else "",
-            exc_info=error,
-        )
-        return JSONResponse(
-            {"detail": "the service is busy or its database is unreachable; retry shortly"},
-            status_code=503,
-            headers={"Retry-After": "1"},
-        )
+        return database_unavailable_response(error)
 
     @app.exception_handler(StorageUnavailable)
     def storage_unavailable(_request: Request, error: Exception) -> JSONResponse:

@@ -288,6 +288,7 @@ class Service:
     analyst_key: str
     admin_url: str | None = None
     database: str | None = None
+    api_pid: int | None = None  # the one API process (production); None: several (embedded)
 
     def idle_probe(self) -> contextlib.AbstractContextManager[IdleTransactionProbe | None]:
         if self.admin_url is None or self.database is None:
@@ -302,6 +303,35 @@ class BurstRun:
     reads: BurstReport
     budget: dict[str, str]
     cores: int | None
+    cpu_per_read_ms: float | None = None
+
+
+SEQUENTIAL_READS = 1000
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_read(service: Service, job_id: str, n: int = SEQUENTIAL_READS) -> float | None:
+    """The API process's CPU per ``GET /v1/jobs/{id}``, in ms: ``n`` reads one after the other
+    on one keep-alive connection, the process's CPU time before and after (None without one API
+    process to measure). The workers run meanwhile, so this is an upper bound."""
+    if service.api_pid is None:
+        return None
+    with httpx.Client(
+        base_url=service.base_url,
+        headers={"Authorization": f"Bearer {service.analyst_key}"},
+        timeout=60,
+    ) as client:
+        client.get(f"/v1/jobs/{job_id}").raise_for_status()  # connect, warm
+        before = _cpu_seconds(service.api_pid)
+        for _ in range(n):
+            client.get(f"/v1/jobs/{job_id}").raise_for_status()
+        after = _cpu_seconds(service.api_pid)
+    return (after - before) / n * 1000
 
 
 def _probed(service: Service, burst: Callable[[], BurstReport]) -> BurstReport:
@@ -328,7 +358,8 @@ def run_bursts(service: Service, *, n: int, fit: int) -> BurstRun:
         jobs = client.get(f"/v1/datasets/{dataset_id}/jobs").json()["items"]
         budget = client.get(f"/v1/datasets/{dataset_id}").json()["budget"]
     reads = _probed(service, lambda: read_burst(base, analyst, jobs[0]["id"], n=n))
-    return BurstRun("", submissions, reads, budget, len(os.sched_getaffinity(0)))
+    cpu = cpu_per_read(service, jobs[0]["id"])
+    return BurstRun("", submissions, reads, budget, len(os.sched_getaffinity(0)), cpu)
 
 
 @contextlib.contextmanager
@@ -348,6 +379,7 @@ def production_service(workdir: Path, **overrides: object) -> Iterator[Service]:
             stack.create_key(tenant, "analyst"),
             admin_url=services.POSTGRES_URL,
             database=stack.database,
+            api_pid=stack.server.pid if stack.server is not None else None,
         )
     finally:
         stack.destroy()
@@ -482,6 +514,13 @@ def render_markdown(
         "about 4.5 minutes.",
         "",
         *_verdicts(runs),
+        *[
+            f"* {run.mode}: the API process's CPU per read, {SEQUENTIAL_READS:,} sequential "
+            f"reads on one keep-alive connection after the bursts (the workers still running "
+            f"the queued jobs): {run.cpu_per_read_ms:.2f} ms."
+            for run in runs
+            if run.cpu_per_read_ms is not None
+        ],
         END,
     ]
     return "\n".join(lines) + "\n"
@@ -529,13 +568,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--fit", type=int, default=20)
     parser.add_argument("--api-threads", type=int, default=None, help="RHOSYNTH_API_THREADS")
+    parser.add_argument(
+        "--polled-read",
+        choices=["on", "off"],
+        default="on",
+        help="RHOSYNTH_POLLED_JOB_READ: job reads answered below the framework (on, the "
+        "default) or by the FastAPI route (off), for before/after runs",
+    )
     parser.add_argument("--update", type=Path, default=None, help="e.g. docs/benchmarks.md")
     args = parser.parse_args(argv)
     raw = sys.argv[1:] if argv is None else argv
     command = shlex.join(["python", "-m", "benchmarks.burst", *raw])
     started, load = datetime.now(UTC), os.getloadavg()
     modes = ["production", "embedded"] if args.mode == "both" else [args.mode]
-    overrides = {} if args.api_threads is None else {"api_threads": args.api_threads}
+    overrides: dict[str, object] = {"polled_job_read": args.polled_read == "on"}
+    if args.api_threads is not None:
+        overrides["api_threads"] = args.api_threads
     runs = []
     for mode in modes:
         run = run_mode(mode, n=args.n, fit=args.fit, **overrides)
@@ -543,6 +591,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"[{mode}] {run.submissions.summary()}")
         print(f"[{mode}] {run.reads.summary()}")
         print(f"[{mode}] budget after: {run.budget}; cores {run.cores}")
+        if run.cpu_per_read_ms is not None:
+            print(f"[{mode}] API CPU per read: {run.cpu_per_read_ms:.2f} ms")
         if run.submissions.errors or run.reads.errors:
             print(f"[{mode}] client errors: {Counter(run.submissions.errors + run.reads.errors)}")
     if args.update is not None:

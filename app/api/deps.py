@@ -130,10 +130,9 @@ def client_address(request: Request) -> str:
     return request.client.host if request.client is not None else "unknown"
 
 
-def throttled(request: Request) -> HTTPException | None:
-    """429 with Retry-After when the client's address has used up its failed key checks."""
-    throttle: FailedAuthThrottle = request.app.state.auth_throttle
-    wait = throttle.retry_after(client_address(request))
+def throttle_refusal(throttle: FailedAuthThrottle, address: str) -> HTTPException | None:
+    """429 with Retry-After when ``address`` has used up its failed key checks."""
+    wait = throttle.retry_after(address)
     if wait is None:
         return None
     return HTTPException(
@@ -143,30 +142,49 @@ def throttled(request: Request) -> HTTPException | None:
     )
 
 
+def throttled(request: Request) -> HTTPException | None:
+    """429 with Retry-After when the client's address has used up its failed key checks."""
+    return throttle_refusal(request.app.state.auth_throttle, client_address(request))
+
+
+def missing_key() -> HTTPException:
+    """401 for a request without a usable ``Authorization: Bearer <key>`` header."""
+    return HTTPException(
+        status.HTTP_401_UNAUTHORIZED,
+        "missing or malformed Authorization header (expected: Bearer <key>)",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
 def _presented_key(request: Request, credentials: HTTPAuthorizationCredentials | None) -> str:
     """The bearer key of a request from an address that is not throttled (429 and 401 before
     any database work)."""
     if (refused := throttled(request)) is not None:
         raise refused
     if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "missing or malformed Authorization header (expected: Bearer <key>)",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+        raise missing_key()
     return credentials.credentials
 
 
-def _authenticated(request: Request, session: Session, presented: str) -> Principal:
+def check_key(
+    session: Session, secret: bytes, throttle: FailedAuthThrottle, address: str, presented: str
+) -> Principal:
     """The key's principal, looked up in ``session``; 401 (counted by the throttle) if none."""
-    principal = authenticate(session, resources(request).secret, presented)
+    principal = authenticate(session, secret, presented)
     if principal is None:
-        throttle: FailedAuthThrottle = request.app.state.auth_throttle
-        throttle.failed(client_address(request))
+        throttle.failed(address)
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED, "invalid API key", headers={"WWW-Authenticate": "Bearer"}
         )
     return principal
+
+
+def _authenticated(request: Request, session: Session, presented: str) -> Principal:
+    """The key's principal, looked up in ``session``; 401 (counted by the throttle) if none."""
+    throttle: FailedAuthThrottle = request.app.state.auth_throttle
+    return check_key(
+        session, resources(request).secret, throttle, client_address(request), presented
+    )
 
 
 def _principal(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from fastapi import Request
@@ -10,8 +11,12 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from sqlalchemy import exc
 
 from app.api.types import public_location
+from app.db.session import note_pool_timeout
+
+logger = logging.getLogger(__name__)
 
 
 class ErrorOut(BaseModel):
@@ -65,3 +70,27 @@ async def validation_error_handler(_request: Request, error: Exception) -> JSONR
             encoded["loc"] = public_location(encoded["loc"])
         details.append({str(key): _json_safe(value) for key, value in encoded.items()})
     return JSONResponse({"detail": details}, status_code=422)
+
+
+def database_unavailable_response(error: Exception) -> JSONResponse:
+    """The answer to a request whose database work failed for want of the database: 503 with
+    ``Retry-After`` (the app's handler of SQLAlchemy's OperationalError and TimeoutError, and
+    app.jobs.polled_read's)."""
+    # No pooled connection came free in time, or PostgreSQL kept refusing new ones, or the
+    # connection dropped. The request's transaction was rolled back (if the connection died
+    # during COMMIT the outcome is unknown); a retry with the same Idempotency-Key is safe.
+    # exc_info=error, not True: Starlette calls the app's handler outside the except block,
+    # where exc_info=True would log "NoneType: None" instead of the cause.
+    if isinstance(error, exc.TimeoutError):
+        note_pool_timeout()  # /healthz reports the pool while this lasts
+    logger.warning(
+        "database unavailable, answering 503: %s: %s",
+        type(error).__name__,
+        str(error).strip().splitlines()[0] if str(error).strip() else "",
+        exc_info=error,
+    )
+    return JSONResponse(
+        {"detail": "the service is busy or its database is unreachable; retry shortly"},
+        status_code=503,
+        headers={"Retry-After": "1"},
+    )

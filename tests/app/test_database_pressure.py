@@ -118,7 +118,7 @@ def test_pool_exhausted_is_503_and_reserves_nothing(
     client.headers["Authorization"] = tenant.analyst.headers["Authorization"]
 
     with (
-        caplog.at_level(logging.WARNING, logger="app.main"),
+        caplog.at_level(logging.WARNING, logger="app.api.errors"),
         engine.connect(),  # the pool's only connection, held for the duration of the request
     ):
         response = submit(client, dataset["id"], rho="0.3")
