@@ -113,8 +113,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimitMiddleware, limit_for=body_limit)
     # After the body limit, so the console's headers middleware wraps it and its 413s too.
     console.install(app)
-    # Outermost: the polled job read answers below the framework (app/jobs/polled_read.py); it
-    # takes no body, so the body limits inside it have nothing to check.
+    # The outermost of the app's middlewares (Starlette's error middleware still wraps it): the
+    # polled job read answers below the framework (app/jobs/polled_read.py); it takes no body,
+    # so the body limits inside it have nothing to check.
     app.add_middleware(PolledJobRead, enabled=settings.polled_job_read)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
 

@@ -1,17 +1,18 @@
 """``GET /v1/jobs/{id}`` answered below the framework (issue 24 §4).
 
 Clients poll a job's status, so a burst of 200 simultaneous reads of it is the API's heaviest
-read. Through FastAPI a read cost the API 3.4–4.9 ms of CPU, about 60 % of it in the layers
-around the work (the middleware stack, routing over every route, dependency solving, response
-validation) and only 27 % in the key lookup and the job read, under one GIL: the burst's p99 was
-the API's own CPU for 200 reads, 0.88–1.69 s against the 1 s target (docs/benchmarks.md,
-"Bursts of simultaneous requests").
+read, and its p99 is about the API's own CPU for 200 reads under one GIL (1.19–1.38 s in three
+runs through the FastAPI route against the 1 s target; docs/benchmarks.md, "Bursts of
+simultaneous requests"). Part of that CPU is FastAPI's: routing over every route, dependency
+solving, response validation, and two hops between the event loop and the thread pool.
 
 :class:`PolledJobRead` is a pure ASGI middleware that answers the canonical form of this one
 request itself, from the same functions the FastAPI route calls, and hands everything else to
 the app unchanged. It answers only ``GET /v1/jobs/<lower-case hyphenated UUID>`` without a body;
 any other spelling of the path, a body, or another method goes to the route, so edge cases keep
-the framework's answers (422 for a malformed id, 405, 413, ...).
+the framework's answers (422 for a malformed id, 405, 413, ...). It is the outermost of the
+app's own middlewares, still inside Starlette's error middleware: an unexpected exception is
+answered 500 and logged as before.
 
 What it keeps, in the route's order (:class:`app.api.deps.KeyedRead`):
 
@@ -20,14 +21,16 @@ What it keeps, in the route's order (:class:`app.api.deps.KeyedRead`):
    (401 with ``WWW-Authenticate`` when missing or malformed), before any database work;
 3. the key looked up in the read's own session on a thread of the API's request pool (the same
    AnyIO limiter as FastAPI's sync routes), a failed lookup counted by the throttle (401);
-4. the job read for the key's tenant only (404 "job not found" for another tenant's job) and
-   shown by :func:`app.jobs.service.job_out`, the route's own view (owner-only fields by role);
+4. the job read for the key's tenant only (404 "job not found" for another tenant's job, by the
+   same query as for an unknown one) and shown by :func:`app.jobs.service.job_out`, the route's
+   own view (owner-only fields by role), serialised by pydantic-core as FastAPI's fast path does;
 5. the database's unavailability answered 503 as the app's handler does.
 
 Its answers are byte for byte those of the route: ``tests/app/test_polled_read.py`` compares
-both for every status, role, refusal and error, with the middleware on and off
-(``RHOSYNTH_POLLED_JOB_READ``). The route stays: it is the reference, it is what OpenAPI
-documents, and it answers every request this middleware hands on.
+both, with the middleware on and off (``RHOSYNTH_POLLED_JOB_READ``), for every job status, both
+roles, parameters whose floats JSON writers spell differently, every refusal, a database that
+times out or fails, and an unexpected error. The route stays: it is the reference, it is what
+OpenAPI documents, and it answers every request this middleware hands on.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from fastapi import HTTPException, status
 from fastapi.responses import JSONResponse
 from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy import exc
+from starlette._utils import get_route_path
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -91,7 +95,8 @@ class PolledJobRead:
             not self.enabled
             or scope["type"] != "http"
             or scope["method"] != "GET"
-            or (match := _PATH.fullmatch(scope["path"])) is None
+            # The path as the router matches it (without the server's root_path).
+            or (match := _PATH.fullmatch(get_route_path(scope))) is None
             or _has_body(scope)
         ):
             await self.app(scope, receive, send)
@@ -123,7 +128,9 @@ class PolledJobRead:
                 except service.JobNotFound:
                     raise HTTPException(status.HTTP_404_NOT_FOUND, "job not found") from None
                 out = service.job_out(job, principal)
-            return JSONResponse(out.model_dump(mode="json"))
+            # FastAPI's fast path for a response model: pydantic-core writes the JSON (its
+            # floats are spelled unlike json.dumps's: 0.00001, not 1e-05).
+            return Response(out.model_dump_json(), media_type="application/json")
 
         try:
             return await anyio.to_thread.run_sync(read)
