@@ -51,6 +51,7 @@ class TreeGrowth:
         self.cells = [math.prod(shape) for shape in tree.shapes]
         self.total = sum(self.cells)
         self._local: dict[tuple[frozenset[int], Ids], tuple[int, tuple[Ids, ...]]] = {}
+        self._pieces: dict[frozenset[int], frozenset[int]] = {}
 
     def inside(self, ids: Sequence[int]) -> bool:
         """Whether some clique of the tree already holds every attribute of ``ids``."""
@@ -61,8 +62,12 @@ class TreeGrowth:
     def piece(self, ids: Sequence[int]) -> frozenset[int]:
         """The smallest connected set of cliques whose union holds ``ids`` (see the module)."""
         wanted = frozenset(ids)
-        touching = {c for v in wanted for c in self.holders.get(v, ())}
-        return frozenset(self.tree.covering_piece(wanted, touching))
+        found = self._pieces.get(wanted)
+        if found is None:
+            touching = {c for v in wanted for c in self.holders.get(v, ())}
+            found = frozenset(self.tree.covering_piece(wanted, touching))
+            self._pieces[wanted] = found
+        return found
 
     def _grown_piece(self, ids: Sequence[int]) -> tuple[frozenset[int], int, tuple[Ids, ...]]:
         """The piece, the cells of its re-triangulation with ``ids``, and the new maximal

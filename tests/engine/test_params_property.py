@@ -91,6 +91,10 @@ def _int_strategy(name: str, metadata: list[Any]) -> st.SearchStrategy[int]:
 
 def _field_strategy(name: str, annotation: Any, metadata: list[Any]) -> st.SearchStrategy[Any]:
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:  # a union member with bounds of its own (AIM's max_candidates)
+        base, *extra = typing.get_args(annotation)
+        bounds = [item for e in extra for item in getattr(e, "metadata", [e])]
+        return _field_strategy(name, base, [*metadata, *bounds])
     if origin in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(annotation) if a is not type(None)]
         inner = [_field_strategy(name, a, metadata) for a in options]

@@ -83,3 +83,45 @@ def test_a_tiny_epsilon_is_uniform() -> None:
     assert pvalue(counts, np.full(len(scores), 1 / len(scores))) > ALPHA
     # Power: ε = 0.1 is visibly not uniform on these scores.
     assert pvalue(counts, softmax(scores, 0.1, 1.0)) < POWER_ALPHA
+
+
+def test_aim_redraw_past_candidates_that_do_not_fit_is_the_mechanism_over_those_that_do() -> None:
+    """AIM's later picks of a batch (AIMMechanism._draw): a drawn candidate that does not fit
+    the grown tree is put aside and the draw repeated; the result must follow the exponential
+    mechanism over the candidates that fit (a public set), with the same ε and Δ. Tested as
+    above: rejected at p < ALPHA under the null, and the same draws against twice the ε must be
+    rejected at p < POWER_ALPHA."""
+    from engine.mechanisms.aim.mechanism import AIMMechanism
+
+    scores = [0.0, 3.0, 9.0, 4.0, 12.0, 1.0]
+    candidates = [(f"c{i}",) for i in range(len(scores))]
+    misfits = {("c2",), ("c4",)}  # the two best: most draws hit one of them first
+    epsilon, sensitivity = 0.8, 2.0
+    source = random.Random(20261203)
+    counts = np.zeros(len(scores))
+    for _ in range(DRAWS):
+        chosen = AIMMechanism._draw(
+            np.asarray(scores),
+            epsilon,
+            sensitivity,
+            candidates,
+            lambda c: c not in misfits,
+            source,
+        )
+        assert chosen is not None and chosen not in misfits
+        counts[candidates.index(chosen)] += 1
+    fitting = [
+        s if c not in misfits else -math.inf for c, s in zip(candidates, scores, strict=True)
+    ]
+    expected = softmax(fitting, epsilon, sensitivity) * DRAWS
+    keep = expected > 0
+    assert stats.chisquare(counts[keep], expected[keep]).pvalue > ALPHA
+    # Power: twice the ε is rejected.
+    wrong = softmax(fitting, 2 * epsilon, sensitivity) * DRAWS
+    assert stats.chisquare(counts[keep], wrong[keep]).pvalue < POWER_ALPHA
+    assert (
+        AIMMechanism._draw(
+            np.asarray(scores), epsilon, sensitivity, candidates, lambda _c: False, source
+        )
+        is None
+    )

@@ -4,6 +4,7 @@ still sum exactly to ρ."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from fractions import Fraction
 
@@ -82,3 +83,88 @@ def test_default_guard_is_columns_over_degree(
 ) -> None:
     domain = Domain(tuple(f"c{i}" for i in range(columns)), (2,) * columns)
     assert anneal_min_rounds(domain, AIMParams.model_validate(params)) == k
+
+
+def test_a_batch_measures_marginals_that_share_no_column_and_spends_rho_exactly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``picks_per_fit`` 3: the marginals measured between two fits (read off the fits' own
+    measurement lists) number at most 3, share no column, and some batch has more than one;
+    every round is charged and measured, so the charges still sum to ρ exactly."""
+    import engine.mechanisms.aim.mechanism as aim_module
+
+    rng = np.random.default_rng(7)
+    domain = Domain(
+        tuple(f"c{i}" for i in range(12)), tuple(int(x) for x in rng.integers(2, 5, 12))
+    )
+    data = correlated_dataset(domain, 3000, 7, concentration=0.3)
+    seen: list[int] = []
+    fit = aim_module.estimate
+
+    def counting(*args: object, **kwargs: object) -> object:
+        seen.append(len(args[1]))  # type: ignore[arg-type]
+        return fit(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(aim_module, "estimate", counting)
+    mechanism = get_mechanism("aim")
+    result = mechanism.run(
+        data,
+        Fraction(1),
+        mechanism.validate_params({**FAST, "rounds": 120, "picks_per_fit": 3}),
+        rng=np.random.default_rng(1),
+        noise_source=random.Random(3),
+    )
+    assert _spent(result) == 1
+    attributes = [m.attributes for m in result.measurements]
+    batches = [attributes[a:b] for a, b in itertools.pairwise(seen)]
+    batches.append(attributes[seen[-1] :])
+    batches = [b for b in batches if b]
+    assert len(seen) >= 2 and seen[0] == len(domain)  # the first fit: the one-ways
+    assert sum(len(b) for b in batches) == len(result.selections)
+    assert all(len(b) <= 3 for b in batches)
+    assert any(len(b) > 1 for b in batches), "no batch had two picks: the test has no teeth"
+    for batch in batches:
+        columns = [c for marginal in batch for c in marginal]
+        assert len(columns) == len(set(columns)), batch
+
+
+def test_picks_per_fit_defaults_by_width_and_needs_local_growth() -> None:
+    from pydantic import ValidationError
+
+    from engine.mechanisms.aim.mechanism import picks_per_fit
+
+    def wide(columns: int) -> Domain:
+        return Domain(tuple(f"c{i}" for i in range(columns)), (2,) * columns)
+
+    defaults = AIMParams()
+    assert [picks_per_fit(wide(d), defaults) for d in (6, 54, 64, 65, 96, 196)] == [
+        1,
+        1,
+        1,
+        5,
+        6,
+        13,
+    ]
+    from engine.mechanisms.aim.mechanism import scored_candidates
+
+    assert scored_candidates(wide(64), defaults) == 1000
+    assert scored_candidates(wide(65), defaults) == 500
+    assert scored_candidates(wide(196), AIMParams(max_candidates=None)) is None
+    assert scored_candidates(wide(196), AIMParams(max_candidates=77)) == 77
+    assert picks_per_fit(wide(6), AIMParams(picks_per_fit=4)) == 4
+    assert picks_per_fit(wide(196), AIMParams(model_growth="retriangulate")) == 1
+    with pytest.raises(ValidationError, match="needs model_growth 'local'"):
+        AIMParams(picks_per_fit=2, model_growth="retriangulate")
+
+
+def test_fit_settings_by_width_unless_given() -> None:
+    from engine.mechanisms.aim.mechanism import FitSettings, fit_settings
+
+    def wide(columns: int) -> Domain:
+        return Domain(tuple(f"c{i}" for i in range(columns)), (2,) * columns)
+
+    assert fit_settings(wide(64), AIMParams()) == FitSettings(False, 100, 1000)
+    assert fit_settings(wide(65), AIMParams()) == FitSettings(True, 50, 200)
+    assert fit_settings(wide(65), AIMParams(momentum=False)) == FitSettings(False, 100, 1000)
+    assert fit_settings(wide(6), AIMParams(momentum=True, iterations=7)) == FitSettings(True, 50, 7)
+    assert fit_settings(wide(196), AIMParams(round_iterations=3)) == FitSettings(True, 3, 200)

@@ -170,6 +170,39 @@ def test_aim_workload_weights_match_the_definition_under_a_cell_filter() -> None
     assert all(domain.cells(c) <= 100 for c in candidates if len(c) == 3)
 
 
+def _closure_by_definition(
+    domain: Domain, degree: int, max_cells: int | None
+) -> dict[tuple[str, ...], float]:
+    """Every subset of every workload marginal, weighted Σ_w |c ∩ w|, ordered by size, then
+    name: the definition, by brute force."""
+    degree = min(degree, len(domain))
+    workload = [
+        w
+        for w in itertools.combinations(domain.attributes, degree)
+        if max_cells is None or domain.cells(w) <= max_cells
+    ] or [(a,) for a in domain.attributes]
+    closure = {
+        c for w in workload for k in range(1, len(w) + 1) for c in itertools.combinations(w, k)
+    }
+    weights = {c: float(sum(len(set(c) & set(w)) for w in workload)) for c in closure}
+    return dict(sorted(weights.items(), key=lambda item: (len(item[0]), item[0])))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_aim_workload_closure_is_the_definition_in_the_same_order(seed: int) -> None:
+    from engine.mechanisms.aim.mechanism import workload_closure
+
+    rng = np.random.default_rng(seed)
+    columns = int(rng.integers(1, 9))
+    names = [f"{chr(122 - i)}{i}" for i in range(columns)]  # not in alphabetical order
+    domain = Domain(tuple(names), tuple(int(x) for x in rng.integers(1, 12, columns)))
+    degree = int(rng.integers(1, 5))
+    for max_cells in (None, int(rng.integers(1, 400)), 1):
+        got = workload_closure(domain, degree, max_cells)
+        want = _closure_by_definition(domain, degree, max_cells)
+        assert list(got.items()) == list(want.items()), (domain, degree, max_cells)
+
+
 def test_aim_scores_a_random_subset_of_the_eligible_candidates_when_there_are_many() -> None:
     # max_candidates bounds a round's work on wide tables: the round scores that many eligible
     # candidates, a uniformly random subset (in the candidates' order), drawn without the data.
