@@ -127,7 +127,7 @@ class AIMParams(BaseModel):
         default=None,
         description="fit with momentum (engine.estimation.estimate): the loss falls several "
         "times faster per step, hence fewer default steps (null: on tables of more than 64 "
-        "columns, where picks come in batches); post-processing only",
+        "columns); post-processing only",
     )
     picks_per_fit: int | None = Field(
         default=None,
@@ -696,8 +696,10 @@ class AIMMechanism(Mechanism):
                 momentum=fits.momentum,
             )
             # Anneal when the model barely moved on a pick: measure more precisely from now on
-            # (if enough rounds at the new cost remain; RoundBudget.anneal decides). In a batch,
-            # as if its rounds had run one by one: one such pick is enough.
+            # (if enough rounds at the new cost remain; RoundBudget.anneal decides). A batch is
+            # tested after its one fit and anneals at most once, when any of its picks barely
+            # moved (its later rounds were charged at the cost before: one by one, the first
+            # such pick would have raised it for the rounds after it).
             for (chosen, sigma), was in zip(batch, before, strict=True):
                 moved = float(np.abs(model.project(chosen) - was).sum())
                 if moved <= sigma * math.sqrt(2 / math.pi) * domain.cells(chosen):
