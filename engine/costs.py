@@ -8,7 +8,7 @@ The model, per method ``m``, with ``n`` rows (the input's; the output's too, sin
 ``rows`` makes about as many rows as it read), ``d`` columns, ``C`` = n·d cells and ``r = ρ/ρ₁``
 (ρ₁ = :data:`RHO_REFERENCE`, the ρ of ε = 1 at δ = 1e-9)::
 
-    seconds = exp(a_m) · n^bn_m · d^bd_m · r^c_m · W(params) / W(default params)
+    seconds = exp(a_m) · n^bn_m · d^bd_m · r^c_m · W(params) / W(calibration params)
     memory  = base_m + per_cell_m · C + (weight_m + rho_weight_m · max(log r, 0)) · E(params)
 
 with ``c_m`` = ``c_below_m`` when ρ < ρ₁ and ``c_above_m`` otherwise: a power law in ρ whose
@@ -16,12 +16,16 @@ exponent may change at ρ₁ (the adaptive methods add rounds and larger margina
 Rows and columns have their own exponents because the marginal-based methods' work grows faster
 in the columns (pairs of them) than in the rows. The bound term of the memory grows with log r
 above ρ₁ (aim fills more of its model cap when larger marginals are affordable). ``W`` is the
-work bound of :meth:`Mechanism.estimate_resources` and ``E`` the part of its memory bound above
-the one-way baseline (the model cap and the tables a method holds): the deliberate upper bounds
-the service refuses jobs on (app.jobs.resources). The calibration runs use the default params,
-where the ratio ``W(params)/W(default params)`` is 1, so ``a, bn, bd, c`` are fitted on the row
-and column counts and ρ alone, and other params scale the time as the work bound says (twice the
-iterations, twice the fitting): that part is the bound's assumption, not a measurement.
+method's expected work (:meth:`Mechanism.expected_work`: the work bound of
+:meth:`Mechanism.estimate_resources`, or for aim that bound with its rounds in batches) and ``E``
+the part of its memory bound above the one-way baseline (the model cap and the tables a method
+holds): the deliberate upper bounds the service refuses jobs on (app.jobs.resources). The
+calibration runs use the params of :meth:`Mechanism.calibration_params` (the defaults, except
+aim's on tables of more than 64 columns, whose batches of rounds came after its runs), where the
+ratio is 1, so ``a, bn, bd, c`` are fitted on the row and column counts and ρ alone, and other
+params scale the time as the work says (twice the iterations, twice the fitting): that part is
+an assumption, not a measurement (for aim's batches it was checked on one 196-column table:
+docs/benchmarks.md, "AIM on 196 columns: batches of rounds").
 
 The coefficients are fitted on the runs of ``benchmarks/cost_model.py`` (every method, default
 params, ε = 0.1, 1 and 10 at δ = 1e-9, every benchmark dataset, runs past 120 s at ε ≠ 1 left
@@ -210,8 +214,9 @@ class CostPrediction:
 @dataclass(frozen=True)
 class CostFeatures:
     """The public inputs of the model (module docstring): ``rows`` = n, ``columns`` = d,
-    ``cells`` = C = n·d, ``work_ratio`` =
-    W(params)/W(default params), ``bound_extra_bytes`` = E(params)."""
+    ``cells`` = C = n·d, ``work_ratio`` = W(params)/W(the params the method was calibrated
+    with: its defaults, or ``Mechanism.calibration_params``), W the method's
+    ``Mechanism.expected_work``, ``bound_extra_bytes`` = E(params)."""
 
     rows: int
     columns: int
@@ -227,14 +232,15 @@ def cost_features(
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
         raise ValueError("rows must be a non-negative int")
     estimate = mechanism.estimate_resources(domain, params, rows)
-    default = mechanism.estimate_resources(domain, mechanism.validate_params({}), rows)
+    work = mechanism.expected_work(domain, params, rows)
+    calibrated = mechanism.expected_work(domain, mechanism.calibration_params(domain), rows)
     # E as calibrated: the additive bound above the one-way baseline (ResourceEstimate).
     baseline = resource_estimate(domain, rows).additive_bytes
     return CostFeatures(
         rows=rows,
         columns=len(domain),
         cells=rows * len(domain),
-        work_ratio=estimate.work / max(default.work, 1),
+        work_ratio=work / max(calibrated, 1),
         bound_extra_bytes=max(estimate.additive_bytes - baseline, 0),
     )
 

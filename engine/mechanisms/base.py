@@ -648,6 +648,19 @@ class Mechanism(abc.ABC):
         del params
         return resource_estimate(domain, rows)
 
+    def expected_work(self, domain: Domain, params: BaseModel, rows: int) -> int:
+        """The work a run is expected to take, in the units of ``estimate_resources``, as the
+        cost preview scales it (engine.costs): by default the bound itself. Public only."""
+        return self.estimate_resources(domain, params, rows).work
+
+    def calibration_params(self, domain: Domain) -> BaseModel:
+        """The params whose runs calibrated the cost preview (engine.costs), resolved for
+        ``domain``: by default the defaults. A method whose defaults changed since its
+        calibration returns the params it was measured with, so that the preview scales by the
+        change of work instead of assuming the defaults' time."""
+        del domain
+        return self.validate_params({})
+
     def sampling_work(self, domain: Domain, params: BaseModel, rows: int) -> int:
         """Work units (:data:`WORK_UNITS_PER_SECOND`) of drawing ``rows`` rows from a saved model
         of this method (a derived sample), at least: :data:`SAMPLING_WORK_PER_CELL` per output

@@ -525,6 +525,26 @@ class AIMMechanism(Mechanism):
             output=GRAPHICAL_OUTPUT,
         )
 
+    def expected_work(self, domain: Domain, params: BaseModel, rows: int) -> int:
+        """:meth:`estimate_resources`' work with the T rounds in batches of
+        :func:`picks_per_fit`: one fit and one scoring of the candidates per batch (the bound
+        counts one per round, the case where no batch takes a second pick)."""
+        if not isinstance(params, AIMParams):
+            raise TypeError("params must be AIMParams")
+        picks = picks_per_fit(domain, params)
+        if picks == 1:
+            return self.estimate_resources(domain, params, rows).work
+        rounds = params.rounds or 16 * len(domain)
+        batched = params.model_copy(update={"rounds": -(-rounds // picks), "picks_per_fit": 1})
+        return self.estimate_resources(domain, batched, rows).work
+
+    def calibration_params(self, domain: Domain) -> BaseModel:
+        """The cost preview's runs (docs/benchmarks.md, "Cost preview") predate the batches of
+        rounds, momentum and 500 candidates on wide tables: one pick per fit, plain fits, 1,000
+        candidates. Up to 64 columns these are the defaults."""
+        del domain
+        return AIMParams(picks_per_fit=1, momentum=False, max_candidates=1000)
+
     def first_noise(
         self, domain: Domain, params: BaseModel, rho: Fraction
     ) -> tuple[NoisePreview, ...]:
