@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -55,6 +55,7 @@ from app.jobs.schemas import JobOut, JobRequest, MethodOut, OverBudgetOut
 from app.reports import endpoints as reports_api
 from app.samples import endpoints as samples_api
 from app.samples.schemas import SampleRequest
+from engine.accounting import epsilon_from_rho_delta
 from engine.columns.base import SchemaError
 from engine.discovery.plan import CategoryRequest
 from engine.discovery.schema import requests_for
@@ -269,11 +270,32 @@ def _redirect(path: str) -> RedirectResponse:
     return RedirectResponse(path, status_code=status.HTTP_303_SEE_OTHER)
 
 
+GAUGE_CONVERSION_DELTA = Decimal("1e-6")
+"""The δ at which the budget gauge states the ρ it shows as ε (issue 26 §4): ρ-zCDP implies
+(ε(ρ, δ), δ)-DP for every δ; the dataset's discovery δ adds to it (docs/privacy.md)."""
+
+
+def epsilon_text(rho: Decimal, delta: Decimal) -> str:
+    """ε(ρ, δ) rounded up to four significant digits: a larger ε is still a true statement."""
+    epsilon = epsilon_from_rho_delta(rho, delta)
+    if epsilon == 0:
+        return "0"
+    quantum = Decimal(1).scaleb(epsilon.adjusted() - 3)
+    return format_decimal(epsilon.quantize(quantum, rounding=ROUND_CEILING))
+
+
 def gauge(budget: BudgetOut) -> dict[str, Any]:
-    """The budget gauge's numbers: ρ total, spent, reserved, remaining and the used share."""
+    """The budget gauge's numbers: ρ total, spent, reserved, remaining and the used share, and
+    the total and remaining ρ as ε at :data:`GAUGE_CONVERSION_DELTA` plus the dataset's
+    discovery δ. Spent and reserved have no ε of their own: ε does not add up as ρ does."""
     total = Decimal(budget.total_rho)
     used = Decimal(budget.spent_rho) + Decimal(budget.reserved_rho)
+    discovery = Decimal(budget.spent_delta)
     return {
+        "epsilon_total": epsilon_text(total, GAUGE_CONVERSION_DELTA),
+        "epsilon_remaining": epsilon_text(Decimal(budget.remaining_rho), GAUGE_CONVERSION_DELTA),
+        "delta": format_scientific(GAUGE_CONVERSION_DELTA + discovery),
+        "discovery_delta": format_scientific(discovery) if discovery > 0 else None,
         "total": format_decimal(budget.total_rho),
         "spent": format_decimal(budget.spent_rho),
         "reserved": format_decimal(budget.reserved_rho),

@@ -652,3 +652,35 @@ def test_a_large_tables_draft_warns_that_the_filled_delta_is_not_small(owner: Co
     assert drafted.status_code == 200, drafted.text
     page = html.unescape(drafted.text)
     assert 'id="delta_reason"' in page and "With 20000 rows" in page, page[-2000:]
+
+
+def test_budgets_are_shown_as_epsilon_too(
+    tenant: Tenant, owner: Console, analyst: Console, dataset: dict[str, Any]
+) -> None:
+    """Issue 26 §4: beside ρ, the gauges of the dataset list and page state the total and
+    remaining budget as ε at δ = 10⁻⁶ (rounded up: still true), and a job asked for in (ε, δ)
+    shows them in the jobs table."""
+    from decimal import ROUND_CEILING, Decimal
+
+    from app.api.types import format_decimal
+    from engine.accounting import epsilon_from_rho_delta
+
+    def expected(rho: str) -> str:
+        epsilon = epsilon_from_rho_delta(Decimal(rho), Decimal("1e-6"))
+        quantum = Decimal(1).scaleb(epsilon.adjusted() - 3)
+        return format_decimal(epsilon.quantize(quantum, rounding=ROUND_CEILING))
+
+    budget = tenant.owner.get(f"/v1/datasets/{dataset['id']}").json()["budget"]
+    total = expected(budget["total_rho"])
+    listing = owner.http.get("/console/datasets").text
+    assert f"ε = {total} in total, {total} remaining, at δ = 1 × 10⁻⁶" in html.unescape(listing)
+    job = tenant.analyst.post(
+        f"/v1/datasets/{dataset['id']}/jobs",
+        json={"method": "independent", "budget": {"epsilon": "0.5", "delta": "1e-7"}},
+    )
+    assert job.status_code == 202, job.text
+    remaining = tenant.owner.get(f"/v1/datasets/{dataset['id']}").json()["budget"]
+    page = html.unescape(analyst.http.get(f"/console/datasets/{dataset['id']}").text)
+    assert f"{expected(remaining['remaining_rho'])} remaining, at δ = 1 × 10⁻⁶" in page
+    assert expected(remaining["remaining_rho"]) != total  # the reservation moved it
+    assert "(ε = 0.5, δ = 1 × 10⁻⁷)" in page
