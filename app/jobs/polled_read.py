@@ -44,7 +44,6 @@ from fastapi import HTTPException, status
 from fastapi.responses import JSONResponse
 from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy import exc
-from starlette._utils import get_route_path
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -60,6 +59,18 @@ from app.jobs import service
 _PATH = re.compile(
     r"/v1/jobs/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})",
 )
+
+
+def _route_path(scope: Scope) -> str:
+    """The path as Starlette's router matches it: without the server's ``root_path`` (as
+    ``starlette._utils.get_route_path``, a private helper, does it)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if not root or not path.startswith(root):
+        return path
+    if path == root:
+        return ""
+    return path[len(root) :] if path[len(root)] == "/" else path
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -96,7 +107,7 @@ class PolledJobRead:
             or scope["type"] != "http"
             or scope["method"] != "GET"
             # The path as the router matches it (without the server's root_path).
-            or (match := _PATH.fullmatch(get_route_path(scope))) is None
+            or (match := _PATH.fullmatch(_route_path(scope))) is None
             or _has_body(scope)
         ):
             await self.app(scope, receive, send)
