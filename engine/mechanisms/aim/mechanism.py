@@ -19,7 +19,7 @@ from engine.accounting import exact_share, split_rho
 from engine.domain import Dataset, Domain
 from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate, model_size
 from engine.estimation.growth import TreeGrowth
-from engine.estimation.junction_tree import Labels, build_junction_tree
+from engine.estimation.junction_tree import build_junction_tree
 from engine.marginals import FLAT_CACHE_BYTES, MarginalCache, Measurement, measure_marginal
 from engine.mechanisms.aim.round_budget import RoundBudget
 from engine.mechanisms.base import (
@@ -642,8 +642,7 @@ class AIMMechanism(Mechanism):
             available = np.arange(len(eligible))
             batch: list[tuple[Clique, float]] = []  # (marginal, σ of its measurement)
             taken: set[str] = set()
-            grown = growth  # the tree grown by the batch's picks so far
-            grown_cliques: tuple[tuple[int, ...], ...] = ()
+            grown = growth  # the tree grown by the batch's picks before the latest
             while True:
                 sigma = math.sqrt(float(charge.sigma2))
                 scores = weights[available] * (
@@ -659,7 +658,7 @@ class AIMMechanism(Mechanism):
                     epsilon,
                     sensitivity,
                     [eligible[i] for i in available],
-                    None if not batch else self._fits_grown(domain, labels, grown, size_limit),
+                    None if not batch else _fits_in(domain, model, noisy, size_limit, grown),
                     noise_source,
                 )
                 if chosen is None:
@@ -678,14 +677,13 @@ class AIMMechanism(Mechanism):
                 measurements.append(m)
                 noisy.append(NoisyMarginal.from_measurement(m))
                 batch.append((chosen, sigma))
-                if grown is not None:
-                    grown_cliques = grown.cliques_with(labels.clique(chosen))
                 if len(batch) >= picks or budget.finished:
                     break
                 # The next pick: among the candidates that share no column with the batch's
                 # picks, sized against the tree they have grown (public: structure and picks).
                 taken.update(chosen)
                 if grown is not None:
+                    grown_cliques = grown.cliques_with(labels.clique(chosen))
                     grown = TreeGrowth(build_junction_tree(labels, grown_cliques))
                 state, charge = budget.next_round()
                 size_limit = int(max_cells * (state.used / rho))
@@ -698,13 +696,8 @@ class AIMMechanism(Mechanism):
             end = 0.02 + 0.86 * float(budget.used / rho)
             progress(start, "select")
             before = [model.project(c) for c, _ in batch]
-            # The tree grown by the batch, unless triangulating every measured set again gives
-            # fewer cells (it can reorganise the whole tree): what grown_structure does for one.
-            structure: list[Clique] = []
-            if grown_cliques and model_size(domain, [m.attributes for m in noisy]) > sum(
-                math.prod(labels.sizes[v] for v in clique) for clique in grown_cliques
-            ):
-                structure = [labels.names(c) for c in grown_cliques]
+            # The tree grown by the batch: `grown` holds every pick but (perhaps) the last.
+            structure = grown_structure(domain, noisy, model, grown, batch[-1][0])
             model = estimate(
                 domain,
                 noisy,
@@ -752,23 +745,6 @@ class AIMMechanism(Mechanism):
             model=fitted,
             extra=extra,
         )
-
-    @staticmethod
-    def _fits_grown(
-        domain: Domain, labels: Labels, grown: TreeGrowth | None, limit: int
-    ) -> Callable[[Clique], bool]:
-        """Whether a candidate is inside the batch's grown tree or grows it locally to at most
-        ``limit`` cells (public: structure only)."""
-
-        def fits(candidate: Clique) -> bool:
-            if grown is None:
-                return False
-            ids = labels.clique(candidate)
-            return grown.inside(ids) or (
-                domain.cells(candidate) <= limit and grown.size_with(ids) <= limit
-            )
-
-        return fits
 
     @staticmethod
     def _draw(
