@@ -57,6 +57,8 @@ def ledger_series(
 # "05:45:50, 05:45:55, 05:46:00" rather than its default "50, 55, 05:46, 05".
 TICK_FORMATS = ["%Y", "%b", "%d %b", "%H:%M", "%H:%M", "%H:%M:%S"]
 ZERO_FORMATS = ["", "%Y", "%b", "%d %b %H:%M", "%H:%M", "%H:%M:%S"]
+MIN_SPAN = np.timedelta64(60, "s")
+"""The shortest time axis drawn: ticks of whole seconds, each label different."""
 
 
 def ledger_timeline_png(entries: Sequence[LedgerEntryOut]) -> bytes:
@@ -71,6 +73,13 @@ def ledger_timeline(entries: Sequence[LedgerEntryOut]) -> Figure:
     """The figure of :func:`ledger_timeline_png`, times in UTC."""
     times, granted, spent, reserved = ledger_series(entries)
     stamps = np.array([t.replace(tzinfo=None) for t in times], dtype="datetime64[us]")  # UTC
+    if len(stamps):
+        # Each level holds after the last entry: the lines run on to the axis' right end (a
+        # grant and a discovery in the same second were otherwise a bare vertical stroke).
+        span = stamps[-1] - stamps[0]
+        end = stamps[0] + MIN_SPAN / 2 if span < MIN_SPAN else stamps[-1] + span / 20
+        stamps = np.append(stamps, end)
+        granted, spent, reserved = ([*v, v[-1]] for v in (granted, spent, reserved))
     figure = Figure(figsize=(8, 3), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
@@ -86,6 +95,10 @@ def ledger_timeline(entries: Sequence[LedgerEntryOut]) -> Figure:
     if times:
         axes.legend(loc="upper left", fontsize="small")
     axes.set_xlabel("time (UTC)")
+    if len(stamps) and stamps[-2] - stamps[0] < MIN_SPAN:
+        # Entries within seconds of each other (an upload's grant and discovery): ticks a
+        # fraction of a second apart all read the same second, so show a minute around them.
+        axes.set_xlim(stamps[0] - MIN_SPAN / 2, stamps[0] + MIN_SPAN / 2)
     locator = AutoDateLocator(maxticks=7)  # type: ignore[no-untyped-call]
     axes.xaxis.set_major_locator(locator)
     axes.xaxis.set_major_formatter(

@@ -49,6 +49,17 @@ def test_every_tick_names_its_hour_and_minute(step: timedelta, pattern: str) -> 
     assert axes.get_xlabel() == "time (UTC)"
 
 
+@pytest.mark.parametrize("step", [timedelta(0), timedelta(milliseconds=40), timedelta(seconds=2)])
+def test_entries_within_seconds_get_distinct_ticks(step: timedelta) -> None:
+    """An upload's grant and discovery land in the same second: the axis read
+    "16:46:55, 16:46:55, 16:46:55" (ticks a fraction of a second apart)."""
+    figure = ledger_timeline(_entries(datetime(2026, 12, 3, 16, 46, 55, tzinfo=UTC), step, 2))
+    figure.canvas.draw()
+    [axes] = figure.axes
+    labels = [label.get_text() for label in axes.get_xticklabels() if label.get_text()]
+    assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
+
+
 def test_the_png_is_drawn() -> None:
     png = ledger_timeline_png(_entries(datetime(2026, 12, 3, tzinfo=UTC), timedelta(hours=5), 9))
     assert png.startswith(b"\x89PNG")
