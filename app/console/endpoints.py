@@ -5,6 +5,7 @@ error messages. The console adds sessions, CSRF checks and HTML, never a rule of
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import uuid
@@ -19,7 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import FormData
+from starlette.datastructures import FormData, UploadFile
 
 from app.api.deps import (
     DatabaseDep,
@@ -31,11 +32,13 @@ from app.api.deps import (
     throttled,
 )
 from app.api.types import format_decimal, format_scientific, public_location
-from app.console import service
+from app.api.uploads import storage_unavailable
+from app.console import service, staging
 from app.console.domains import column_domain
 from app.console.forms import ParamError, param_fields, parse_params
 from app.console.plots import ledger_timeline_png
 from app.console.schema_form import (
+    BINNED,
     COLUMN_TYPES,
     EXTRA_FIELD,
     FIELDS_PER_COLUMN,
@@ -195,11 +198,15 @@ def _validation_errors(error: ValidationError) -> str:
     return "; ".join(_validation_text(item) for item in error.errors())
 
 
-def _replace_form_field(request: Request, form: FormData, key: str, value: str) -> None:
+def _replace_form_field(
+    request: Request, form: FormData, key: str, value: str | UploadFile
+) -> FormData:
     """Make the request's parsed form (which the API handler reads again) carry ``value`` as
-    ``key``: the schema written from the column form goes through the upload route unchanged."""
+    ``key``: the schema written from the column form goes through the upload route unchanged.
+    Returns the new form (later replacements must start from it)."""
     items = [(k, v) for k, v in form.multi_items() if k != key]
     request._form = FormData([*items, (key, value)])
+    return request._form
 
 
 # The API's words in upload errors, in the upload form's own labels (issue 26 §1).
@@ -436,6 +443,32 @@ def _columns_text(names: list[str]) -> str:
     return f"{'column' if len(names) == 1 else 'columns'} {shown}{more}"
 
 
+KEPT_FIELD = "kept_file"
+KEPT_NAME_FIELD = "kept_name"
+NO_FILE = "choose the table's file (CSV or Parquet)"
+KEPT_GONE = (
+    "the file read by the draft is kept for an hour and that hour has passed: choose the file again"
+)
+
+
+def _delta_reason(open_sets: list[str], rows: int) -> str:
+    """Why the console set δ for a draft that discovers categories (issue 26 §1)."""
+    reason = (
+        f"δ is set to {DRAFT_DISCOVERY_DELTA}: {_columns_text(open_sets)} "
+        f"{'discovers its' if len(open_sets) == 1 else 'discover their'} "
+        "categories from the data, which is (ρ, δ)-DP and needs "
+        "δ > 0 (keep δ far below 1 / the number of rows). To upload with δ = 0, "
+        "declare or list those columns' categories instead."
+    )
+    if rows * Decimal(DRAFT_DISCOVERY_DELTA) > Decimal("0.01"):
+        # The owner's own page (the draft read the file): nothing is published.
+        reason += (
+            f" With {rows} rows, {DRAFT_DISCOVERY_DELTA} is not far below "
+            f"1/{rows}: consider a smaller δ."
+        )
+    return reason
+
+
 def _is_zero(text: str) -> bool:
     try:
         return Decimal(text.strip() or "0") == 0
@@ -467,6 +500,7 @@ def _datasets_page(
             "draft": draft,
             "columns": columns,
             "column_types": COLUMN_TYPES,
+            "binned_types": BINNED,
             "upload_path": UPLOAD_PATH,
         },
         status_code=status_code,
@@ -490,7 +524,11 @@ async def upload(
     ``POST /v1/datasets`` and ``POST /v1/schema-drafts`` handlers, on the form parsed here.
 
     With ``schema_source=form`` the schema is the column form (a draft shown as one row per
-    column) written back as JSON; with ``json`` (or no draft) it is the raw JSON textarea."""
+    column) written back as JSON; with ``json`` (or no draft) it is the raw JSON textarea.
+
+    A draft keeps the file it read (app/console/staging.py) and the page carries its token: an
+    upload or a new draft sent without a newly chosen file uses the kept one, so the owner
+    chooses the file once (issue 26 §1)."""
     _owner(signed)
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise Refused(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send the upload form")
@@ -506,6 +544,12 @@ async def upload(
     fields["budget_delta"] = str(form.get("budget_delta") or "0")
     fields["schema_source"] = "form" if texts.get("schema_source") == "form" else "json"
     fields[EXTRA_FIELD] = texts.get(EXTRA_FIELD, "")
+    kept = staging.valid_token(texts.get(KEPT_FIELD))
+    fields[KEPT_FIELD] = kept or ""
+    fields[KEPT_NAME_FIELD] = texts.get(KEPT_NAME_FIELD, "")[:200] if kept else ""
+    chosen = form.get("file")
+    new_file = chosen if isinstance(chosen, UploadFile) and chosen.size else None
+    key_id = signed.principal.key_id
     columns: list[ColumnRow] | None = None
 
     def again(error: str, code: int) -> Response:
@@ -519,55 +563,71 @@ async def upload(
             status_code=code,
         )
 
-    try:
-        if form.get("action") == "draft":
-            draft = await drafts_api.create_draft(request, settings, storage, signed.principal)
-            fields["schema"] = json.dumps(draft.schema_, indent=2)
-            fields["schema_source"] = "form"
-            fields[EXTRA_FIELD] = schema_extra(draft.schema_)
-            shown = draft.model_dump(by_alias=True)
-            open_sets = open_set_columns(draft.schema_)
-            if open_sets and _is_zero(fields["budget_delta"]):
-                # Issue 26 §1: the form's δ of 0 refused the console's own draft at upload.
-                fields["budget_delta"] = DRAFT_DISCOVERY_DELTA
-                shown["delta_reason"] = (
-                    f"δ is set to {DRAFT_DISCOVERY_DELTA}: {_columns_text(open_sets)} "
-                    f"{'discovers its' if len(open_sets) == 1 else 'discover their'} "
-                    "categories from the data, which is (ρ, δ)-DP and needs "
-                    "δ > 0 (keep δ far below 1 / the number of rows). To upload with δ = 0, "
-                    "declare or list those columns' categories instead."
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            if new_file is None and kept:
+                # No file chosen on this page: the draft's kept file takes the field's place.
+                path = await run_in_threadpool(
+                    stack.enter_context, staging.kept_copy(storage, key_id, kept)
                 )
-                if draft.rows * Decimal(DRAFT_DISCOVERY_DELTA) > Decimal("0.01"):
-                    # The owner's own page (the draft read the file): nothing is published.
-                    shown["delta_reason"] += (
-                        f" With {draft.rows} rows, {DRAFT_DISCOVERY_DELTA} is not far below "
-                        f"1/{draft.rows}: consider a smaller δ."
+                handle = stack.enter_context(open(path, "rb"))  # noqa: SIM115 - the stack closes it
+                name = fields[KEPT_NAME_FIELD]
+                form = _replace_form_field(request, form, "file", UploadFile(handle, filename=name))
+            elif new_file is None:
+                raise SchemaFormError(NO_FILE)
+            if form.get("action") == "draft":
+                if new_file is not None:
+                    # Keep the file this draft reads: the upload needs no second choice of it.
+                    token = await run_in_threadpool(staging.keep, storage, key_id, new_file.file)
+                    if kept:
+                        await run_in_threadpool(staging.drop, storage, key_id, kept)
+                    kept = fields[KEPT_FIELD] = token
+                    fields[KEPT_NAME_FIELD] = (new_file.filename or "the chosen file")[:200]
+                draft = await drafts_api.create_draft(request, settings, storage, signed.principal)
+                fields["schema"] = json.dumps(draft.schema_, indent=2)
+                fields["schema_source"] = "form"
+                fields[EXTRA_FIELD] = schema_extra(draft.schema_)
+                shown = draft.model_dump(by_alias=True)
+                open_sets = open_set_columns(draft.schema_)
+                if open_sets and _is_zero(fields["budget_delta"]):
+                    # Issue 26 §1: the form's δ of 0 refused the console's own draft at upload.
+                    fields["budget_delta"] = DRAFT_DISCOVERY_DELTA
+                    shown["delta_reason"] = _delta_reason(open_sets, draft.rows)
+                return await run_in_threadpool(
+                    _datasets_page,
+                    request,
+                    db,
+                    signed,
+                    upload=fields,
+                    draft=shown,
+                    columns=rows_from_schema(draft.schema_),
+                )
+            if texts.get("col.count") is not None:
+                columns = rows_from_form(texts, settings.max_columns)
+            if fields["schema_source"] == "form" and columns is not None:
+                schema = schema_from_rows(columns, fields[EXTRA_FIELD])
+                fields["schema"] = json.dumps(schema, indent=2)
+                if len(fields["schema"].encode()) > settings.max_schema_bytes:
+                    raise SchemaFormError(
+                        f"the schema is limited to {settings.max_schema_bytes} bytes"
                     )
-            return await run_in_threadpool(
-                _datasets_page,
-                request,
-                db,
-                signed,
-                upload=fields,
-                draft=shown,
-                columns=rows_from_schema(draft.schema_),
+                form = _replace_form_field(request, form, "schema", fields["schema"])
+            created = await datasets_api.create_dataset(
+                request, db, settings, storage, signed.principal
             )
-        if texts.get("col.count") is not None:
-            columns = rows_from_form(texts, settings.max_columns)
-        if fields["schema_source"] == "form" and columns is not None:
-            schema = schema_from_rows(columns, fields[EXTRA_FIELD])
-            fields["schema"] = json.dumps(schema, indent=2)
-            if len(fields["schema"].encode()) > settings.max_schema_bytes:
-                raise SchemaFormError(f"the schema is limited to {settings.max_schema_bytes} bytes")
-            _replace_form_field(request, form, "schema", fields["schema"])
-        created = await datasets_api.create_dataset(
-            request, db, settings, storage, signed.principal
-        )
-    except SchemaFormError as error:
-        await form.close()
-        return await run_in_threadpool(again, str(error), 422)
-    except HTTPException as error:
-        return await run_in_threadpool(again, _detail(error), error.status_code)
+        except staging.StagedFileGone:
+            fields[KEPT_FIELD] = fields[KEPT_NAME_FIELD] = ""
+            await form.close()
+            return await run_in_threadpool(again, KEPT_GONE, 422)
+        except SchemaFormError as error:
+            await form.close()
+            return await run_in_threadpool(again, str(error), 422)
+        except HTTPException as error:
+            return await run_in_threadpool(again, _detail(error), error.status_code)
+        except OSError as error:  # the kept file could not be written or read
+            raise storage_unavailable("console draft", error) from None
+    if kept:  # used by this upload, or replaced by the file chosen for it
+        await run_in_threadpool(staging.drop, storage, key_id, kept)
     return _redirect(f"{PREFIX}/datasets/{created.id}")
 
 
@@ -965,16 +1025,32 @@ def download(
 
 @router.get("/jobs/{job_id}/report", response_model=None)
 def report(
+    request: Request,
     job_id: uuid.UUID,
     db: DatabaseDep,
     storage: StorageDep,
     signed: SignedInDep,
     tier: Annotated[Literal["release", "owner"], Query()] = "release",
 ) -> Response:
-    """The HTML report through the API's handler: the owner tier for owner keys only."""
-    return _through(
-        lambda: reports_api.get_report(job_id, db, storage, signed.principal, "html", tier)
-    )
+    """The HTML report through the API's handler: the owner tier for owner keys only. While the
+    owner tier is still being built (the API's ``202``), a page that says so and reloads itself
+    (issue 26 §3: the console showed the API's JSON)."""
+
+    def run() -> Response:
+        answer = reports_api.get_report(job_id, db, storage, signed.principal, "html", tier)
+        if answer.status_code != status.HTTP_202_ACCEPTED:
+            return answer
+        retry = answer.headers.get("Retry-After", "5")
+        page = _page(
+            request,
+            "building.html",
+            {"job_id": job_id, "retry_after": retry},
+            status_code=status.HTTP_202_ACCEPTED,
+        )
+        page.headers["Retry-After"] = retry
+        return page
+
+    return _through(run)
 
 
 # ---------------------------------------------------------------- wiring

@@ -5,7 +5,9 @@ died before publishing (and, on an object store, multipart uploads it never comp
 and outputs of a dataset whose deletion committed but whose process died before erasing them; and
 outputs and artefacts of attempts (of jobs and of derived samples) that were written but never
 published (the job was cancelled, or another attempt owned it). Only entries older than a grace
-period are touched, so nothing that a live request or attempt is still writing is removed.
+period are touched, so nothing that a live request or attempt is still writing is removed. Files
+the console keeps between a draft and its upload (app/console/staging.py) are removed once their
+hour is over.
 
 The sweep works from listings (app/storage: a directory walk, or a paginated object listing with
 LastModified), so it is the same on both backends. Every worker host runs it; sweeps on several
@@ -29,7 +31,13 @@ from app.datasets.models import Dataset
 from app.db.session import get_session_factory, transaction
 from app.jobs.models import TERMINAL_STATUSES, Job
 from app.samples.models import GONE_STATUSES, Sample
-from app.storage import Storage, StoredObject, open_storage
+from app.storage import (
+    CONSOLE_DRAFT_TTL_SECONDS,
+    CONSOLE_DRAFTS,
+    Storage,
+    StoredObject,
+    open_storage,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +95,10 @@ def sweep_storage(
         report.removed.append(entry)
 
     report.removed.extend(storage.sweep_scratch(grace, now))
+    # Files kept for a console upload after its draft (app/console/staging.py) live an hour.
+    for stored in storage.list_objects(CONSOLE_DRAFTS):
+        if now - stored.modified > CONSOLE_DRAFT_TTL_SECONDS:
+            remove(stored.key)
 
     datasets = _entries(storage.list_objects("datasets"), 2)
     ids = {entry: _as_uuid(entry.split("/")[1]) for entry in datasets}

@@ -28,12 +28,15 @@ from app.storage.local import LocalStorage
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "CONSOLE_DRAFTS",
+    "CONSOLE_DRAFT_TTL_SECONDS",
     "LocalStorage",
     "ObjectMissing",
     "Storage",
     "StorageUnavailable",
     "StoredObject",
     "check_key",
+    "console_draft_prefix",
     "dataset_prefix",
     "dataset_table_key",
     "dataset_values_key",
@@ -154,3 +157,15 @@ def sample_output_key(sample_id: uuid.UUID, attempt: int) -> str:
 
 def job_output_prefix(job_id: uuid.UUID) -> str:
     return f"outputs/{job_id}"
+
+
+CONSOLE_DRAFTS = "console-drafts"
+"""Files a console draft read, kept for the upload that follows (app/console/staging.py)."""
+
+CONSOLE_DRAFT_TTL_SECONDS = 3600
+"""How long such a file may be used; the storage sweep removes older ones (app/jobs/sweep.py)."""
+
+
+def console_draft_prefix(key_id: uuid.UUID) -> str:
+    """The files kept for one owner key's console drafts."""
+    return f"{CONSOLE_DRAFTS}/{key_id}"

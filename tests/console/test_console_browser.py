@@ -86,14 +86,14 @@ def test_owner_to_analyst_release_in_chromium(
             page.fill("#budget_rho", "1")
             # The draft comes back as a column form with the public/budget warning.
             page.click("button[value=draft]")
-            page.wait_for_selector("#c0_type")
+            page.wait_for_selector("#c0_type", state="attached")
             assert "never learned from the data" in page.inner_text("#domain_help")
             assert page.locator(".column-row").count() == 4
             _shot(page, "upload-draft")
             # The advanced alternative: the file chosen again and the JSON schema.
             page.set_input_files("#file", str(FIXTURES / "people.csv"))
             page.check("#source_json")
-            page.click("details summary")
+            page.click("#schema_json summary")
             page.fill("#schema", (FIXTURES / "people-schema.json").read_text())
             page.click("button[value=upload]")
             page.wait_for_url(f"{base}/console/datasets/*")

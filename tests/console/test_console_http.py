@@ -520,7 +520,7 @@ def test_the_drafted_schema_form_uploads_as_drafted_or_as_edited(
         files={"file": ("people.csv", people_csv, "text/csv")},
     )
     assert draft.status_code == 200, draft.text
-    assert "Choose the file again" in draft.text and "never learned from the data" in draft.text
+    assert "the file is kept" in draft.text and "never learned from the data" in draft.text
     assert 'id="draft_warning">Read from the data without DP' in draft.text
     fields = form_fields(draft.text, "/console/datasets/upload")
     drafted = json.loads(fields["schema"])
@@ -552,6 +552,109 @@ def test_the_drafted_schema_form_uploads_as_drafted_or_as_edited(
     assert bad.status_code == 422 and "min must be a number" in bad.text
     again = form_fields(bad.text, "/console/datasets/upload")
     assert again[f"col.{target}.type"] == "numeric" and again[f"col.{target}.min"] == "low"
+
+
+def _kept_files(stack: Stack) -> list[str]:
+    from app.storage import CONSOLE_DRAFTS, open_storage
+
+    return [stored.key for stored in open_storage(stack.settings).list_objects(CONSOLE_DRAFTS)]
+
+
+def _draft(console: Console, data: bytes, **extra: str) -> dict[str, str]:
+    response = console.http.post(
+        "/console/datasets/upload",
+        data={"csrf": console.token(), "budget_rho": "5", "action": "draft", **extra},
+        files={"file": ("people.csv", data, "text/csv")},
+    )
+    assert response.status_code == 200, response.text
+    return form_fields(response.text, "/console/datasets/upload")
+
+
+NO_FILE = {"file": ("", b"", "application/octet-stream")}  # a file input left empty
+
+
+def test_the_file_a_draft_read_is_kept_for_the_upload(
+    api_stack: Stack, tenant: Tenant, owner: Console, people_csv: bytes
+) -> None:
+    """Issue 26 §1: the owner chooses the file once; draft, then upload without choosing it."""
+    fields = _draft(owner, people_csv, name="kept-once")
+    token = fields["kept_file"]
+    assert re.fullmatch(r"[0-9a-f]{32}", token) and fields["kept_name"] == "people.csv"
+    key_id = next(k for k in _kept_files(api_stack) if k.endswith(token)).split("/")[1]
+    uploaded = owner.http.post(
+        "/console/datasets/upload", data={**fields, "action": "upload"}, files=NO_FILE
+    )
+    assert uploaded.status_code == 303, uploaded.text
+    dataset_id = uploaded.headers["location"].rsplit("/", 1)[1]
+    stored = tenant.owner.get(f"/v1/datasets/{dataset_id}").json()
+    assert stored["name"] == "kept-once"
+    assert stored["n_rows"] == len(people_csv.decode().strip().splitlines()) - 1
+    assert not any(k.endswith(token) for k in _kept_files(api_stack))  # removed by the upload
+    # Used once: the same form again finds no file and says what to do.
+    again = owner.http.post(
+        "/console/datasets/upload", data={**fields, "action": "upload"}, files=NO_FILE
+    )
+    assert again.status_code == 422 and "choose the file again" in again.text
+    assert form_fields(again.text, "/console/datasets/upload")["kept_file"] == ""
+
+    # A second draft from the kept file (no new file chosen) keeps the same file; a third
+    # with a new file replaces it. A key keeps at most three files.
+    fields = _draft(owner, people_csv, name="kept-twice")
+    redrafted = owner.http.post(
+        "/console/datasets/upload", data={**fields, "action": "draft"}, files=NO_FILE
+    )
+    assert redrafted.status_code == 200, redrafted.text
+    assert (
+        form_fields(redrafted.text, "/console/datasets/upload")["kept_file"] == fields["kept_file"]
+    )
+    replaced = _draft(owner, people_csv, kept_file=fields["kept_file"], kept_name="x")
+    assert replaced["kept_file"] != fields["kept_file"]
+    mine = [k for k in _kept_files(api_stack) if k.split("/")[1] == key_id]
+    assert mine == [f"console-drafts/{key_id}/{replaced['kept_file']}"]
+    for _ in range(4):
+        _draft(owner, people_csv)
+    assert len([k for k in _kept_files(api_stack) if k.split("/")[1] == key_id]) == 3
+
+    # Another owner key of the same tenant cannot name this key's file.
+    colleague = sign_in(api_stack, _key(api_stack, tenant, "owner"))
+    try:
+        stolen = colleague.http.post(
+            "/console/datasets/upload",
+            data={**replaced, "csrf": colleague.token(), "action": "upload"},
+            files=NO_FILE,
+        )
+        assert stolen.status_code == 422 and "choose the file again" in stolen.text
+    finally:
+        colleague.close()
+    # Nothing chosen and nothing kept: the form says so in its own words.
+    none = owner.http.post(
+        "/console/datasets/upload",
+        data={"csrf": owner.token(), "budget_rho": "1", "action": "upload"},
+        files=NO_FILE,
+    )
+    assert none.status_code == 422 and "choose the table&#39;s file" in none.text
+
+
+def test_a_kept_file_expires_after_an_hour_and_the_sweep_removes_it(
+    api_stack: Stack, owner: Console, people_csv: bytes
+) -> None:
+    import os
+    import time
+
+    from app.jobs.sweep import sweep_storage
+    from app.storage import CONSOLE_DRAFT_TTL_SECONDS
+
+    fields = _draft(owner, people_csv, name="kept-expired")
+    [key] = [k for k in _kept_files(api_stack) if k.endswith(fields["kept_file"])]
+    path = api_stack.settings.resolved_storage_dir / key
+    old = time.time() - CONSOLE_DRAFT_TTL_SECONDS - 5
+    os.utime(path, (old, old))
+    late = owner.http.post(
+        "/console/datasets/upload", data={**fields, "action": "upload"}, files=NO_FILE
+    )
+    assert late.status_code == 422 and "that hour has passed" in late.text
+    assert key in sweep_storage(api_stack.settings).removed
+    assert key not in _kept_files(api_stack)
 
 
 def test_the_ledger_plot_is_an_owner_image(
@@ -684,3 +787,23 @@ def test_budgets_are_shown_as_epsilon_too(
     assert f"{expected(remaining['remaining_rho'])} remaining, at δ = 1 × 10⁻⁶" in page
     assert expected(remaining["remaining_rho"]) != total  # the reservation moved it
     assert "(ε = 0.5, δ = 1 × 10⁻⁷)" in page
+
+
+def test_an_owner_report_being_built_is_a_page_that_reloads(
+    api_stack: Stack, tenant: Tenant, owner: Console, people_csv: bytes, people_schema: str
+) -> None:
+    """Issue 26 §3: while the owner tier is built after the release, the console answered with
+    the API's JSON; it shows a page that says so and reloads itself."""
+    from app.reports import names
+    from tests.app.test_owner_tier import _claimed, _publish
+
+    _settings, factory, _dataset, job_id, claim = _claimed(
+        api_stack, tenant, people_csv, people_schema
+    )
+    _publish(factory, job_id, claim, [names.RECORD])
+    page = owner.http.get(f"/console/jobs/{job_id}/report", params={"tier": "owner"})
+    assert page.status_code == 202 and page.headers["Retry-After"] == "5"
+    assert page.headers["content-type"].startswith("text/html")
+    assert '<meta http-equiv="refresh" content="5">' in page.text
+    assert "The owner report is being built" in page.text
+    assert f'href="/console/jobs/{job_id}"' in page.text
