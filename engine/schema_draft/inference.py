@@ -8,11 +8,13 @@ column unless it looks like an identifier or free text (then ``ignore``).
 What a draft accepted as is takes from the data without DP (docs/privacy.md, "What a schema
 draft reads from the data"; :meth:`SchemaDraft.disclosure` names it in the draft's warning):
 each column's kind, the date formats, the decimals of numbers (a rule that no single value
-decides on its own: :func:`robust_decimals`) and which columns are dropped as identifiers, free
-text or empty; nothing else. Every column is nullable. Bounds are public windows inside which the
-range and bins are learned with DP (``{"quantiles": k, "range": true}``): a window chosen from the
-column's name where the name has a meaning (engine/schema_draft/meanings.py: latitude, year,
-age, hour...), else a generic one (±10^15; 1900 … 2099). Categories are discovered with DP,
+decides on its own: :func:`robust_decimals`), which columns are dropped as identifiers, free
+text or empty, and which integer columns lie in a small public window 0 … 1, 3, 7, 15 or 31
+(:data:`SMALL_INTEGER_TOPS`: one declared bin per value, nothing learned); nothing else. Every
+column is nullable. Other bounds are public windows inside which the range and bins are learned
+with DP (``{"quantiles": k, "range": true}``): a window chosen from the column's name where the
+name has a meaning (engine/schema_draft/meanings.py: latitude, year, age, hour...), else a
+generic one (±10^15; 1900 … 2099). Categories are discovered with DP,
 from a public candidate list where the name fixes one (US states, countries, months, weekdays),
 else without a list; the service charges all of it at upload. With ``show_values`` the data's
 own categories and exact bounds are proposed instead, for the owner to edit, and the draft says
