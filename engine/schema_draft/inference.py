@@ -8,11 +8,13 @@ column unless it looks like an identifier or free text (then ``ignore``).
 What a draft accepted as is takes from the data without DP (docs/privacy.md, "What a schema
 draft reads from the data"; :meth:`SchemaDraft.disclosure` names it in the draft's warning):
 each column's kind, the date formats, the decimals of numbers (a rule that no single value
-decides on its own: :func:`robust_decimals`) and which columns are dropped as identifiers, free
-text or empty; nothing else. Every column is nullable. Bounds are public windows inside which the
-range and bins are learned with DP (``{"quantiles": k, "range": true}``): a window chosen from the
-column's name where the name has a meaning (engine/schema_draft/meanings.py: latitude, year,
-age, hour...), else a generic one (±10^15; 1900 … 2099). Categories are discovered with DP,
+decides on its own: :func:`robust_decimals`), which columns are dropped as identifiers, free
+text or empty, and which integer columns lie in a small public window 0 … 1, 3, 7, 15 or 31
+(:data:`SMALL_INTEGER_TOPS`: one declared bin per value, nothing learned); nothing else. Every
+column is nullable. Other bounds are public windows inside which the range and bins are learned
+with DP (``{"quantiles": k, "range": true}``): a window chosen from the column's name where the
+name has a meaning (engine/schema_draft/meanings.py: latitude, year, age, hour...), else a
+generic one (±10^15; 1900 … 2099). Categories are discovered with DP,
 from a public candidate list where the name fixes one (US states, countries, months, weekdays),
 else without a list; the service charges all of it at upload. With ``show_values`` the data's
 own categories and exact bounds are proposed instead, for the owner to edit, and the draft says
@@ -77,6 +79,12 @@ QUANTILE_BINS = 16
 NUMERIC_WINDOW = 10**15
 DATE_WINDOW = ("1900-01-01", "2099-12-31")
 SMALL_INTEGER_RANGE = 100  # integral columns whose rounded range is this narrow: one bin per value
+# A default draft's public windows for small integers (codes, counts, flags): an integer column
+# without a window by meaning whose values all lie in 0 … top gets the smallest of these windows
+# and one declared bin per value (whether they fit, and which, is read from the data without DP
+# and named in the draft's warning). 31 is 2 × QUANTILE_BINS - 1: a learned range that narrow
+# would get one bin per value too (engine/discovery/learned.py, UNIT_FACTOR).
+SMALL_INTEGER_TOPS = (1, 3, 7, 15, 31)
 MAX_DECIMALS = 6
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
 PARQUET_BATCH_ROWS = 65_536
@@ -127,6 +135,7 @@ class SchemaDraft:
             return ", ".join(repr(name) for name in columns)
 
         entries = [column.entry for column in self.columns]
+        small = [e for e in entries if _small_integer_window(e)] if not self.show_values else []
         formats = [e["name"] for e in entries if "format" in e]
         decimals = [e["name"] for e in entries if "decimals" in e]
         dropped = [e["name"] for e in entries if e["type"] == "ignore"]
@@ -139,6 +148,14 @@ class SchemaDraft:
         parts = [
             "each column's kind (its type, and for numbers whether they are integers), " + read
         ]
+        if small:
+            windows = ", ".join(f"{e['name']!r} in 0 … {e['max'] - 1}" for e in small)
+            tops = ", ".join(f"0 … {top}" for top in SMALL_INTEGER_TOPS)
+            parts.append(
+                f"that every value of these integer columns lies in a small public window ("
+                f"{windows}: the smallest of {tops} that holds them all, declared with one bin per "
+                "value)"
+            )
         if formats:
             parts.append(f"the date format of {named(formats)}")
         if decimals:
@@ -159,14 +176,27 @@ class SchemaDraft:
             return text + " Besides, the categories and bounds of this draft are the data's own."
         return text + (
             " Nothing else in this schema comes from the data: every column is nullable, bounds "
-            "are public windows (chosen from a column's name, or generic) inside which the range "
-            "is learned with DP at upload, and categories are learned with DP at upload (among "
-            "a public list chosen from a column's name, or without one)."
+            "are public windows (chosen from a column's name, or generic"
+            + (", or the small-integer windows above" if small else "")
+            + ") inside which the range is learned with DP at upload"
+            + (" (the small integers' bins are declared, not learned)" if small else "")
+            + ", and categories are learned with DP at upload (among a public list chosen from "
+            "a column's name, or without one)."
         )
 
 
 def _has_discovery(entry: dict[str, Any]) -> bool:
     return isinstance(entry.get("bins"), dict) or isinstance(entry.get("categories"), dict)
+
+
+def _small_integer_window(entry: dict[str, Any]) -> bool:
+    """Whether a default draft's entry is a small-integer window (declared unit bins)."""
+    return (
+        entry["type"] == "numeric"
+        and entry.get("min") == 0
+        and isinstance(entry.get("bins"), int)
+        and entry.get("max") in [top + 1 for top in SMALL_INTEGER_TOPS]
+    )
 
 
 @dataclass
@@ -640,6 +670,25 @@ def _numeric(entry: dict[str, Any], stats: _Stats, show_values: bool, names: Seq
     if not show_values:
         meaning = window_for(stats.name, integer=stats.integral, names=names)
         bins = f"{QUANTILE_BINS} bins at DP quantiles, the range learned with DP"
+        if stats.integral:
+            bins = (
+                f"the range learned with DP, then one bin per value if it holds at most "
+                f"{2 * QUANTILE_BINS} integers, else {QUANTILE_BINS} bins at DP quantiles"
+            )
+        top = None if meaning is not None else _small_integer_top(stats)
+        if top is not None:
+            # One declared bin [k, k + 1) per integer of the window, the last closed; nothing is
+            # learned. clip: a value beyond the part of the file the draft read is clamped.
+            entry["min"], entry["max"] = 0, top + 1
+            entry["bins"] = top + 1
+            entry["clip"] = True
+            tops = ", ".join(f"0 … {t}" for t in SMALL_INTEGER_TOPS)
+            return (
+                f"small integers (a code, a count or a flag): every value lies in 0 … {top}, the "
+                f"smallest of the public windows {tops} that holds them (read from the data "
+                "without DP: see the warning), so one bin per value is declared (nothing "
+                "learned, nothing charged)"
+            )
         if meaning is not None:
             if stats.integral:
                 entry["min"], entry["max"] = meaning.low, meaning.high
@@ -670,6 +719,14 @@ def _numeric(entry: dict[str, Any], stats: _Stats, show_values: bool, names: Seq
         return "a single value (visible to every analyst)"
     entry["bins"] = {"quantiles": QUANTILE_BINS}
     return f"numbers in their exact range (visible to every analyst), {QUANTILE_BINS} DP bins"
+
+
+def _small_integer_top(stats: _Stats) -> int | None:
+    """The smallest of :data:`SMALL_INTEGER_TOPS` whose window 0 … top holds every value of an
+    integer column (None: a negative value, or one above 31)."""
+    if not stats.integral or stats.low < 0:
+        return None
+    return next((top for top in SMALL_INTEGER_TOPS if stats.high <= top), None)
 
 
 def _temporal(entry: dict[str, Any], stats: _Stats, show_values: bool) -> str:

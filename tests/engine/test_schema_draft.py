@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import pandas as pd
@@ -12,8 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from engine.accounting import rho_from_epsilon_delta
+from engine.discovery.plan import allocate
+from engine.discovery.schema import discover, provisional, requests_for, resolve
 from engine.schema_draft.cli import schema
 from engine.schema_draft.inference import DraftError, draft_schema
+from engine.tables.encoding import SchemaSpec
 
 ROWS = 400
 
@@ -68,7 +74,17 @@ def test_kinds_nullability_and_formats(raw_csv: Path) -> None:
         "nullable": True,
     }
     assert entries["grams"] == {"name": "grams", "type": "numeric", "integer": True, **window}
-    assert entries["floor"] == {"name": "floor", "type": "numeric", "integer": True, **window}
+    # Integers 1 … 12: the small-integer window 0 … 15, one declared bin per value.
+    assert entries["floor"] == {
+        "name": "floor",
+        "type": "numeric",
+        "integer": True,
+        "min": 0,
+        "max": 16,
+        "bins": 16,
+        "clip": True,
+        "nullable": True,
+    }
     assert entries["ratio"] == {
         "name": "ratio",
         "type": "numeric",
@@ -106,10 +122,11 @@ def test_kinds_nullability_and_formats(raw_csv: Path) -> None:
 
 
 def test_default_bounds_do_not_depend_on_the_data(tmp_path: Path) -> None:
-    """Two tables with different ranges (a constant, a small range, an outlier) draft alike."""
+    """Two tables with different ranges (a constant, a narrow range, an outlier) draft alike.
+    (Integers all within 0 … 31 are the documented exception: see the small-integer tests.)"""
     first, second = tmp_path / "a.csv", tmp_path / "b.csv"
     first.write_text(
-        "kids,level,when\n" + "".join(f"{3 + i % 5},5,2019-0{1 + i % 9}-01\n" for i in range(50))
+        "kids,level,when\n" + "".join(f"{33 + i % 5},50,2019-0{1 + i % 9}-01\n" for i in range(50))
     )
     second.write_text(
         "kids,level,when\n"
@@ -337,7 +354,9 @@ INTEGER_WINDOWS = {
 
 def test_integer_windows_by_meaning_come_from_the_name(tmp_path: Path) -> None:
     names = list(INTEGER_WINDOWS)
-    path = _write(tmp_path / "t.csv", names, [[i % 3 + 1] * len(names) for i in range(40)])
+    # Values above 31, so that the names without a meaning get the generic window, not a
+    # small-integer one (a window by meaning wins over those: test_small_integers_...).
+    path = _write(tmp_path / "t.csv", names, [[i % 3 + 40] * len(names) for i in range(40)])
     entries = _entries(path)
     for name, window in INTEGER_WINDOWS.items():
         entry = entries[name]
@@ -657,3 +676,103 @@ def test_a_draft_stops_when_asked_between_batches(tmp_path: Path) -> None:
     with pytest.raises(DraftCancelled):
         draft_schema(path, stop=stop)
     assert asked == [1]  # stopped after the first batch
+
+
+# --- Small integers and identifiers (issue 26 §5, issue 23 §2) ------------------------------------
+
+
+def _small_integer_table(tmp_path: Path, rows: int = 10_000) -> Path:
+    rng = random.Random(26)
+    header = ["status", "children", "flag", "top", "wide", "signed", "hour", "cohort", "year"]
+    table = []
+    for _ in range(rows):
+        table.append(
+            [
+                rng.randint(1, 5),  # a 5-value code
+                min(8, int(rng.expovariate(0.7))),  # a child count 0 … 8
+                rng.randint(0, 1),  # a flag
+                rng.randint(0, 31),  # the widest small window
+                rng.randint(0, 32),  # one more value: no small window
+                rng.randint(-1, 3),  # a negative code: no small window
+                rng.randint(0, 3),  # a window by meaning wins
+                rng.randint(2015, 2023),  # years without a meaning in the name
+                rng.randint(2015, 2023),  # years with one
+            ]
+        )
+    return _write(tmp_path / "codes.csv", header, table)
+
+
+def test_small_integers_get_a_small_window_and_one_bin_per_value(tmp_path: Path) -> None:
+    """A 5-value code, a 0 … 8 count and a flag were drafted as 16 bins at DP quantiles inside
+    ±10^15 (issue 26 §5): they get the smallest public window 0 … 1, 3, 7, 15 or 31 that holds
+    them, with one declared bin per value, and the warning names the windows."""
+    path = _small_integer_table(tmp_path)
+    draft = draft_schema(path)
+    entries = {c.entry["name"]: c.entry for c in draft.columns}
+    reasons = {c.entry["name"]: c.reason for c in draft.columns}
+    for name, top in (("status", 7), ("children", 15), ("flag", 1), ("top", 31)):
+        assert entries[name] == {
+            "name": name,
+            "type": "numeric",
+            "integer": True,
+            "min": 0,
+            "max": top + 1,
+            "bins": top + 1,
+            "clip": True,
+            "nullable": True,
+        }, name
+        assert f"every value lies in 0 … {top}" in reasons[name], name
+        assert "one bin per value is declared" in reasons[name], name
+    generic = {"min": -(10**15), "max": 10**15, "bins": {"quantiles": 16, "range": True}}
+    for name in ("wide", "signed", "cohort"):
+        assert {k: entries[name][k] for k in generic} == generic, name
+        assert "one bin per value if it holds at most 32 integers" in reasons[name], name
+    assert (entries["hour"]["min"], entries["hour"]["max"]) == (0, 23)  # the name's window
+    assert (entries["year"]["min"], entries["year"]["max"]) == (1800, 2100)
+    warning = draft.disclosure()
+    assert "'status' in 0 … 7, 'children' in 0 … 15, 'flag' in 0 … 1, 'top' in 0 … 31" in warning
+    assert "'wide'" not in warning and "'hour'" not in warning
+    # Declared, so nothing to learn for them; each value is its own code.
+    spec = SchemaSpec.from_json(draft.to_json())
+    assert {r.column for r in requests_for(spec)} == {"wide", "signed", "hour", "cohort", "year"}
+    schema = provisional(spec)  # the learned ranges' placeholders; the declared bins as is
+    status = next(column for column in schema.columns if column.name == "status")
+    codes = status.encode(pd.Series(["1", "2", "5", "7", ""]), schema.missing_values)
+    assert list(codes) == [1, 2, 5, 7, status.size - 1]
+
+
+def test_years_learned_at_upload_get_one_bin_per_value(tmp_path: Path) -> None:
+    """Integers beyond the small windows keep a learned range; at ε = 1 (δ = 10⁻⁶) on 10,000 rows
+    discovery gives the nine years 2015 … 2023 one bin each, named or not (fixed noise seed)."""
+    path = _small_integer_table(tmp_path)
+    spec = SchemaSpec.from_json(draft_schema(path).to_json())
+    frame = pd.read_csv(path, dtype=str)
+    requests = requests_for(spec)
+    rho = Fraction(rho_from_epsilon_delta(Decimal(1), Decimal("1e-6")))
+    budget = allocate(requests, budget_rho=rho, rho_quantum=Fraction(1, 10**12))
+    found = discover(
+        spec, budget, lambda: [{r.column: frame[r.column] for r in requests}], random.Random(4)
+    )
+    schema = resolve(spec, found)
+    for name in ("cohort", "year"):
+        column = next(c for c in schema.columns if c.name == name)
+        assert list(column.edges) == [2014.5 + i for i in range(10)], name
+
+
+def test_an_all_distinct_id_is_ignored(tmp_path: Path) -> None:
+    """Issue 26 §5 reported an all-distinct id of 190 values drafted as a discovered categorical
+    (it came out all "other"): "ID-000123" cells beside other columns are dropped (a regression
+    test: the draft already did so)."""
+    rng = random.Random(190)
+    ids = rng.sample(range(10**6), 190)
+    rows = [
+        [f"ID-{ids[i]:06d}", rng.choice(["lo", "mid", "hi"]), rng.randint(0, 90)]
+        for i in range(190)
+    ]
+    path = _write(tmp_path / "t.csv", ["id", "grade", "score"], rows)
+    draft = draft_schema(path)
+    entries = {c.entry["name"]: c.entry for c in draft.columns}
+    assert entries["id"] == {"name": "id", "type": "ignore"}
+    assert entries["grade"]["type"] == "categorical"
+    assert "every value is distinct" in draft.columns[0].reason
+    assert "which columns are dropped ('id'" in draft.disclosure()
