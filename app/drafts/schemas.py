@@ -27,7 +27,8 @@ class SchemaDraftOut(BaseModel):
     warning: str | None = Field(
         default=None,
         description="what the schema takes from the data without DP (each column's kind, date "
-        "formats, decimals, dropped columns) and that nothing else is; with show_values, first "
+        "formats, decimals, number formats, boolean spellings, dropped columns) and that nothing "
+        "else is; with show_values, first "
         "that its categories and bounds are the data's own",
     )
 
