@@ -56,7 +56,11 @@ class ColumnOut(BaseModel):
     integer: bool = False
     decimals: int | None = None
     clip: bool = False
-    format: str | None = Field(default=None, description="strftime format of text dates")
+    format: str | None = Field(
+        default=None,
+        description="how values are read and written: strftime for dates (a zone with %z or a "
+        "final Z), %.Nf (decimal places written) for numbers",
+    )
     resolution: str | None = None
     true_values: list[str] | None = None
     false_values: list[str] | None = None

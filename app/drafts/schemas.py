@@ -27,8 +27,9 @@ class SchemaDraftOut(BaseModel):
     warning: str | None = Field(
         default=None,
         description="what the schema takes from the data without DP (each column's kind, date "
-        "formats, decimals, dropped columns, small-integer windows) and that nothing else is; "
-        "with show_values, first that its categories and bounds are the data's own",
+        "formats, decimals, number formats, boolean spellings, dropped columns, small-integer "
+        "windows) and that nothing else is; with show_values, first that its categories and "
+        "bounds are the data's own",
     )
 
     model_config = {"populate_by_name": True}

@@ -35,6 +35,7 @@ from engine.columns.base import (
     values_word,
 )
 from engine.columns.categorical import as_float
+from engine.columns.output import FORMAT_KEY, number_places
 from engine.columns.profile import bin_levels, check_profile, profile_draws
 from engine.domain import narrowest_unsigned
 
@@ -55,6 +56,9 @@ class NumericColumn(BinnedCodes):
     # Points of the values' quantile function from edges[0] to edges[-1] (decoding draws inside
     # a bin from it); public: declared, or a learned range's DP percentiles.
     profile: tuple[float, ...] | None = None
+    # How CSV writes the values: "%.Nf", exactly N decimal places (52000.0); None: integers
+    # without a point, other numbers in their shortest form.
+    format: str | None = None
     type: Literal["numeric"] = field(default="numeric", init=False)
 
     def __post_init__(self) -> None:
@@ -75,6 +79,17 @@ class NumericColumn(BinnedCodes):
             ):
                 raise SchemaError(
                     f"column {self.name!r}: decimals must be an integer from 0 to {MAX_DECIMALS}"
+                )
+        if self.format is not None:
+            places = number_places(self.format) if isinstance(self.format, str) else None
+            if places is None or places > MAX_DECIMALS:
+                raise SchemaError(
+                    f'column {self.name!r}: a number\'s format is "%.Nf" with N from 0 to '
+                    f"{MAX_DECIMALS} (the decimal places written)"
+                )
+            if self.decimals is not None and places < self.decimals:
+                raise SchemaError(
+                    f"column {self.name!r}: the format writes fewer places than the decimals"
                 )
         if self.profile is not None:
             profile = tuple(float(p) for p in self.profile)
@@ -106,6 +121,8 @@ class NumericColumn(BinnedCodes):
             out["integer"] = True
         if self.decimals is not None:
             out["decimals"] = self.decimals
+        if self.format is not None:
+            out["format"] = self.format
         if self.clip:
             out["clip"] = True
         if self.nullable:
@@ -162,7 +179,8 @@ class NumericColumn(BinnedCodes):
 
     def arrow_field(self) -> pa.Field:
         kind = pa.int64() if self.integer else pa.float64()
-        return pa.field(self.name, kind, nullable=self.nullable)
+        metadata = {FORMAT_KEY: self.format} if self.format is not None else None
+        return pa.field(self.name, kind, nullable=self.nullable, metadata=metadata)
 
     def problem(self, reason: int, count: int) -> str:
         if reason == MISSING:

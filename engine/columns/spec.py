@@ -396,7 +396,7 @@ def _categorical(entry: Mapping[str, Any], name: str, keys: set[str], allow_pend
 
 
 def _numeric(entry: Mapping[str, Any], name: str, keys: set[str], allow_pending: bool) -> Entry:
-    options = {"integer", "decimals", "clip", "nullable"}
+    options = {"integer", "decimals", "format", "clip", "nullable"}
     flags = _flags(entry, ("integer", "clip", "nullable"), name)
     decimals = entry.get("decimals")
     bins = entry.get("bins")
@@ -417,6 +417,7 @@ def _numeric(entry: Mapping[str, Any], name: str, keys: set[str], allow_pending:
             clip=flags.get("clip", False),
             nullable=flags.get("nullable", False),
             profile=profile,
+            format=entry.get("format"),
         )
     _require_keys(keys, {"name", "type", "bins", "min", "max"}, options, name)
     low = _number(entry["min"], "min", name)
@@ -437,6 +438,7 @@ def _numeric(entry: Mapping[str, Any], name: str, keys: set[str], allow_pending:
         integer=flags.get("integer", False),
         clip=flags.get("clip", False),
         nullable=flags.get("nullable", False),
+        format=entry.get("format"),
     )
 
 

@@ -5,9 +5,12 @@ same bytes for the same table.
 OWASP "CSV Injection": a spreadsheet runs a cell as a formula when it starts with = + - @, a
 tab or a carriage return; some also after leading whitespace, and some read the fullwidth forms
 (U+FF1D, U+FF0B, U+FF0D, U+FF20) as the ASCII ones. Such text cells (and column names) get a
-leading apostrophe. Every text cell is written quoted with embedded quotes doubled (pyarrow's
-CSV writer does this for strings); numbers and ISO dates are typed and written plain, unescaped.
-Pure formatting of released values (post-processing): no privacy claim is involved.
+leading apostrophe. Every text cell (a category) is written quoted with embedded quotes
+doubled. Typed values are written plain, unquoted: numbers and ISO dates unescaped, and the text
+a column's declared rendering gives (a date or datetime in its ``format``, a boolean's spelling,
+a number with fixed places; engine/columns/output.py) escaped and quoted only when CSV needs it
+(a comma, a quote or a line break in it). Pure formatting of released values (post-processing):
+no privacy claim is involved.
 """
 
 from __future__ import annotations
@@ -17,12 +20,12 @@ import io
 import re
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
 from engine.columns.arrow_text import text_bytes
-from engine.columns.output import text_batch
+from engine.columns.output import is_text_field, text_column
 
 FORMULA_TRIGGERS = ("=", "+", "-", "@", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 CONTROL_TRIGGERS = ("\t", "\r")
@@ -48,7 +51,8 @@ _TRIGGER_BODY = (
 )
 _TRIGGER_PATTERN = "^" + _TRIGGER_BODY
 _ESCAPED_PATTERN = "^'" + _TRIGGER_BODY
-_WRITE_OPTIONS = pacsv.WriteOptions(include_header=False, quoting_style="needed")
+# What makes CSV quote a cell (RFC 4180): a comma, a quote or a line break.
+_STRUCTURAL = '[,"\\r\\n]'
 
 
 def escape_cell(value: str) -> str:
@@ -109,9 +113,45 @@ def csv_header(names: Sequence[str]) -> bytes:
 
 def csv_rows(batch: pa.RecordBatch | pa.Table, schema: pa.Schema) -> bytes:
     """The rows of ``batch`` (no header), each column rendered with its field of ``schema``
-    (declared date formats and boolean spellings first, so their text is escaped too)."""
-    columns = [escape_text(column) for column in text_batch(batch, schema)]
-    names = [str(i) for i in range(len(columns))]
-    buffer = io.BytesIO()
-    pacsv.write_csv(pa.Table.from_arrays(columns, names=names), buffer, _WRITE_OPTIONS)
-    return buffer.getvalue()
+    (declared formats and boolean spellings first, so their text is escaped too): text columns
+    quoted, typed values plain (quoted only if their rendered text needs it), nulls empty."""
+    if not batch.num_rows:
+        return b""
+    cells = [_cells(column, field) for column, field in zip(batch.columns, schema, strict=True)]
+    lines = pc.binary_join_element_wise(*cells, pa.scalar(",", pa.large_string()))
+    newline = pa.scalar("\n", pa.large_string())
+    lines = pc.binary_join_element_wise(lines, pa.scalar("", pa.large_string()), newline)
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    _, offsets, data = lines.buffers()
+    ends = np.frombuffer(offsets, dtype=np.int64, count=len(lines) + 1 + lines.offset)
+    start, end = int(ends[lines.offset]), int(ends[-1])
+    return b"" if data is None else data.to_pybytes()[start:end]
+
+
+def _cells(array: pa.Array, field: pa.Field) -> pa.Array:
+    """One column's CSV cells as ``large_string`` (no nulls)."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if is_text_field(field):
+        if pa.types.is_dictionary(array.type):  # escaped and quoted once per distinct value
+            dictionary = _quoted(escape_text(array.dictionary))
+            array = pa.DictionaryArray.from_arrays(array.indices, dictionary).dictionary_decode()
+        else:
+            array = _quoted(escape_text(array))
+    else:
+        rendered = text_column(array, field)
+        if pa.types.is_string(rendered.type) or pa.types.is_large_string(rendered.type):
+            escaped = escape_text(rendered)
+            needs = pc.fill_null(pc.match_substring_regex(escaped, _STRUCTURAL), False)
+            array = pc.if_else(needs, _quoted(escaped), escaped)
+        else:  # numbers, booleans, ISO dates: the text pyarrow's CSV writer gives them
+            array = rendered.cast(pa.string())
+    return pc.fill_null(array.cast(pa.large_string()), "")
+
+
+def _quoted(array: pa.Array) -> pa.Array:
+    """Each text in double quotes, its own quotes doubled (nulls stay null)."""
+    doubled = pc.replace_substring(array, '"', '""')
+    empty = pa.scalar("", doubled.type)
+    return pc.binary_join_element_wise(empty, doubled, empty, pa.scalar('"', doubled.type))

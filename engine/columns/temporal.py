@@ -8,7 +8,8 @@ here is declared by the owner (public). ``clip`` clamps values outside the bound
 bins (public, row by row, no budget). Decoding draws a time uniformly inside the bin with the
 job's seeded ``rng`` (post-processing) and truncates it to the column's resolution (never
 below the bin's start), so output has the input's resolution; a declared ``format`` is kept as
-field metadata and used for CSV output.
+field metadata and used for CSV output. A datetime whose format writes a zone (``%z``, or a
+final literal ``Z``) is output as UTC ``timestamp[s, tz=UTC]`` (engine/columns/output.py).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from engine.columns.base import (
     values_word,
 )
 from engine.columns.numeric import bin_codes
+from engine.columns.output import FORMAT_KEY, is_zoned
 from engine.columns.profile import bin_levels, check_profile, profile_draws
 
 CALENDAR_UNITS = ("hour", "day", "week", "month", "year")
@@ -207,9 +209,18 @@ class _TemporalColumn(BinnedCodes):
         out[nulls] = np.datetime64("NaT")
         return pd.Series(out)
 
+    @property
+    def zoned(self) -> bool:
+        """Whether output carries a zone: a datetime whose format has ``%z`` or ends in a
+        literal ``Z`` (its values are UTC instants, written so)."""
+        return self.unit == "s" and is_zoned(self.format)
+
     def arrow_field(self) -> pa.Field:
-        metadata = {"rhosynth.format": self.format} if self.format is not None else None
-        kind = pa.date32() if self.unit == "D" else pa.timestamp("s")
+        metadata = {FORMAT_KEY: self.format} if self.format is not None else None
+        if self.unit == "D":
+            kind = pa.date32()
+        else:
+            kind = pa.timestamp("s", tz="UTC") if self.zoned else pa.timestamp("s")
         return pa.field(self.name, kind, nullable=self.nullable, metadata=metadata)
 
     def problem(self, reason: int, count: int) -> str:

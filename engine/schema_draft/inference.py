@@ -8,15 +8,19 @@ column unless it looks like an identifier or free text (then ``ignore``).
 What a draft accepted as is takes from the data without DP (docs/privacy.md, "What a schema
 draft reads from the data"; :meth:`SchemaDraft.disclosure` names it in the draft's warning):
 each column's kind, the date formats, the decimals of numbers (a rule that no single value
-decides on its own: :func:`robust_decimals`), which columns are dropped as identifiers, free
-text or empty, and which integer columns lie in a small public window 0 … 1, 3, 7, 15 or 31
-(:data:`SMALL_INTEGER_TOPS`: one declared bin per value, nothing learned); nothing else. Every
-column is nullable. Other bounds are public windows inside which the range and bins are learned
-with DP (``{"quantiles": k, "range": true}``): a window chosen from the column's name where the
-name has a meaning (engine/schema_draft/meanings.py: latitude, year, age, hour...), else a
-generic one (±10^15; 1900 … 2099). Categories are discovered with DP,
-from a public candidate list where the name fixes one (US states, countries, months, weekdays),
-else without a list; the service charges all of it at upload. With ``show_values`` the data's
+decides on its own: :func:`robust_decimals`), the number format of numbers all written with the
+same decimal places (``52000.0``: :func:`fixed_places`, the same tolerance), the spelling of
+boolean words (the most common of a fixed set of word pairs and cases: :func:`boolean_spellings`),
+which columns are dropped as identifiers, free text or empty, and which integer columns lie in a
+small public window 0 … 1, 3, 7, 15 or 31 (:data:`SMALL_INTEGER_TOPS`: one declared bin per value,
+nothing learned); nothing else. The formats and spellings are what output is written in
+(engine/columns/output.py). Every column is nullable. Other bounds are public windows inside
+which the range and bins are learned with DP (``{"quantiles": k, "range": true}``): a window
+chosen from the column's name where the name has a meaning (engine/schema_draft/meanings.py:
+latitude, year, age, hour...), else a generic one (±10^15; 1900 … 2099). Categories are
+discovered with DP, from a public candidate list where the name fixes one (US states, countries,
+months, weekdays), else without a list; the service charges all of it at upload. With
+``show_values`` the data's
 own categories and exact bounds are proposed instead, for the owner to edit, and the draft says
 that they would be visible to every analyst.
 """
@@ -40,10 +44,14 @@ import pyarrow.parquet as pq
 
 from engine.columns.arrow_text import lower, strip
 from engine.columns.base import DEFAULT_MISSING_VALUES
+from engine.columns.categorical import DEFAULT_FALSE_VALUES, DEFAULT_TRUE_VALUES
 from engine.schema_draft.meanings import candidates_for, names_identifier, window_for
 
 TRUE_WORDS = ("true", "yes", "y", "t")
 FALSE_WORDS = ("false", "no", "n", "f")
+# How a boolean word can be written: the case styles a draft records (engine/columns/output.py
+# writes the first declared spelling). Any other mix of cases counts for no style.
+CASES: tuple[Callable[[str], str], ...] = (str.lower, str.upper, str.title)
 _BOOLEAN_WORDS = pa.array(TRUE_WORDS + FALSE_WORDS, type=pa.string())
 # Tried in this order; the first that parses every non-missing value of a column wins.
 DATE_FORMATS = (
@@ -56,6 +64,9 @@ DATE_FORMATS = (
     "%B %Y",
     "%Y-%m",
     "%Y-%m-%dT%H:%M:%SZ",
+    "%Y-%m-%d %H:%M:%SZ",
+    "%Y-%m-%dT%H:%M:%S%z",
+    "%Y-%m-%d %H:%M:%S%z",
     "%Y-%m-%dT%H:%M:%S",
     "%Y-%m-%d %H:%M:%S",
     "%Y-%m-%dT%H:%M",
@@ -136,8 +147,10 @@ class SchemaDraft:
 
         entries = [column.entry for column in self.columns]
         small = [e for e in entries if _small_integer_window(e)] if not self.show_values else []
-        formats = [e["name"] for e in entries if "format" in e]
+        formats = [e["name"] for e in entries if "format" in e and e["type"] != "numeric"]
         decimals = [e["name"] for e in entries if "decimals" in e]
+        places = [e["name"] for e in entries if "format" in e and e["type"] == "numeric"]
+        spellings = [e["name"] for e in entries if "true_values" in e]
         dropped = [e["name"] for e in entries if e["type"] == "ignore"]
         read = (
             f"read from the file's first {self.rows:,} rows (the draft reads a bounded sample: a "
@@ -162,6 +175,16 @@ class SchemaDraft:
             parts.append(
                 f"the decimals of {named(decimals)} (the fewest that all values need but 1 % of "
                 "them, or but one: no single value decides them on its own)"
+            )
+        if places:
+            parts.append(
+                f"the number format of {named(places)} (the decimal places, trailing zeros "
+                "included, that all values but 1 % or but one are written with, as in 52000.0)"
+            )
+        if spellings:
+            parts.append(
+                f"the boolean spellings of {named(spellings)} (which of the yes/no word pairs, "
+                "in which case, most values are written in, as in YES/NO)"
             )
         if dropped:
             parts.append(
@@ -213,6 +236,12 @@ class _Stats:
     # decimal_counts[d]: values written with d decimals (d ≤ MAX_DECIMALS), then those with more,
     # then those in exponent notation. Binary floats (Parquet) have no decimals to read.
     decimal_counts: list[int] = field(default_factory=lambda: [0] * (MAX_DECIMALS + 3))
+    # places_counts[p]: values written with p digits after the point, trailing zeros included
+    # (52000.0: 1), likewise capped; the format of a column whose values share one count.
+    places_counts: list[int] = field(default_factory=lambda: [0] * (MAX_DECIMALS + 3))
+    # words[(w, c)]: boolean cells that are word w of TRUE_WORDS + FALSE_WORDS in case style c
+    # of CASES (c = len(CASES): none of them). Counts of a fixed vocabulary, never the cells.
+    words: dict[tuple[int, int], int] = field(default_factory=dict)
     binary_floats: bool = False
     low: float = math.inf
     high: float = -math.inf
@@ -244,6 +273,21 @@ class _Stats:
         return None if self.binary_floats else robust_decimals(self.decimal_counts)
 
     @property
+    def number_format(self) -> str | None:
+        """``%.Nf`` when the column's numbers are written with N ≥ 1 places (trailing zeros
+        included, 52000.0) by all values but the tolerated few (:func:`robust_decimals`'
+        tolerance); None otherwise (shortest form)."""
+        if self.binary_floats:
+            return None
+        places = fixed_places(self.places_counts)
+        return None if not places else f"%.{places}f"
+
+    @property
+    def spellings(self) -> tuple[str, str] | None:
+        """The true and false words as the column writes them (:func:`boolean_spellings`)."""
+        return boolean_spellings(self.words)
+
+    @property
     def distinct(self) -> int | None:
         """Distinct values, when at most DISTINCT_CAP of them were seen (else None)."""
         return None if self.overflow else len(self.counts)
@@ -272,6 +316,8 @@ class _Stats:
         if self.boolean:
             words = pc.is_in(lower(stripped), value_set=_BOOLEAN_WORDS)
             self.boolean = bool(pc.all(words).as_py())
+            if self.boolean:
+                self._words(stripped)
         if self.numeric:
             numbers = pd.to_numeric(pd.Series(present.to_pandas(), dtype=object), errors="coerce")
             finite = np.isfinite(numbers.to_numpy(dtype=np.float64, na_value=np.nan))
@@ -314,7 +360,10 @@ class _Stats:
                 self._count(present.cast(pa.string()))
         elif pa.types.is_date(kind) or pa.types.is_timestamp(kind):
             self.boolean = self.numeric = False
-            fmt = "%Y-%m-%d" if pa.types.is_date(kind) else "%Y-%m-%dT%H:%M:%S"
+            if pa.types.is_date(kind):
+                fmt = "%Y-%m-%d"
+            else:  # a timestamp with a zone is written in UTC, with a "Z"
+                fmt = "%Y-%m-%dT%H:%M:%SZ" if kind.tz is not None else "%Y-%m-%dT%H:%M:%S"
             self.formats = [fmt]
             stamps = pd.Series(pd.to_datetime(present.to_pandas()))
             self._range(fmt, stamps)
@@ -358,11 +407,31 @@ class _Stats:
             found.field("values").to_pylist(), found.field("counts").to_pylist(), strict=True
         ):
             self.decimal_counts[int(value)] += int(count)
+        written = pc.min_element_wise(pc.utf8_length(after_point), pa.scalar(over, pa.int32()))
+        written = pc.if_else(exponent, pa.scalar(over + 1, pa.int32()), written)
+        found = pc.value_counts(written)
+        for value, count in zip(
+            found.field("values").to_pylist(), found.field("counts").to_pylist(), strict=True
+        ):
+            self.places_counts[int(value)] += int(count)
+
+    def _words(self, stripped: pa.Array) -> None:
+        """Count the boolean cells by word and case style (every cell is a boolean word)."""
+        found = pc.value_counts(stripped)  # at most 2**5 case variants of each of 8 words
+        vocabulary = TRUE_WORDS + FALSE_WORDS
+        for cell, count in zip(
+            found.field("values").to_pylist(), found.field("counts").to_pylist(), strict=True
+        ):
+            word = vocabulary.index(cell.lower())
+            style = next((c for c, case in enumerate(CASES) if case(cell) == cell), len(CASES))
+            key = (word, style)
+            self.words[key] = self.words.get(key, 0) + int(count)
 
     def _dates(self, text: pd.Series) -> None:
         """``text``: the present cells, stripped."""
         for fmt in list(self.formats):
-            parsed = pd.to_datetime(text, format=fmt, errors="coerce")
+            # With %z, offsets may differ from cell to cell: instants are compared in UTC.
+            parsed = pd.to_datetime(text, format=fmt, errors="coerce", utc="%z" in fmt)
             if parsed.isna().any():
                 self.formats.remove(fmt)
             else:
@@ -395,6 +464,35 @@ def robust_decimals(counts: Sequence[int]) -> int | None:
         if beyond <= tolerated:
             return places
     return MAX_DECIMALS
+
+
+def fixed_places(counts: Sequence[int]) -> int | None:
+    """The places (digits after the point, trailing zeros included) that all values but the
+    tolerated few of :func:`robust_decimals` are written with, from ``counts`` laid out like
+    its counts; None when no count up to MAX_DECIMALS holds them."""
+    total = sum(counts)
+    tolerated = max(1, int(total * DECIMALS_TOLERANCE)) if total > 1 else 0
+    for places in range(MAX_DECIMALS + 1):
+        if total and total - counts[places] <= tolerated:
+            return places
+    return None
+
+
+def boolean_spellings(words: dict[tuple[int, int], int]) -> tuple[str, str] | None:
+    """The (true, false) words of the style most cells are written in: a pair of
+    TRUE_WORDS/FALSE_WORDS (true/false, yes/no, y/n, t/f) in a case of CASES, both words from
+    the same pair and case whichever of them the column holds; ties go to the earlier pair and
+    case. None when no cell is in one of CASES."""
+    pairs = len(TRUE_WORDS)
+    styles: dict[tuple[int, int], int] = {}
+    for (word, case), count in words.items():
+        if case < len(CASES):
+            key = (word % pairs, case)
+            styles[key] = styles.get(key, 0) + count
+    if not styles:
+        return None
+    pair, case = min(styles, key=lambda key: (-styles[key], key[1], key[0]))
+    return CASES[case](TRUE_WORDS[pair]), CASES[case](FALSE_WORDS[pair])
 
 
 def draft_schema(
@@ -604,6 +702,16 @@ def _propose(stats: _Stats, show_values: bool, names: Sequence[str]) -> ColumnDr
     if kind == "boolean":
         entry["type"] = "boolean"
         reason = "every value is a yes/no word"
+        spellings = stats.spellings
+        if spellings is not None and spellings != ("true", "false"):
+            true, false = spellings
+            # Written first on output; every default spelling is still read.
+            entry["true_values"] = [true, *(w for w in DEFAULT_TRUE_VALUES if w != true.lower())]
+            entry["false_values"] = [
+                false,
+                *(w for w in DEFAULT_FALSE_VALUES if w != false.lower()),
+            ]
+            reason += f", written {true}/{false}"
     elif kind == "numeric":
         if stats.integral and names_identifier(stats.name) and _mostly_distinct(stats):
             entry["type"] = "ignore"
@@ -667,6 +775,9 @@ def _numeric(entry: dict[str, Any], stats: _Stats, show_values: bool, names: Seq
         entry["integer"] = True
     elif decimals is not None:
         entry["decimals"] = decimals
+    number_format = stats.number_format
+    if number_format is not None:
+        entry["format"] = number_format
     if not show_values:
         meaning = window_for(stats.name, integer=stats.integral, names=names)
         bins = f"{QUANTILE_BINS} bins at DP quantiles, the range learned with DP"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -68,3 +69,55 @@ def test_stream_csv(tmp_path: Path) -> None:
     assert first.startswith('"x","\' -2",-2.5,0')  # text quoted, numbers bare
     assert [float(r[2]) for r in rows[1:]] == [-2.5, 0.1, 1e-7]  # numbers are not escaped
     assert [r[3] for r in rows[1:]] == ["0", "1", "2"]
+
+
+def test_stream_csv_writes_the_declared_spellings_and_formats(tmp_path: Path) -> None:
+    """The download reads the stored Parquet's field metadata: boolean words, a zoned datetime
+    (UTC, written with its Z or +00:00), whole numbers with their declared places, all plain."""
+    import numpy as np
+
+    from engine.tables.encoding import SchemaLimits, TableSchema
+    from engine.tables.synthetic_output import write_synthetic
+
+    schema = TableSchema.from_json(
+        {
+            "columns": [
+                {"name": "ok", "type": "boolean", "true_values": ["YES"], "false_values": ["NO"]},
+                {
+                    "name": "at",
+                    "type": "datetime",
+                    "min": "2021-01-02T00:00:00",
+                    "max": "2021-01-02T23:59:59",
+                    "bins": 2,
+                    "format": "%Y-%m-%dT%H:%M:%SZ",
+                },
+                {
+                    "name": "off",
+                    "type": "datetime",
+                    "min": "2021-01-02T00:00:00",
+                    "max": "2021-01-02T23:59:59",
+                    "bins": 2,
+                    "format": "%Y-%m-%d %H:%M:%S%z",
+                },
+                {
+                    "name": "income",
+                    "type": "numeric",
+                    "min": 40000,
+                    "max": 60000,
+                    "bins": 2,
+                    "integer": True,
+                    "format": "%.1f",
+                },
+            ]
+        },
+        SchemaLimits(max_columns=10, max_domain_size=100, max_total_domain_size=1000),
+    )
+    path = tmp_path / "out.parquet"
+    codes = np.array([[0, 0, 1, 1], [1, 1, 0, 0]])
+    write_synthetic(schema, codes, np.random.default_rng(0), path, "parquet")
+    assert pq.read_schema(path).field("at").type == pa.timestamp("ms", tz="UTC")
+    lines = b"".join(stream_csv(path)).decode().splitlines()
+    assert lines[0] == '"ok","at","off","income"'
+    pattern = r"(YES|NO),2021-01-02T\d\d:\d\d:\d\dZ,2021-01-02 \d\d:\d\d:\d\d\+00:00,\d{5}\.0"
+    assert [ln for ln in lines[1:] if not re.fullmatch(pattern, ln)] == []
+    assert [ln.split(",")[0] for ln in lines[1:]] == ["NO", "YES"]

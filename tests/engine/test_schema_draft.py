@@ -65,7 +65,14 @@ def test_kinds_nullability_and_formats(raw_csv: Path) -> None:
     assert entries["id"] == {"name": "id", "type": "ignore"}
     assert entries["note"] == {"name": "note", "type": "ignore"}
     assert entries["empty"] == {"name": "empty", "type": "ignore"}
-    assert entries["member"] == {"name": "member", "type": "boolean", "nullable": True}
+    # Written as most of its cells are: "yes"/"no" (the default spellings still read).
+    assert entries["member"] == {
+        "name": "member",
+        "type": "boolean",
+        "true_values": ["yes", "true", "1", "y", "t"],
+        "false_values": ["no", "false", "0", "n", "f"],
+        "nullable": True,
+    }
     # Every proposed column is nullable, whether or not a value is missing in it.
     window = {
         "min": -(10**15),
@@ -89,6 +96,7 @@ def test_kinds_nullability_and_formats(raw_csv: Path) -> None:
         "name": "ratio",
         "type": "numeric",
         "decimals": 3,
+        "format": "%.3f",  # every value written with 3 places (2.100): so is the output
         "min": -1e15,
         "max": 1e15,
         "bins": {"quantiles": 16, "range": True},
@@ -136,8 +144,9 @@ def test_default_bounds_do_not_depend_on_the_data(tmp_path: Path) -> None:
     one, two = _entries(first), _entries(second)
     for name in ("kids", "when"):
         assert one[name] == two[name], name
-    assert {k: v for k, v in one["level"].items() if k != "integer" and k != "decimals"} == {
-        k: v for k, v in two["level"].items() if k != "integer" and k != "decimals"
+    read = ("integer", "decimals", "format")  # read from the data (the disclosure names them)
+    assert {k: v for k, v in one["level"].items() if k not in read} == {
+        k: v for k, v in two["level"].items() if k not in read
     } | {"min": -(10**15), "max": 10**15}
 
 
@@ -220,8 +229,10 @@ def test_parquet_with_types_and_nulls_drafts_like_csv(raw_csv: Path, tmp_path: P
     pq.write_table(pa.Table.from_pandas(typed, preserve_index=False), path)
     entries = _entries(path)
     csv_entries = _entries(raw_csv)
-    for name in ("grams", "member", "city"):
+    for name in ("grams", "city"):
         assert entries[name] == csv_entries[name], name
+    # Parquet booleans have no words: they stay bool, written true/false in CSV.
+    assert entries["member"] == {"name": "member", "type": "boolean", "nullable": True}
     assert entries["ratio"]["type"] == "numeric" and entries["ratio"]["nullable"] is True
     assert "decimals" not in entries["ratio"]  # binary floats have no decimal places to read
     assert entries["seen"]["type"] == "datetime" and entries["seen"]["bins"]["range"] is True
