@@ -317,6 +317,23 @@ def gauge(budget: BudgetOut) -> dict[str, Any]:
     }
 
 
+def spent_epsilons(entries: list[LedgerEntryOut]) -> dict[int, str]:
+    """For each entry that spends (``discover``, ``spend``): the ρ spent up to and including it,
+    as ε at :data:`GAUGE_CONVERSION_DELTA` plus the discovery δ spent so far (issue 26 §4: ε
+    beside ρ in the ledger). A running total, because ε of one entry would not add up. The
+    entries must start at the ledger's first (the console lists its first page)."""
+    spent = discovery = Decimal(0)
+    shown: dict[int, str] = {}
+    for entry in sorted(entries, key=lambda e: e.id):
+        if entry.kind not in ("discover", "spend"):
+            continue
+        spent += Decimal(entry.rho)
+        discovery += Decimal(entry.delta)
+        delta = format_scientific(GAUGE_CONVERSION_DELTA + discovery)
+        shown[entry.id] = f"{epsilon_text(spent, GAUGE_CONVERSION_DELTA)} at δ = {delta}"
+    return shown
+
+
 # ---------------------------------------------------------------- sign-in
 
 
@@ -668,6 +685,7 @@ def _dataset_page(
             "domains": {c.name: column_domain(c) for c in dataset.columns},
             "gauge": gauge(dataset.budget),
             "ledger": ledger,
+            "spent_epsilon": spent_epsilons(ledger.items) if ledger else {},
             "jobs": jobs.items,
             "methods": methods,
             "method": chosen,

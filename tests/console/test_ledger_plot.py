@@ -63,3 +63,32 @@ def test_entries_within_seconds_get_distinct_ticks(step: timedelta) -> None:
 def test_the_png_is_drawn() -> None:
     png = ledger_timeline_png(_entries(datetime(2026, 12, 3, tzinfo=UTC), timedelta(hours=5), 9))
     assert png.startswith(b"\x89PNG")
+
+
+def test_the_ledger_table_shows_the_running_spend_as_epsilon() -> None:
+    """Issue 26 §4: ε beside ρ in the ledger, as a running total of what was spent (ε of one
+    entry would not add up)."""
+    from app.console.endpoints import GAUGE_CONVERSION_DELTA, epsilon_text, spent_epsilons
+
+    at = datetime(2026, 12, 3, tzinfo=UTC)
+    job = uuid.uuid4()
+
+    def entry(i: int, kind: str, rho: str, delta: str = "0") -> LedgerEntryOut:
+        return LedgerEntryOut(
+            id=i, kind=kind, rho=Decimal(rho), delta=Decimal(delta), job_id=job,
+            actor="worker", at=at, detail=None,
+        )  # fmt: skip
+
+    entries = [
+        entry(1, "grant", "2", "0.000001"),
+        entry(2, "discover", "0.4", "0.0000005"),
+        entry(3, "reserve", "0.5"),
+        entry(4, "spend", "0.5"),
+        entry(5, "reserve", "0.3"),
+        entry(6, "release", "0.3"),
+    ]
+    shown = spent_epsilons(list(reversed(entries)))
+    assert set(shown) == {2, 4}
+    assert shown[2] == f"{epsilon_text(Decimal('0.4'), GAUGE_CONVERSION_DELTA)} at δ = 1.5 × 10⁻⁶"
+    assert shown[4] == f"{epsilon_text(Decimal('0.9'), GAUGE_CONVERSION_DELTA)} at δ = 1.5 × 10⁻⁶"
+    assert float(shown[4].split()[0]) > float(shown[2].split()[0])
