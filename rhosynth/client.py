@@ -465,7 +465,7 @@ class Client:
         current = self.job(job)
         with _ProgressBar(f"job {current.method}", enabled=progress) as bar:
             while True:
-                bar.show(current.progress.fraction, current.progress.stage or current.status)
+                bar.show(current.progress.fraction, _stage(current))
                 if current.finished:
                     bar.show(1.0 if current.status == "succeeded" else None, current.status)
                     return current
@@ -616,6 +616,16 @@ class Client:
                     raise TimeoutError(f"sample {current.id} is still {current.status}")
                 self._sleep(self.poll_interval)
                 current = self.sample_status(current)
+
+
+def _stage(job: Job) -> str:
+    """The bar's label: the public stage, and while queued where the job stands (as of the
+    last whole minute, as the service counts it)."""
+    stage = job.progress.stage or job.status
+    if job.queue is None:
+        return stage
+    place = job.queue
+    return f"{stage}: {place.jobs_ahead} ahead as of {place.as_of:%H:%M} UTC"
 
 
 class _ProgressBar:

@@ -128,6 +128,16 @@ class Progress(_Wire):
     stage: str
 
 
+class Queue(_Wire):
+    """Where a queued job stands, counted on the queue as it stood at ``as_of`` (the last whole
+    UTC minute): ``position`` 1 is the next of the tenant's queued jobs; ``jobs_ahead`` counts
+    every tenant's queued jobs the workers' fair order starts before it (an estimate)."""
+
+    as_of: datetime
+    position: int
+    jobs_ahead: int
+
+
 class Job(_Wire):
     """A synthesis job: its request, status and public progress."""
 
@@ -150,6 +160,7 @@ class Job(_Wire):
     error: str | None
     output_rows: int | None
     artefacts: list[str] = Field(default_factory=list)
+    queue: Queue | None = None
 
     @property
     def finished(self) -> bool:
@@ -261,6 +272,7 @@ SERVER_NAMES: dict[type[BaseModel], str] = {
     LedgerEntry: "LedgerEntryOut",
     Ledger: "LedgerOut",
     Progress: "ProgressOut",
+    Queue: "QueueOut",
     Job: "JobOut",
     Method: "MethodOut",
     NoisePreview: "NoisePreviewOut",

@@ -135,7 +135,7 @@ def job_for(job_id: uuid.UUID, db: Database, principal: Principal) -> JobOut:
 
 def _job_view(session: Session, principal: Principal, job_id: uuid.UUID) -> JobOut:
     try:
-        return service.job_out(service.get_job(session, principal, job_id), principal)
+        return service.job_read(session, principal, job_id)
     except service.JobNotFound:
         raise _job_not_found() from None
 

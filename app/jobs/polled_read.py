@@ -22,8 +22,9 @@ What it keeps, in the route's order (:class:`app.api.deps.KeyedRead`):
 3. the key looked up in the read's own session on a thread of the API's request pool (the same
    AnyIO limiter as FastAPI's sync routes), a failed lookup counted by the throttle (401);
 4. the job read for the key's tenant only (404 "job not found" for another tenant's job, by the
-   same query as for an unknown one) and shown by :func:`app.jobs.service.job_out`, the route's
-   own view (owner-only fields by role), serialised by pydantic-core as FastAPI's fast path does;
+   same query as for an unknown one) and shown by :func:`app.jobs.service.job_read`, the route's
+   own view (owner-only fields by role; a queued job's place, counted on the queue of the last
+   whole minute), serialised by pydantic-core as FastAPI's fast path does;
 5. the database's unavailability answered 503 as the app's handler does.
 
 Its answers are byte for byte those of the route: ``tests/app/test_polled_read.py`` compares
@@ -135,10 +136,9 @@ class PolledJobRead:
             with read_only_session(resources.factory) as session:
                 principal = check_key(session, resources.secret, throttle, address, presented)
                 try:
-                    job = service.get_job(session, principal, job_id)
+                    out = service.job_read(session, principal, job_id)
                 except service.JobNotFound:
                     raise HTTPException(status.HTTP_404_NOT_FOUND, "job not found") from None
-                out = service.job_out(job, principal)
             # FastAPI's fast path for a response model: pydantic-core writes the JSON (its
             # floats are spelled unlike json.dumps's: 0.00001, not 1e-05).
             return Response(out.model_dump_json(), media_type="application/json")

@@ -17,9 +17,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from functools import cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, case, func, or_, select, tuple_, update
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    bindparam,
+    case,
+    func,
+    or_,
+    select,
+    tuple_,
+    union_all,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, aliased
@@ -170,6 +182,8 @@ def claim(
         .values(
             status="running",
             attempt=Job.attempt + 1,
+            # Out of the queue now; a lost running job re-claimed directly never left "running".
+            claimed_at=case((Job.status == "queued", now), else_=Job.claimed_at),
             lease_expires_at=lease_until,
             deadline_at=deadline_at,
             progress_stage=STARTING.stage,
@@ -241,6 +255,121 @@ def tenants_in_fair_order(
         )
     ).all()
     return [(row.tenant_id, int(row.running)) for row in rows]
+
+
+@dataclass(frozen=True)
+class QueuedTenant:
+    """One tenant of the queue as it stood at a past minute T (``queue_at``): its jobs queued at
+    T, its jobs running at T, and (for the asking job's tenant) how many of its queued jobs the
+    claim order takes before the asking job."""
+
+    tenant_id: uuid.UUID
+    queued: int
+    running: int
+    before: int
+
+
+def queue_at(
+    session: Session,
+    job_id: uuid.UUID,
+    tenant_id: uuid.UUID,
+    created_at: datetime,
+    as_of: datetime,
+) -> list[QueuedTenant]:
+    """The tenants with jobs queued at ``as_of`` (T), in the order ``tenants_in_fair_order``
+    would have given at T, from timestamps alone: nothing that happened after T changes it.
+
+    A job was queued at T if it had entered the queue by T (``created_at``, or ``requeued_at``
+    after a lost worker) and had not left it by T (claimed: ``claimed_at``; cancelled or expired:
+    ``finished_at``); running at T if claimed by T and not finished by T, or if it was put back
+    in the queue after T (its lost attempt ran for at least one lease before that: with
+    ``job_lease_seconds`` ≥ 60, the default, that attempt was running at T). The asking job
+    (queued now) counts as queued at T even if it was submitted, or put back, after T, and so do
+    the jobs its tenant submitted after T before it: it stands at the end of its tenant's queue
+    of T behind those, or at its place by creation when requeued.
+
+    One statement (built once, with bound parameters): the live jobs (``ix_jobs_status_tenant``)
+    and those finished after T (``ix_jobs_finished_at``), grouped by tenant, plus each such
+    tenant's latest start by T (``ix_jobs_tenant_started``). Its cost grows with the live jobs,
+    not with the table (docs/api.md, "Where a queued job stands")."""
+    rows = session.execute(
+        _queue_at_statement(),
+        {"job_id": job_id, "tenant_id": tenant_id, "created_at": created_at, "as_of": as_of},
+    ).all()
+    return [
+        QueuedTenant(
+            tenant_id=row.tenant_id,
+            queued=int(row.queued),
+            running=int(row.running),
+            before=int(row.before),
+        )
+        for row in rows
+    ]
+
+
+@cache
+def _queue_at_statement() -> Select[tuple[uuid.UUID, int, int, int]]:
+    """``queue_at``'s statement; building it costs more than running it, so it is built once."""
+    as_of = bindparam("as_of", type_=Job.created_at.type)
+    job_id = bindparam("job_id", type_=Job.id.type)
+    tenant_id = bindparam("tenant_id", type_=Job.tenant_id.type)
+    created_at = bindparam("created_at", type_=Job.created_at.type)
+    since = func.coalesce(Job.requeued_at, Job.created_at)
+    left = Job.finished_at.is_not(None) & (Job.finished_at <= as_of)
+    claimed = Job.claimed_at.is_not(None) & (Job.claimed_at >= since) & (Job.claimed_at <= as_of)
+    queued = (since <= as_of) & ~claimed & ~left
+    running = (claimed & ~left) | (Job.requeued_at.is_not(None) & (Job.requeued_at > as_of))
+    ahead_of_mine = (Job.created_at < created_at) | (
+        (Job.created_at == created_at) & (Job.id < job_id)
+    )
+    # The asking job, and its own tenant's jobs submitted after T before it (their submission
+    # times are shown to every key of the tenant), count as queued at T and not running.
+    mine = (Job.id == job_id) | (
+        (Job.tenant_id == tenant_id) & (Job.created_at > as_of) & ahead_of_mine
+    )
+    columns = (
+        Job.tenant_id.label("tenant_id"),
+        case((mine | queued, 1), else_=0).label("q"),
+        case((mine, 0), (running, 1), else_=0).label("r"),
+        case((mine | queued, Job.created_at), else_=None).label("qc"),
+        case(((mine | queued) & (Job.tenant_id == tenant_id) & ahead_of_mine, 1), else_=0).label(
+            "b"
+        ),
+    )
+    # Every job queued or running at T, and every job of ``mine``, is live now or finished after
+    # T: two indexed halves (a UNION ALL, so that SQLite too uses an index for each, rather than
+    # scanning the table in tenant order for the GROUP BY).
+    live = ("queued", "running")
+    snapshot = union_all(
+        select(*columns).where(Job.status.in_(live)),
+        select(*columns).where(Job.finished_at > as_of, Job.status.not_in(live)),
+    ).subquery()
+    tenants = (
+        select(
+            snapshot.c.tenant_id,
+            func.sum(snapshot.c.q).label("queued"),
+            func.sum(snapshot.c.r).label("running"),
+            func.min(snapshot.c.qc).label("oldest"),
+            func.sum(snapshot.c.b).label("before"),
+        )
+        .group_by(snapshot.c.tenant_id)
+        .having(func.sum(snapshot.c.q) > 0)
+        .subquery()
+    )
+    started_rows = aliased(Job)
+    last_start = (
+        select(func.max(started_rows.started_at))
+        .where(started_rows.tenant_id == tenants.c.tenant_id, started_rows.started_at <= as_of)
+        .scalar_subquery()
+    )
+    return select(
+        tenants.c.tenant_id, tenants.c.queued, tenants.c.running, tenants.c.before
+    ).order_by(
+        tenants.c.running,
+        last_start.asc().nulls_first(),
+        tenants.c.oldest,
+        tenants.c.tenant_id,
+    )
 
 
 def claim_next(
@@ -628,6 +757,7 @@ def recover_expired(
             status="queued",
             lease_expires_at=None,
             enqueued_at=now,
+            requeued_at=now,
             # The lost attempt's progress must not stay visible: it ran with noise the next
             # attempt will not use. Analysts see the job queued again; owners see why.
             progress_fraction=QUEUED.fraction,

@@ -147,6 +147,21 @@ class ProgressOut(BaseModel):
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
 
+class QueueOut(BaseModel):
+    """Where a queued job stands, counted on the queue as it stood at ``as_of`` (counts only:
+    no other tenant's names or jobs)."""
+
+    as_of: datetime = Field(
+        description="the last whole UTC minute: the counts are those of the queue at that time "
+        "(a job submitted since counts at the end of its tenant's queue of then)"
+    )
+    position: int = Field(description="1 = the next of your tenant's queued jobs to start")
+    jobs_ahead: int = Field(
+        description="queued jobs of every tenant that the workers' fair order (one job per "
+        "tenant in turn) starts before this one if nothing else changes: an estimate"
+    )
+
+
 class JobOut(BaseModel):
     id: uuid.UUID
     dataset_id: uuid.UUID
@@ -176,6 +191,11 @@ class JobOut(BaseModel):
         default_factory=list,
         description="the release's artefacts, published with its output (GET .../report, "
         ".../measurements; the owner-tier report names are listed to owner keys only)",
+    )
+    queue: QueueOut | None = Field(
+        default=None,
+        description="while queued, where the job stands as of the last whole minute "
+        "(GET /v1/jobs/{id} only; null in lists, other answers and once it is not queued)",
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,7 +31,14 @@ from app.db.session import after_commit
 from app.jobs import dispatch, repository
 from app.jobs.models import TERMINAL_STATUSES, Job
 from app.jobs.resources import ResourcesExceeded, check_predicted_time, check_resources
-from app.jobs.schemas import EpsilonDeltaBudgetIn, JobOut, JobRequest, OverBudgetOut, ProgressOut
+from app.jobs.schemas import (
+    EpsilonDeltaBudgetIn,
+    JobOut,
+    JobRequest,
+    OverBudgetOut,
+    ProgressOut,
+    QueueOut,
+)
 from app.reports.names import visible
 from app.storage import Storage, StorageUnavailable, job_output_prefix
 from engine.accounting import epsilon_from_rho_delta, rho_from_epsilon_delta
@@ -429,7 +437,85 @@ def _coarse(value: datetime | None) -> datetime | None:
     return None if value is None else value.replace(second=0, microsecond=0)
 
 
-def job_out(job: Job, principal: Principal) -> JobOut:
+def queue_clock() -> datetime:
+    """The clock the queue's snapshot minute is read from (a seam for tests)."""
+    return utcnow()
+
+
+def queue_out(session: Session, job: Job, now: datetime | None = None) -> QueueOut | None:
+    """Where a queued job stands, counted on the queue as it stood at the last whole UTC minute
+    T = floor(now, 60 s); None once the job is not queued (issue 26 §3).
+
+    ``claim_next`` takes one job per tenant in the order of ``tenants_in_fair_order`` and then
+    starts again (a tenant's latest start moves it to the back), so the job at position p of its
+    tenant's queue is started after p − 1 jobs of its own tenant and, of every other tenant t with
+    q_t queued, min(q_t, p) if t comes before its tenant in that order or min(q_t, p − 1) if after.
+    The counts and the order are those of T (``repository.queue_at``): every input is a job's
+    state at T or the asking job's own, so the answer changes only when T does, at a whole
+    minute (docs/privacy.md, "A queued job's place"). An estimate: arrivals, cancels, run times
+    and the per-tenant running cap move it."""
+    if job.status != "queued":
+        return None
+    as_of = (queue_clock() if now is None else now).replace(second=0, microsecond=0)
+    tenants = repository.queue_at(session, job.id, job.tenant_id, job.created_at, as_of)
+    rank = next((i for i, t in enumerate(tenants) if t.tenant_id == job.tenant_id), None)
+    if rank is None:  # pragma: no cover - the asking job always counts in its own tenant
+        return None
+    position = tenants[rank].before + 1
+    ahead = position - 1
+    for i, tenant in enumerate(tenants):
+        if i != rank:
+            ahead += min(tenant.queued, position if i < rank else position - 1)
+    return QueueOut(as_of=as_of, position=position, jobs_ahead=ahead)
+
+
+class _PlaceCache:
+    """The places answered in the current minute, per job (``job_read``).
+
+    ``queue_out`` is a function of the queue at T and of the asking job, so within a minute it
+    gives one answer per job: a burst of reads of one queued job counts it once per API process
+    and minute instead of once per read. Emptied when the minute changes; bounded."""
+
+    LIMIT = 10_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._minute: datetime | None = None
+        self._places: dict[uuid.UUID, QueueOut | None] = {}
+
+    def get(self, minute: datetime, job_id: uuid.UUID) -> tuple[bool, QueueOut | None]:
+        with self._lock:
+            if minute != self._minute or job_id not in self._places:
+                return False, None
+            return True, self._places[job_id]
+
+    def put(self, minute: datetime, job_id: uuid.UUID, place: QueueOut | None) -> None:
+        with self._lock:
+            if minute != self._minute or len(self._places) >= self.LIMIT:
+                self._minute, self._places = minute, {}
+            self._places[job_id] = place
+
+
+_places = _PlaceCache()
+
+
+def job_read(session: Session, principal: Principal, job_id: uuid.UUID) -> JobOut:
+    """What ``GET /v1/jobs/{id}`` answers (the route and app/jobs/polled_read.py): the job's view
+    with, while it is queued, its place in the queue (counted once per job and minute in this
+    process: ``_PlaceCache``). Raises JobNotFound."""
+    job = get_job(session, principal, job_id)
+    place: QueueOut | None = None
+    if job.status == "queued":
+        now = queue_clock()
+        minute = now.replace(second=0, microsecond=0)
+        known, place = _places.get(minute, job.id)
+        if not known:
+            place = queue_out(session, job, now)
+            _places.put(minute, job.id, place)
+    return job_out(job, principal, queue=place)
+
+
+def job_out(job: Job, principal: Principal, queue: QueueOut | None = None) -> JobOut:
     exact = principal.is_owner
     public = ProgressOut(fraction=job.progress_fraction, stage=job.progress_stage)
     detail: ProgressOut | None = None
@@ -460,4 +546,5 @@ def job_out(job: Job, principal: Principal) -> JobOut:
         error=job.error,
         output_rows=job.output_rows,
         artefacts=visible(job.artefacts, owner=principal.is_owner),
+        queue=queue,
     )

@@ -6,6 +6,7 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
@@ -46,7 +47,9 @@ def test_submit_reserves(api_stack: Stack, tenant: Tenant, dataset: dict) -> Non
         "remaining_delta": "0",
     }
     assert _ledger(tenant, dataset["id"]) == [("grant", "1"), ("reserve", "0.3")]
-    assert tenant.analyst.get(f"/v1/jobs/{job['id']}").json() == job
+    read = tenant.analyst.get(f"/v1/jobs/{job['id']}").json()
+    assert read["queue"]["position"] == 1  # GET only: where it stands
+    assert read | {"queue": None} == job
     listed = tenant.analyst.get(f"/v1/datasets/{dataset['id']}/jobs").json()["items"]
     assert [j["id"] for j in listed] == [job["id"]]
     assert_reconciled(api_stack, dataset["id"])
@@ -61,6 +64,30 @@ def test_epsilon_delta_budget_converted_safely(tenant: Tenant, dataset: dict) ->
     assert rho == rho_from_epsilon_delta(Decimal(1), Decimal("1e-9"))
     assert abs(rho - Decimal("0.0149730577")) < Decimal("1e-9")
     assert rho <= Decimal("0.0149730577") + Decimal("1e-12")
+
+
+def test_a_queued_job_says_where_it_stands(tenant: Tenant, dataset: dict) -> None:
+    """Issue 26 §3 over HTTP (the counts themselves: tests/app/test_queue_place.py). No worker
+    runs here; other tests' tenants may have queued jobs, so only this tenant's part is exact."""
+    first = submit(tenant.analyst, dataset["id"], rho="0.1").json()
+    second = submit(tenant.analyst, dataset["id"], rho="0.1").json()
+    assert first["queue"] is None  # GET /v1/jobs/{id} only
+    place = tenant.analyst.get(f"/v1/jobs/{second['id']}").json()["queue"]
+    # Submitted after the minute or not, the first counts ahead of the second.
+    assert place["position"] == 2 and place["jobs_ahead"] >= 1
+    as_of = datetime.fromisoformat(place["as_of"])
+    assert as_of.second == as_of.microsecond == 0 and as_of <= datetime.now(UTC)
+    assert tenant.analyst.get(f"/v1/jobs/{first['id']}").json()["queue"]["position"] == 1
+    listed = tenant.analyst.get(f"/v1/datasets/{dataset['id']}/jobs").json()["items"]
+    assert [job["queue"] for job in listed] == [None, None]
+    tenant.analyst.post(f"/v1/jobs/{first['id']}/cancel")
+    assert tenant.analyst.get(f"/v1/jobs/{first['id']}").json()["queue"] is None
+    place = tenant.analyst.get(f"/v1/jobs/{second['id']}").json()["queue"]
+    # The cancel shows from the first whole minute after it (the owner sees its exact time).
+    cancelled = tenant.owner.get(f"/v1/jobs/{first['id']}").json()
+    as_of = datetime.fromisoformat(place["as_of"])
+    gone = max(datetime.fromisoformat(cancelled[t]) for t in ("created_at", "finished_at"))
+    assert place["position"] == (1 if gone <= as_of else 2)
 
 
 def test_over_budget_is_refused_without_ledger_change(

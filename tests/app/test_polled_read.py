@@ -68,6 +68,16 @@ def route_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return counts
 
 
+@pytest.fixture(autouse=True)
+def _queue_minute(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queued job's place is counted on the queue of the last whole minute: both paths read
+    that minute from one fixed clock, so a comparison cannot straddle two minutes."""
+    from app.jobs import service
+
+    now = datetime.now(UTC) + timedelta(minutes=2)
+    monkeypatch.setattr(service, "queue_clock", lambda: now)
+
+
 @pytest.fixture
 def base_settings(api_stack: Stack, tmp_path: Path) -> Settings:
     return api_stack.settings.model_copy(
@@ -185,6 +195,10 @@ def test_every_job_state_reads_the_same_for_both_roles(
     assert owner["progress_detail"] == {"fraction": 0.437, "stage": "round 7 of 16"}
     assert analyst["progress_detail"] is None
     assert owner["started_at"] != analyst["started_at"]
+    # The queued job's place is part of both answers (queue_place: its counts).
+    queued = plain.get(f"/v1/jobs/{jobs[0]}", headers=dict(tenant.analyst.headers)).json()
+    assert queued["queue"]["position"] == 1 and queued["queue"]["as_of"].endswith(":00Z")
+    assert analyst["queue"] is None
 
 
 def test_refusals_are_the_same_and_counted_by_the_same_throttle(

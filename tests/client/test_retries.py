@@ -271,6 +271,24 @@ def test_wait_shows_a_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
     assert "100%" in capsys.readouterr().err
 
 
+def test_a_queued_jobs_place_is_read_and_shown_while_waiting(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    place = {"as_of": "2026-12-03T16:41:00Z", "position": 2, "jobs_ahead": 5}
+    mock = Recorder(
+        httpx.Response(200, json=job_json("queued") | {"queue": place}),
+        httpx.Response(200, json=job_json("queued") | {"queue": place}),
+        httpx.Response(200, json=job_json("succeeded")),
+    )
+    with mock.client() as client:
+        queued = client.job(JOB)
+        assert queued.queue is not None
+        assert (queued.queue.position, queued.queue.jobs_ahead) == (2, 5)
+        assert queued.queue.as_of.isoformat() == "2026-12-03T16:41:00+00:00"
+        assert client.wait(JOB, progress=True).queue is None
+    assert "queued: 5 ahead as of 16:41 UTC" in capsys.readouterr().err
+
+
 def test_the_key_is_not_in_the_clients_repr() -> None:
     with Recorder().client() as client:
         assert "rhs_secret" not in repr(client)

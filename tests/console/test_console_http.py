@@ -329,6 +329,8 @@ def test_the_release_form_previews_submits_and_shows_the_apis_errors(
     assert job["params"]["iterations"] == 150 and job["params"]["compress"] is False
     job_page = analyst.http.get(f"/console/jobs/{job_id}")
     assert 'http-equiv="refresh"' in job_page.text and "queued" in job_page.text
+    assert 'id="job-queue"' in job_page.text and "number 1 of your team" in job_page.text
+    assert re.search(r"as the queue stood at \d\d:\d\d UTC", job_page.text)
     cancelled = analyst.post(f"/console/jobs/{job_id}/cancel", {})
     assert cancelled.status_code == 303
     assert tenant.analyst.get(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
