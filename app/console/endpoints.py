@@ -464,7 +464,8 @@ KEPT_FIELD = "kept_file"
 KEPT_NAME_FIELD = "kept_name"
 NO_FILE = "choose the table's file (CSV or Parquet)"
 KEPT_GONE = (
-    "the file read by the draft is kept for an hour and that hour has passed: choose the file again"
+    "the file read by the draft is no longer kept (a draft's file is kept for an hour, until "
+    "it is uploaded, or until three newer drafts replace it): choose the file again"
 )
 
 
@@ -570,6 +571,10 @@ async def upload(
     columns: list[ColumnRow] | None = None
 
     def again(error: str, code: int) -> Response:
+        if new_file is not None and form.get("action") != "draft":
+            # This upload sent a new file, which is not kept: the page must not offer the
+            # draft's older file in its place (a resubmission would upload that one).
+            fields[KEPT_FIELD] = fields[KEPT_NAME_FIELD] = ""
         return _datasets_page(
             request,
             db,

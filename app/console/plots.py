@@ -77,7 +77,8 @@ def ledger_timeline(entries: Sequence[LedgerEntryOut]) -> Figure:
         # Each level holds after the last entry: the lines run on to the axis' right end (a
         # grant and a discovery in the same second were otherwise a bare vertical stroke).
         span = stamps[-1] - stamps[0]
-        end = stamps[0] + MIN_SPAN / 2 if span < MIN_SPAN else stamps[-1] + span / 20
+        middle = stamps[0] + span / 2
+        end = middle + MIN_SPAN / 2 if span < MIN_SPAN else stamps[-1] + span / 20
         stamps = np.append(stamps, end)
         granted, spent, reserved = ([*v, v[-1]] for v in (granted, spent, reserved))
     figure = Figure(figsize=(8, 3), layout="constrained")
@@ -98,7 +99,8 @@ def ledger_timeline(entries: Sequence[LedgerEntryOut]) -> Figure:
     if len(stamps) and stamps[-2] - stamps[0] < MIN_SPAN:
         # Entries within seconds of each other (an upload's grant and discovery): ticks a
         # fraction of a second apart all read the same second, so show a minute around them.
-        axes.set_xlim(stamps[0] - MIN_SPAN / 2, stamps[0] + MIN_SPAN / 2)
+        middle = stamps[0] + (stamps[-2] - stamps[0]) / 2
+        axes.set_xlim(middle - MIN_SPAN / 2, middle + MIN_SPAN / 2)
     locator = AutoDateLocator(maxticks=7)  # type: ignore[no-untyped-call]
     axes.xaxis.set_major_locator(locator)
     axes.xaxis.set_major_formatter(

@@ -126,7 +126,7 @@ def csv_rows(batch: pa.RecordBatch | pa.Table, schema: pa.Schema) -> bytes:
     _, offsets, data = lines.buffers()
     ends = np.frombuffer(offsets, dtype=np.int64, count=len(lines) + 1 + lines.offset)
     start, end = int(ends[lines.offset]), int(ends[-1])
-    return b"" if data is None else data.to_pybytes()[start:end]
+    return b"" if data is None else data.slice(start, end - start).to_pybytes()
 
 
 def _cells(array: pa.Array, field: pa.Field) -> pa.Array:
@@ -141,7 +141,14 @@ def _cells(array: pa.Array, field: pa.Field) -> pa.Array:
             array = _quoted(escape_text(array))
     else:
         rendered = text_column(array, field)
-        if pa.types.is_string(rendered.type) or pa.types.is_large_string(rendered.type):
+        numeric = pa.types.is_integer(array.type) or pa.types.is_floating(array.type)
+        if numeric and (
+            pa.types.is_string(rendered.type) or pa.types.is_large_string(rendered.type)
+        ):
+            # A number in its declared format ("%.2f": -1.50) is a number, never a formula:
+            # not escaped, and its text holds no comma, quote or line break to quote.
+            array = rendered
+        elif pa.types.is_string(rendered.type) or pa.types.is_large_string(rendered.type):
             escaped = escape_text(rendered)
             needs = pc.fill_null(pc.match_substring_regex(escaped, _STRUCTURAL), False)
             array = pc.if_else(needs, _quoted(escaped), escaped)

@@ -8,7 +8,7 @@ as DP discovery inside public windows (chosen from a column's name where it has 
 engine/schema_draft/meanings.py, else generic) or among public candidate lists chosen from the
 name (engine/schema_draft/public_lists.py); identifier-like and free-text columns are proposed as
 ``ignore``; every column is nullable. What it does read from the data without DP (kinds, date
-formats, decimals, dropped columns, which integer columns fit a small window 0 … 31 and get one
+formats, decimals, dropped columns, which integer columns fit a small window 0 … 7 and get one
 declared bin per value) is named by :meth:`SchemaDraft.disclosure`. A CSV whose first
 row looks like data is refused. ``show_values=True`` proposes the data's own categories and
 bounds for the owner to edit instead, with a warning, since whatever is declared is visible to

@@ -10,9 +10,10 @@ draft reads from the data"; :meth:`SchemaDraft.disclosure` names it in the draft
 each column's kind, the date formats, the decimals of numbers (a rule that no single value
 decides on its own: :func:`robust_decimals`), the number format of numbers all written with the
 same decimal places (``52000.0``: :func:`fixed_places`, the same tolerance), the spelling of
-boolean words (the most common of a fixed set of word pairs and cases: :func:`boolean_spellings`),
+boolean words (for each side, the most common of a fixed set of words and cases:
+:func:`boolean_spellings`),
 which columns are dropped as identifiers, free text or empty, and which integer columns lie in a
-small public window 0 … 1, 3, 7, 15 or 31 (:data:`SMALL_INTEGER_TOPS`: one declared bin per value,
+small public window 0 … 0, 1, 3 or 7 (:data:`SMALL_INTEGER_TOPS`: one declared bin per value,
 nothing learned); nothing else. The formats and spellings are what output is written in
 (engine/columns/output.py). Every column is nullable. Other bounds are public windows inside
 which the range and bins are learned with DP (``{"quantiles": k, "range": true}``): a window
@@ -93,9 +94,11 @@ SMALL_INTEGER_RANGE = 100  # integral columns whose rounded range is this narrow
 # A default draft's public windows for small integers (codes, counts, flags): an integer column
 # without a window by meaning whose values all lie in 0 … top gets the smallest of these windows
 # and one declared bin per value (whether they fit, and which, is read from the data without DP
-# and named in the draft's warning). 31 is 2 × QUANTILE_BINS - 1: a learned range that narrow
-# would get one bin per value too (engine/discovery/learned.py, UNIT_FACTOR).
-SMALL_INTEGER_TOPS = (1, 3, 7, 15, 31)
+# and named in the draft's warning). At most 8 values: every declared value beyond the real ones
+# is an empty bin to which the model's noise gives rows outside the real range (0 … 15 and 0 … 31
+# gave loans' counts 0.3-2 % of such rows at eps = 1, docs/discovery.md); wider columns keep the
+# learned range, which gives one bin per value when it holds at most 32 integers.
+SMALL_INTEGER_TOPS = (0, 1, 3, 7)
 MAX_DECIMALS = 6
 CSV_BLOCK_BYTES = 4 * 1024 * 1024
 PARQUET_BATCH_ROWS = 65_536
@@ -162,7 +165,7 @@ class SchemaDraft:
             "each column's kind (its type, and for numbers whether they are integers), " + read
         ]
         if small:
-            windows = ", ".join(f"{e['name']!r} in 0 … {e['max'] - 1}" for e in small)
+            windows = ", ".join(f"{e['name']!r} in 0 … {e['bins'] - 1}" for e in small)
             tops = ", ".join(f"0 … {top}" for top in SMALL_INTEGER_TOPS)
             parts.append(
                 f"that every value of these integer columns lies in a small public window ("
@@ -216,9 +219,9 @@ def _small_integer_window(entry: dict[str, Any]) -> bool:
     """Whether a default draft's entry is a small-integer window (declared unit bins)."""
     return (
         entry["type"] == "numeric"
-        and entry.get("min") == 0
+        and entry.get("min") == -0.5
         and isinstance(entry.get("bins"), int)
-        and entry.get("max") in [top + 1 for top in SMALL_INTEGER_TOPS]
+        and entry.get("max") in [top + 0.5 for top in SMALL_INTEGER_TOPS]
     )
 
 
@@ -479,20 +482,33 @@ def fixed_places(counts: Sequence[int]) -> int | None:
 
 
 def boolean_spellings(words: dict[tuple[int, int], int]) -> tuple[str, str] | None:
-    """The (true, false) words of the style most cells are written in: a pair of
-    TRUE_WORDS/FALSE_WORDS (true/false, yes/no, y/n, t/f) in a case of CASES, both words from
-    the same pair and case whichever of them the column holds; ties go to the earlier pair and
-    case. None when no cell is in one of CASES."""
+    """The (true, false) words as the column writes them: for each side on its own, the most
+    common of its words (a word of TRUE_WORDS, or of FALSE_WORDS: true/false, yes/no, y/n, t/f)
+    in a case of CASES; a side with no such cell takes the other side's pair and case. Ties go
+    to the earlier case and pair. None when no cell is in one of CASES.
+
+    Each side is decided by its own cells only, so the choice never compares how many true and
+    false cells there are (a shared style chosen by counting all cells told which side was the
+    majority when the two were written differently, YES against n)."""
     pairs = len(TRUE_WORDS)
-    styles: dict[tuple[int, int], int] = {}
+    sides: list[dict[tuple[int, int], int]] = [{}, {}]
     for (word, case), count in words.items():
         if case < len(CASES):
+            side = sides[word // pairs]
             key = (word % pairs, case)
-            styles[key] = styles.get(key, 0) + count
-    if not styles:
+            side[key] = side.get(key, 0) + count
+    styles = [
+        min(side, key=lambda key: (-side[key], key[1], key[0])) if side else None for side in sides
+    ]
+    if styles[0] is None and styles[1] is None:
         return None
-    pair, case = min(styles, key=lambda key: (-styles[key], key[1], key[0]))
-    return CASES[case](TRUE_WORDS[pair]), CASES[case](FALSE_WORDS[pair])
+    true_style = styles[0] or styles[1]
+    false_style = styles[1] or styles[0]
+    assert true_style is not None and false_style is not None
+    return (
+        CASES[true_style[1]](TRUE_WORDS[true_style[0]]),
+        CASES[false_style[1]](FALSE_WORDS[false_style[0]]),
+    )
 
 
 def draft_schema(
@@ -788,9 +804,10 @@ def _numeric(entry: dict[str, Any], stats: _Stats, show_values: bool, names: Seq
             )
         top = None if meaning is not None else _small_integer_top(stats)
         if top is not None:
-            # One declared bin [k, k + 1) per integer of the window, the last closed; nothing is
-            # learned. clip: a value beyond the part of the file the draft read is clamped.
-            entry["min"], entry["max"] = 0, top + 1
+            # One declared bin [k - 0.5, k + 0.5) per integer of the window (half-integer edges:
+            # with edges at integers the last, closed bin [top, top + 1] decoded top + 1 too);
+            # nothing is learned. clip: a value beyond the rows the draft read is clamped.
+            entry["min"], entry["max"] = -0.5, top + 0.5
             entry["bins"] = top + 1
             entry["clip"] = True
             tops = ", ".join(f"0 … {t}" for t in SMALL_INTEGER_TOPS)
@@ -834,7 +851,7 @@ def _numeric(entry: dict[str, Any], stats: _Stats, show_values: bool, names: Seq
 
 def _small_integer_top(stats: _Stats) -> int | None:
     """The smallest of :data:`SMALL_INTEGER_TOPS` whose window 0 … top holds every value of an
-    integer column (None: a negative value, or one above 31)."""
+    integer column (None: a negative value, or one above 7)."""
     if not stats.integral or stats.low < 0:
         return None
     return next((top for top in SMALL_INTEGER_TOPS if stats.high <= top), None)

@@ -613,11 +613,8 @@ def test_the_file_a_draft_read_is_kept_for_the_upload(
     assert replaced["kept_file"] != fields["kept_file"]
     mine = [k for k in _kept_files(api_stack) if k.split("/")[1] == key_id]
     assert mine == [f"console-drafts/{key_id}/{replaced['kept_file']}"]
-    for _ in range(4):
-        _draft(owner, people_csv)
-    assert len([k for k in _kept_files(api_stack) if k.split("/")[1] == key_id]) == 3
 
-    # Another owner key of the same tenant cannot name this key's file.
+    # Another owner key of the same tenant cannot name this key's file (which exists).
     colleague = sign_in(api_stack, _key(api_stack, tenant, "owner"))
     try:
         stolen = colleague.http.post(
@@ -628,6 +625,21 @@ def test_the_file_a_draft_read_is_kept_for_the_upload(
         assert stolen.status_code == 422 and "choose the file again" in stolen.text
     finally:
         colleague.close()
+    assert f"console-drafts/{key_id}/{replaced['kept_file']}" in _kept_files(api_stack)
+
+    # An upload that sends a new file and fails does not fall back to the kept file.
+    failed = owner.http.post(
+        "/console/datasets/upload",
+        data={**replaced, "action": "upload", "budget_rho": "-1"},
+        files={"file": ("other.csv", people_csv, "text/csv")},
+    )
+    assert failed.status_code == 422
+    assert form_fields(failed.text, "/console/datasets/upload")["kept_file"] == ""
+    assert 'id="file" name="file" type="file" required' in failed.text
+
+    for _ in range(4):
+        _draft(owner, people_csv)
+    assert len([k for k in _kept_files(api_stack) if k.split("/")[1] == key_id]) == 3
     # Nothing chosen and nothing kept: the form says so in its own words.
     none = owner.http.post(
         "/console/datasets/upload",
@@ -654,7 +666,7 @@ def test_a_kept_file_expires_after_an_hour_and_the_sweep_removes_it(
     late = owner.http.post(
         "/console/datasets/upload", data={**fields, "action": "upload"}, files=NO_FILE
     )
-    assert late.status_code == 422 and "that hour has passed" in late.text
+    assert late.status_code == 422 and "no longer kept" in late.text
     assert key in sweep_storage(api_stack.settings).removed
     assert key not in _kept_files(api_stack)
 

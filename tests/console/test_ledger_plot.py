@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from matplotlib.dates import date2num
 
 from app.console.plots import ledger_timeline, ledger_timeline_png
 from app.datasets.schemas import LedgerEntryOut
@@ -49,15 +50,23 @@ def test_every_tick_names_its_hour_and_minute(step: timedelta, pattern: str) -> 
     assert axes.get_xlabel() == "time (UTC)"
 
 
-@pytest.mark.parametrize("step", [timedelta(0), timedelta(milliseconds=40), timedelta(seconds=2)])
+@pytest.mark.parametrize(
+    "step",
+    [timedelta(0), timedelta(milliseconds=40), timedelta(seconds=2), timedelta(seconds=40)],
+)
 def test_entries_within_seconds_get_distinct_ticks(step: timedelta) -> None:
     """An upload's grant and discovery land in the same second: the axis read
-    "16:46:55, 16:46:55, 16:46:55" (ticks a fraction of a second apart)."""
-    figure = ledger_timeline(_entries(datetime(2026, 12, 3, 16, 46, 55, tzinfo=UTC), step, 2))
+    "16:46:55, 16:46:55, 16:46:55" (ticks a fraction of a second apart). Every entry stays on
+    the axis (entries 40 s apart fell off a minute drawn from the first one)."""
+    start = datetime(2026, 12, 3, 16, 46, 55, tzinfo=UTC)
+    figure = ledger_timeline(_entries(start, step, 2))
     figure.canvas.draw()
     [axes] = figure.axes
     labels = [label.get_text() for label in axes.get_xticklabels() if label.get_text()]
     assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
+    low, high = axes.get_xlim()
+    for at in (start, start + step):
+        assert low <= date2num(at.replace(tzinfo=None)) <= high, at
 
 
 def test_the_png_is_drawn() -> None:

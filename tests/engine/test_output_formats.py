@@ -247,8 +247,11 @@ def test_a_rendered_value_that_needs_quotes_is_quoted() -> None:
     [
         (["YES", "NO", "NO"], ("YES", "NO")),
         (["no", "no", "No"], ("yes", "no")),  # only false words: the pair is still complete
-        (["Y", "N", "y"], ("Y", "N")),
-        (["True", "FALSE", "false"], ("true", "false")),  # lower wins 1 to 1 on the tie
+        (["Y", "N", "y"], ("y", "N")),  # Y and y tie: lower case first
+        (["True", "FALSE", "false"], ("True", "false")),  # each side its own; lower wins ties
+        # Each side by its own cells: which side is the majority does not change the words.
+        (["YES"] * 3 + ["n"] * 5, ("YES", "n")),
+        (["YES"] * 5 + ["n"] * 3, ("YES", "n")),
         (["yEs", "nO"], None),  # no recognised case
     ],
 )
@@ -276,3 +279,24 @@ def test_number_format(cells: list[str], expected: str | None) -> None:
     stats = _Stats("x")
     stats.add_text(pa.array(cells), frozenset())
     assert stats.kind == "numeric" and stats.number_format == expected
+
+
+def test_negative_numbers_in_a_declared_format_stay_numbers() -> None:
+    """A number in its declared format is written bare: "-1.50", not the text escape "'-1.50"
+    that a cell starting with '-' gets when it is text (a second reader's find)."""
+    from engine.columns.output import FORMAT_KEY
+
+    fields = [
+        pa.field("x", pa.float64(), metadata={FORMAT_KEY: b"%.2f"}),
+        pa.field("n", pa.int64(), metadata={FORMAT_KEY: b"%.1f"}),
+        pa.field("t", pa.string()),
+    ]
+    table = pa.table(
+        [pa.array([-1.5, 2.0, None]), pa.array([-3, 52000, 1]), pa.array(["-1", "a", "=b"])],
+        schema=pa.schema(fields),
+    )
+    assert csv_rows(table, table.schema).decode().splitlines() == [
+        '-1.50,-3.0,"\'-1"',
+        '2.00,52000.0,"a"',
+        ',1.0,"\'=b"',
+    ]

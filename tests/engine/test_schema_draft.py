@@ -8,6 +8,7 @@ from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -65,11 +66,12 @@ def test_kinds_nullability_and_formats(raw_csv: Path) -> None:
     assert entries["id"] == {"name": "id", "type": "ignore"}
     assert entries["note"] == {"name": "note", "type": "ignore"}
     assert entries["empty"] == {"name": "empty", "type": "ignore"}
-    # Written as most of its cells are: "yes"/"no" (the default spellings still read).
+    # Each side written as most of its cells are: "Yes" (the fixture draws yes and Yes alike;
+    # its seed gives Yes more) and "no"; the default spellings are still read.
     assert entries["member"] == {
         "name": "member",
         "type": "boolean",
-        "true_values": ["yes", "true", "1", "y", "t"],
+        "true_values": ["Yes", "true", "1", "y", "t"],
         "false_values": ["no", "false", "0", "n", "f"],
         "nullable": True,
     }
@@ -81,17 +83,8 @@ def test_kinds_nullability_and_formats(raw_csv: Path) -> None:
         "nullable": True,
     }
     assert entries["grams"] == {"name": "grams", "type": "numeric", "integer": True, **window}
-    # Integers 1 … 12: the small-integer window 0 … 15, one declared bin per value.
-    assert entries["floor"] == {
-        "name": "floor",
-        "type": "numeric",
-        "integer": True,
-        "min": 0,
-        "max": 16,
-        "bins": 16,
-        "clip": True,
-        "nullable": True,
-    }
+    # Integers 1 … 12: beyond the small-integer windows (0 … 7 at most), the learned range.
+    assert entries["floor"] == {"name": "floor", "type": "numeric", "integer": True, **window}
     assert entries["ratio"] == {
         "name": "ratio",
         "type": "numeric",
@@ -131,7 +124,7 @@ def test_kinds_nullability_and_formats(raw_csv: Path) -> None:
 
 def test_default_bounds_do_not_depend_on_the_data(tmp_path: Path) -> None:
     """Two tables with different ranges (a constant, a narrow range, an outlier) draft alike.
-    (Integers all within 0 … 31 are the documented exception: see the small-integer tests.)"""
+    (Integers all within 0 … 7 are the documented exception: see the small-integer tests.)"""
     first, second = tmp_path / "a.csv", tmp_path / "b.csv"
     first.write_text(
         "kids,level,when\n" + "".join(f"{33 + i % 5},50,2019-0{1 + i % 9}-01\n" for i in range(50))
@@ -694,7 +687,9 @@ def test_a_draft_stops_when_asked_between_batches(tmp_path: Path) -> None:
 
 def _small_integer_table(tmp_path: Path, rows: int = 10_000) -> Path:
     rng = random.Random(26)
-    header = ["status", "children", "flag", "top", "wide", "signed", "hour", "cohort", "year"]
+    header = [
+        "status", "children", "flag", "top", "wide", "signed", "hour", "cohort", "year", "zeros"
+    ]  # fmt: skip
     table = []
     for _ in range(rows):
         table.append(
@@ -708,6 +703,7 @@ def _small_integer_table(tmp_path: Path, rows: int = 10_000) -> Path:
                 rng.randint(0, 3),  # a window by meaning wins
                 rng.randint(2015, 2023),  # years without a meaning in the name
                 rng.randint(2015, 2023),  # years with one
+                0,  # a column of zeros: the window 0 … 0 (nothing drawn elsewhere)
             ]
         )
     return _write(tmp_path / "codes.csv", header, table)
@@ -715,19 +711,20 @@ def _small_integer_table(tmp_path: Path, rows: int = 10_000) -> Path:
 
 def test_small_integers_get_a_small_window_and_one_bin_per_value(tmp_path: Path) -> None:
     """A 5-value code, a 0 … 8 count and a flag were drafted as 16 bins at DP quantiles inside
-    ±10^15 (issue 26 §5): they get the smallest public window 0 … 1, 3, 7, 15 or 31 that holds
-    them, with one declared bin per value, and the warning names the windows."""
+    ±10^15 (issue 26 §5): those within 0 … 7 get the smallest public window 0 … 0, 1, 3 or 7
+    that holds them, with one declared bin per value, and the warning names the windows; wider
+    ones keep the learned range (one bin per value when it holds at most 32 integers)."""
     path = _small_integer_table(tmp_path)
     draft = draft_schema(path)
     entries = {c.entry["name"]: c.entry for c in draft.columns}
     reasons = {c.entry["name"]: c.reason for c in draft.columns}
-    for name, top in (("status", 7), ("children", 15), ("flag", 1), ("top", 31)):
+    for name, top in (("status", 7), ("flag", 1), ("zeros", 0)):
         assert entries[name] == {
             "name": name,
             "type": "numeric",
             "integer": True,
-            "min": 0,
-            "max": top + 1,
+            "min": -0.5,
+            "max": top + 0.5,
             "bins": top + 1,
             "clip": True,
             "nullable": True,
@@ -735,21 +732,31 @@ def test_small_integers_get_a_small_window_and_one_bin_per_value(tmp_path: Path)
         assert f"every value lies in 0 … {top}" in reasons[name], name
         assert "one bin per value is declared" in reasons[name], name
     generic = {"min": -(10**15), "max": 10**15, "bins": {"quantiles": 16, "range": True}}
-    for name in ("wide", "signed", "cohort"):
+    for name in ("children", "top", "wide", "signed", "cohort"):
         assert {k: entries[name][k] for k in generic} == generic, name
         assert "one bin per value if it holds at most 32 integers" in reasons[name], name
     assert (entries["hour"]["min"], entries["hour"]["max"]) == (0, 23)  # the name's window
     assert (entries["year"]["min"], entries["year"]["max"]) == (1800, 2100)
     warning = draft.disclosure()
-    assert "'status' in 0 … 7, 'children' in 0 … 15, 'flag' in 0 … 1, 'top' in 0 … 31" in warning
-    assert "'wide'" not in warning and "'hour'" not in warning
+    assert "'status' in 0 … 7, 'flag' in 0 … 1, 'zeros' in 0 … 0" in warning
+    assert "'children'" not in warning and "'wide'" not in warning and "'hour'" not in warning
     # Declared, so nothing to learn for them; each value is its own code.
     spec = SchemaSpec.from_json(draft.to_json())
-    assert {r.column for r in requests_for(spec)} == {"wide", "signed", "hour", "cohort", "year"}
+    assert {r.column for r in requests_for(spec)} == {
+        "children", "top", "wide", "signed", "hour", "cohort", "year"
+    }  # fmt: skip
     schema = provisional(spec)  # the learned ranges' placeholders; the declared bins as is
-    status = next(column for column in schema.columns if column.name == "status")
-    codes = status.encode(pd.Series(["1", "2", "5", "7", ""]), schema.missing_values)
-    assert list(codes) == [1, 2, 5, 7, status.size - 1]
+    for name, top in (("status", 7), ("flag", 1), ("zeros", 0)):
+        column = next(column for column in schema.columns if column.name == name)
+        values = [str(v) for v in range(top + 1)]
+        codes = column.encode(pd.Series([*values, ""]), schema.missing_values)
+        assert list(codes) == [*range(top + 1), column.size - 1], name
+        # Each code decodes to its own integer and nothing else: with edges at integers the
+        # last, closed bin [top, top + 1] decoded top + 1 about half the time (a flag gave 2).
+        rng = np.random.default_rng(5)
+        for code in range(top + 1):
+            drawn = column.decode(np.full(200, code), rng)
+            assert set(pd.Series(drawn).dropna().astype(int)) == {code}, (name, code)
 
 
 def test_years_learned_at_upload_get_one_bin_per_value(tmp_path: Path) -> None:
