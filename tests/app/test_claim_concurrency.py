@@ -9,7 +9,6 @@ between rounds so that the claimers' fair orders differ.
 from __future__ import annotations
 
 import random
-import secrets
 import threading
 import uuid
 from collections import Counter
@@ -23,7 +22,6 @@ from sqlalchemy import select
 from app.auth.service import authenticate, create_key
 from app.budget import service as budget_service
 from app.budget.models import LedgerEntry
-from app.cli import run_migrations
 from app.config import Settings
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
@@ -46,23 +44,10 @@ RHO = Decimal("0.125")
 
 @pytest.fixture(params=["postgresql", "sqlite"])
 def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
-    tag = uuid.uuid4().hex[:8]
-    values: dict[str, object] = {
-        "home": tmp_path,
-        "tenant_max_running": CAP,
-        "queue": f"rhosynth-test-claims-{tag}",
-        "broker_url": services.REDIS_URL,
-    }
-    database = f"rhosynth_test_claims_{tag}"
-    if request.param == "postgresql":
-        values["database_url"] = services.create_database(database)
-        values["secret_key"] = secrets.token_urlsafe(48)
-        values["storage_dir"] = str(tmp_path / "storage")
-    settings = Settings(**values)  # type: ignore[arg-type]
-    run_migrations(settings)
-    yield settings
-    if request.param == "postgresql":
-        services.drop_database(database)
+    with services.migrated_settings(
+        request.param, tmp_path, "claims", tenant_max_running=CAP
+    ) as settings:
+        yield settings
 
 
 def _queue_jobs(settings: Settings) -> dict[uuid.UUID, uuid.UUID]:

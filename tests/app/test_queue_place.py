@@ -9,7 +9,6 @@ submission after T change no answer until T + 60 s, and then do."""
 
 from __future__ import annotations
 
-import secrets
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -20,7 +19,6 @@ import pytest
 from sqlalchemy.orm import Session
 
 from app.auth.service import Principal, authenticate, create_key
-from app.cli import run_migrations
 from app.config import Settings
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
@@ -38,22 +36,8 @@ pytestmark = pytest.mark.usefixtures("_services")
 
 @pytest.fixture(params=["postgresql", "sqlite"])
 def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
-    tag = uuid.uuid4().hex[:8]
-    values: dict[str, object] = {
-        "home": tmp_path,
-        "queue": f"rhosynth-test-queue-{tag}",
-        "broker_url": services.REDIS_URL,
-    }
-    database = f"rhosynth_test_queue_{tag}"
-    if request.param == "postgresql":
-        values["database_url"] = services.create_database(database)
-        values["secret_key"] = secrets.token_urlsafe(48)
-        values["storage_dir"] = str(tmp_path / "storage")
-    settings = Settings(**values)  # type: ignore[arg-type]
-    run_migrations(settings)
-    yield settings
-    if request.param == "postgresql":
-        services.drop_database(database)
+    with services.migrated_settings(request.param, tmp_path, "queue") as settings:
+        yield settings
 
 
 def _tenants(settings: Settings, count: int) -> list[tuple[Principal, uuid.UUID]]:

@@ -32,6 +32,31 @@ def _shot(page: Any, name: str) -> None:
         page.screenshot(path=str(Path(SHOTS) / f"console-{name}.png"), full_page=True)
 
 
+def submit_and_wait(page: Any, base: str, timeout: float = 240) -> str:
+    """Submit the release form, follow the job's page until the job ends, return its URL."""
+    page.click("button[value=submit]")
+    page.wait_for_url(f"{base}/console/jobs/*")
+    job_url: str = page.url
+    deadline = time.monotonic() + timeout
+    status = ""
+    while time.monotonic() < deadline:
+        status = page.inner_text("#job-status")
+        if status in ("succeeded", "failed", "cancelled"):
+            break
+        time.sleep(1)
+        page.goto(job_url)
+    assert status == "succeeded", page.content()
+    return job_url
+
+
+def download(page: Any, link: str, target: Path) -> Path:
+    """Click ``link`` (a Playwright selector) and save what it downloads to ``target``."""
+    with page.expect_download() as download_info:
+        page.click(link)
+    download_info.value.save_as(target)
+    return target
+
+
 def _sign_in(page: Any, base: str, key: str) -> None:
     page.goto(f"{base}/console")
     page.fill("#api_key", key)
@@ -124,23 +149,9 @@ def test_owner_to_analyst_release_in_chromium(
             page.click("button[value=preview]")
             page.wait_for_selector("#preview")
             _shot(page, "release-form")
-            page.click("button[value=submit]")
-            page.wait_for_url(f"{base}/console/jobs/*")
-            job_url = page.url
-            deadline = time.monotonic() + 240
-            status = ""
-            while time.monotonic() < deadline:
-                status = page.inner_text("#job-status")
-                if status in ("succeeded", "failed", "cancelled"):
-                    break
-                time.sleep(1)
-                page.goto(job_url)
-            assert status == "succeeded", page.content()
+            job_url = submit_and_wait(page, base)
             _shot(page, "job")
-            with page.expect_download() as download_info:
-                page.click("text=Download CSV")
-            downloaded = tmp_path / "release.csv"
-            download_info.value.save_as(downloaded)
+            downloaded = download(page, "text=Download CSV", tmp_path / "release.csv")
             lines = downloaded.read_text().splitlines()
             assert lines[0].replace('"', "") == "city,age,tier,income"
             assert len(lines) > 1
@@ -161,10 +172,7 @@ def test_owner_to_analyst_release_in_chromium(
             while time.monotonic() < deadline and page.locator(sample_csv).count() == 0:
                 time.sleep(1)
                 page.goto(job_url)
-            with page.expect_download() as download_info:
-                page.click(sample_csv)
-            sample_file = tmp_path / "sample.csv"
-            download_info.value.save_as(sample_file)
+            sample_file = download(page, sample_csv, tmp_path / "sample.csv")
             assert len(sample_file.read_text().splitlines()) == 31
 
             # Phone width: the dataset page still lays out (no horizontal overflow).

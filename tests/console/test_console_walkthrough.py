@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.conftest import FIXTURES, Tenant
-from tests.console.test_console_browser import _shot
+from tests.console.test_console_browser import _shot, download, submit_and_wait
 from tests.support.browser import chromium_path
 from tests.support.stack import Stack
 
@@ -151,24 +151,10 @@ def test_owner_and_analyst_walk_through_a_raw_table_in_chromium(
             page.wait_for_selector("#preview")
             _shot(page, "walkthrough-3-release")
             _axe(page, "release form", violations)
-            page.click("button[value=submit]")
-            page.wait_for_url(f"{base}/console/jobs/*")
-            job_url = page.url
-            deadline = time.monotonic() + 240
-            status = ""
-            while time.monotonic() < deadline:
-                status = page.inner_text("#job-status")
-                if status in ("succeeded", "failed", "cancelled"):
-                    break
-                time.sleep(1)
-                page.goto(job_url)
-            assert status == "succeeded", page.content()
+            job_url = submit_and_wait(page, base)
             _shot(page, "walkthrough-4-job")
             _axe(page, "job", violations)
-            with page.expect_download() as download_info:
-                page.click("text=Download CSV")
-            downloaded = tmp_path / "release.csv"
-            download_info.value.save_as(downloaded)
+            downloaded = download(page, "text=Download CSV", tmp_path / "release.csv")
             released = list(csv.DictReader(io.StringIO(downloaded.read_text())))
             kept = [c["name"] for c in stored["columns"]]
             assert list(released[0]) == kept and len(released) > 0

@@ -11,10 +11,13 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import redis
+
+from app.config import Settings
 
 POSTGRES_URL = os.environ.get(
     "RHOSYNTH_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -143,3 +146,33 @@ def create_database(name: str) -> str:
 def drop_database(name: str) -> None:
     with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def migrated_settings(backend: str, home: Path, name: str, **extra: object) -> Iterator[Settings]:
+    """Settings on a fresh, migrated database of ``backend`` ("postgresql": a database of its own,
+    dropped afterwards; "sqlite": a file under ``home``), with a Redis queue of its own."""
+    import secrets
+    import uuid
+
+    from app.cli import run_migrations
+
+    tag = uuid.uuid4().hex[:8]
+    values: dict[str, object] = {
+        "home": home,
+        "queue": f"rhosynth-test-{name}-{tag}",
+        "broker_url": REDIS_URL,
+        **extra,
+    }
+    database = f"rhosynth_test_{name}_{tag}"
+    if backend == "postgresql":
+        values["database_url"] = create_database(database)
+        values["secret_key"] = secrets.token_urlsafe(48)
+        values["storage_dir"] = str(home / "storage")
+    settings = Settings(**values)  # type: ignore[arg-type]
+    run_migrations(settings)
+    try:
+        yield settings
+    finally:
+        if backend == "postgresql":
+            drop_database(database)
