@@ -620,7 +620,7 @@ class Client:
 
 def _stage(job: Job) -> str:
     """The bar's label: the public stage, and while queued where the job stands (as of the
-    last whole minute, as the service counts it)."""
+    minute before the last, as the service counts it)."""
     stage = job.progress.stage or job.status
     if job.queue is None:
         return stage

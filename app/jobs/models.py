@@ -81,11 +81,6 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     charged_at: Mapped[datetime | None] = mapped_column(default=None)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
-    # When a worker last claimed it out of the queue, and when it was last put back in the queue
-    # after a lost worker (None: never): with created_at and finished_at they say whether it was
-    # queued at a past minute (repository.queue_at, issue 26 §3).
-    claimed_at: Mapped[datetime | None] = mapped_column(default=None)
-    requeued_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
 

@@ -182,8 +182,6 @@ def claim(
         .values(
             status="running",
             attempt=Job.attempt + 1,
-            # Out of the queue now; a lost running job re-claimed directly never left "running".
-            claimed_at=case((Job.status == "queued", now), else_=Job.claimed_at),
             lease_expires_at=lease_until,
             deadline_at=deadline_at,
             progress_stage=STARTING.stage,
@@ -279,14 +277,16 @@ def queue_at(
     """The tenants with jobs queued at ``as_of`` (T), in the order ``tenants_in_fair_order``
     would have given at T, from timestamps alone: nothing that happened after T changes it.
 
-    A job was queued at T if it had entered the queue by T (``created_at``, or ``requeued_at``
-    after a lost worker) and had not left it by T (claimed: ``claimed_at``; cancelled or expired:
-    ``finished_at``); running at T if claimed by T and not finished by T, or if it was put back
-    in the queue after T (its lost attempt ran for at least one lease before that: with
-    ``job_lease_seconds`` ≥ 60, the default, that attempt was running at T). The asking job
-    (queued now) counts as queued at T even if it was submitted, or put back, after T, and so do
-    the jobs its tenant submitted after T before it: it stands at the end of its tenant's queue
-    of T behind those, or at its place by creation when requeued.
+    A job was queued at T if it was submitted by T (``created_at``) and had neither started
+    (``started_at``: its first claim, which a requeue after a lost worker does not move) nor
+    ended (cancelled, expired or finished: ``finished_at``) by T; running at T if it had started
+    by T and not ended. So a job put back in the queue after a lost worker counts as running
+    from its first start to its end: when a worker is lost can depend on the data (an
+    out-of-memory kill), so requeues are left out of the count altogether, at the price of an
+    estimate that treats such a job as holding its slot. The asking job (queued now) counts as
+    queued at T even if it was submitted, or put back, after T, and so do the jobs its tenant
+    submitted after T before it: it stands at the end of its tenant's queue of T behind those,
+    or at its place by creation when requeued.
 
     One statement (built once, with bound parameters): the live jobs (``ix_jobs_status_tenant``)
     and those finished after T (``ix_jobs_finished_at``), grouped by tenant, plus each such
@@ -314,11 +314,10 @@ def _queue_at_statement() -> Select[tuple[uuid.UUID, int, int, int]]:
     job_id = bindparam("job_id", type_=Job.id.type)
     tenant_id = bindparam("tenant_id", type_=Job.tenant_id.type)
     created_at = bindparam("created_at", type_=Job.created_at.type)
-    since = func.coalesce(Job.requeued_at, Job.created_at)
     left = Job.finished_at.is_not(None) & (Job.finished_at <= as_of)
-    claimed = Job.claimed_at.is_not(None) & (Job.claimed_at >= since) & (Job.claimed_at <= as_of)
-    queued = (since <= as_of) & ~claimed & ~left
-    running = (claimed & ~left) | (Job.requeued_at.is_not(None) & (Job.requeued_at > as_of))
+    started = Job.started_at.is_not(None) & (Job.started_at <= as_of)
+    queued = (Job.created_at <= as_of) & ~started & ~left
+    running = started & ~left
     ahead_of_mine = (Job.created_at < created_at) | (
         (Job.created_at == created_at) & (Job.id < job_id)
     )
@@ -757,7 +756,6 @@ def recover_expired(
             status="queued",
             lease_expires_at=None,
             enqueued_at=now,
-            requeued_at=now,
             # The lost attempt's progress must not stay visible: it ran with noise the next
             # attempt will not use. Analysts see the job queued again; owners see why.
             progress_fraction=QUEUED.fraction,

@@ -152,7 +152,8 @@ class QueueOut(BaseModel):
     no other tenant's names or jobs)."""
 
     as_of: datetime = Field(
-        description="the last whole UTC minute: the counts are those of the queue at that time "
+        description="the whole UTC minute before the last: the counts are those of the queue at "
+        "that time "
         "(a job submitted since counts at the end of its tenant's queue of then)"
     )
     position: int = Field(description="1 = the next of your tenant's queued jobs to start")
@@ -194,7 +195,8 @@ class JobOut(BaseModel):
     )
     queue: QueueOut | None = Field(
         default=None,
-        description="while queued, where the job stands as of the last whole minute "
+        description="while queued, where the job stands as of a whole minute at least one "
+        "minute old "
         "(GET /v1/jobs/{id} only; null in lists, other answers and once it is not queued)",
     )
 

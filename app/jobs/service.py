@@ -12,7 +12,7 @@ import logging
 import threading
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from typing import Literal
@@ -442,9 +442,24 @@ def queue_clock() -> datetime:
     return utcnow()
 
 
+QUEUE_SNAPSHOT_LAG = timedelta(seconds=60)
+"""How far behind the last whole minute the queue is counted: T = floor(now, 60 s) − 60 s. A
+claim, cancel or finish is stamped just before its transaction commits; a commit that lands
+after the first read of a minute would otherwise show in some answers of that minute and not
+in others, which times it finer than the minute. Stamps are older than their commits by the
+transaction's lock waits (milliseconds for a claim; SQLite's busy timeout is 30 s), well under
+this lag."""
+
+
+def queue_minute(now: datetime) -> datetime:
+    """The minute T a queue read at ``now`` is counted at."""
+    return now.replace(second=0, microsecond=0) - QUEUE_SNAPSHOT_LAG
+
+
 def queue_out(session: Session, job: Job, now: datetime | None = None) -> QueueOut | None:
-    """Where a queued job stands, counted on the queue as it stood at the last whole UTC minute
-    T = floor(now, 60 s); None once the job is not queued (issue 26 §3).
+    """Where a queued job stands, counted on the queue as it stood at the minute
+    T = floor(now, 60 s) − 60 s (:data:`QUEUE_SNAPSHOT_LAG`); None once the job is not queued
+    (issue 26 §3).
 
     ``claim_next`` takes one job per tenant in the order of ``tenants_in_fair_order`` and then
     starts again (a tenant's latest start moves it to the back), so the job at position p of its
@@ -456,7 +471,7 @@ def queue_out(session: Session, job: Job, now: datetime | None = None) -> QueueO
     and the per-tenant running cap move it."""
     if job.status != "queued":
         return None
-    as_of = (queue_clock() if now is None else now).replace(second=0, microsecond=0)
+    as_of = queue_minute(queue_clock() if now is None else now)
     tenants = repository.queue_at(session, job.id, job.tenant_id, job.created_at, as_of)
     rank = next((i for i, t in enumerate(tenants) if t.tenant_id == job.tenant_id), None)
     if rank is None:  # pragma: no cover - the asking job always counts in its own tenant
@@ -470,11 +485,14 @@ def queue_out(session: Session, job: Job, now: datetime | None = None) -> QueueO
 
 
 class _PlaceCache:
-    """The places answered in the current minute, per job (``job_read``).
+    """The places answered in the current minute, per job (``job_read``): a cost saving only.
 
     ``queue_out`` is a function of the queue at T and of the asking job, so within a minute it
     gives one answer per job: a burst of reads of one queued job counts it once per API process
-    and minute instead of once per read. Emptied when the minute changes; bounded."""
+    and minute instead of once per read. Emptied when a newer minute is stored (a read that
+    started in an older minute and stores late is not kept); when full, further places of the
+    minute are counted on each read rather than stored. The privacy argument does not rest on
+    it (docs/privacy.md, "A queued job's place")."""
 
     LIMIT = 10_000
 
@@ -491,9 +509,12 @@ class _PlaceCache:
 
     def put(self, minute: datetime, job_id: uuid.UUID, place: QueueOut | None) -> None:
         with self._lock:
-            if minute != self._minute or len(self._places) >= self.LIMIT:
+            if self._minute is not None and minute < self._minute:
+                return  # a read of an older minute that stores late: keep the newer minute
+            if minute != self._minute:
                 self._minute, self._places = minute, {}
-            self._places[job_id] = place
+            if len(self._places) < self.LIMIT:
+                self._places[job_id] = place
 
 
 _places = _PlaceCache()

@@ -70,12 +70,15 @@ def route_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 @pytest.fixture(autouse=True)
 def _queue_minute(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A queued job's place is counted on the queue of the last whole minute: both paths read
-    that minute from one fixed clock, so a comparison cannot straddle two minutes."""
+    """A queued job's place is counted on the queue of a past minute: both paths read that
+    minute from one fixed clock, so a comparison cannot straddle two minutes; and each path
+    counts on its own (the per-process cache of places would answer the second path with the
+    first's count, so the comparison could not see a difference in the counting)."""
     from app.jobs import service
 
-    now = datetime.now(UTC) + timedelta(minutes=2)
+    now = datetime.now(UTC) + timedelta(minutes=3)
     monkeypatch.setattr(service, "queue_clock", lambda: now)
+    monkeypatch.setattr(service._places, "get", lambda minute, job_id: (False, None))
 
 
 @pytest.fixture

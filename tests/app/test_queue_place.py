@@ -40,6 +40,12 @@ def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setting
         yield settings
 
 
+@pytest.fixture(autouse=True)
+def _fresh_place_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own cache of places (the tests set clocks minutes apart)."""
+    monkeypatch.setattr(job_service, "_places", job_service._PlaceCache())
+
+
 def _tenants(settings: Settings, count: int) -> list[tuple[Principal, uuid.UUID]]:
     factory = get_session_factory(settings.sqlalchemy_url)
     tenants: list[tuple[Principal, uuid.UUID]] = []
@@ -82,8 +88,9 @@ def test_a_queued_jobs_place_is_the_order_the_workers_start_it_in(settings: Sett
     # Counted on the queue of a minute after every submission (nothing changed since).
     now = _next_minute() + timedelta(seconds=7)
     places = {job_id: _place(settings, job_id, now) for job_id in jobs}
+    # Counted a minute behind the last whole minute (QUEUE_SNAPSHOT_LAG).
     assert {place.as_of for place in places.values() if place is not None} == {
-        now - timedelta(seconds=7)
+        now - timedelta(seconds=7) - job_service.QUEUE_SNAPSHOT_LAG
     }
     started: list[uuid.UUID] = []
     while len(started) < len(jobs):
@@ -112,15 +119,18 @@ def test_nothing_after_the_minute_moves_the_answer_until_the_next_one(
 ) -> None:
     """Another tenant's job starting at T + 10 s, a cancel at T + 20 s, a job that started at
     T − 30 s put back in the queue at T + 40 s after its worker was lost and started again at
-    T + 48 s, and submissions at T + 50 s and T + 52 s: the answer stays that of T until T + 60 s, and then
-    changes."""
+    T + 48 s, and submissions at T + 50 s and T + 52 s: the answer stays that of T until the
+    snapshot moves to T + 60 s, and then changes. Reads are made a minute after the events'
+    clock: the snapshot of a read at time t is floor(t) − 60 s (QUEUE_SNAPSHOT_LAG), so the
+    answers read from T + 60 s to T + 120 s are those of T."""
     factory = get_session_factory(settings.sqlalchemy_url)
     a, b, c = _tenants(settings, 3)
     a1, b0, b1, a2, c1 = (_submit(settings, t) for t in (a, b, b, a, c))
     minute = _next_minute()  # T
     clock = {"now": minute}
     monkeypatch.setattr(execution, "utcnow", lambda: clock["now"])
-    monkeypatch.setattr(job_service, "queue_clock", lambda: clock["now"])
+    lag = job_service.QUEUE_SNAPSHOT_LAG
+    monkeypatch.setattr(job_service, "queue_clock", lambda: clock["now"] + lag)
 
     def at(seconds: float) -> datetime:
         clock["now"] = minute + timedelta(seconds=seconds)
@@ -189,7 +199,8 @@ def test_a_read_counts_a_jobs_place_once_per_minute(
     (a,) = _tenants(settings, 1)
     first, second = _submit(settings, a), _submit(settings, a)
     minute = _next_minute()
-    clock = {"now": minute + timedelta(seconds=1)}
+    lag = job_service.QUEUE_SNAPSHOT_LAG
+    clock = {"now": minute + lag + timedelta(seconds=1)}
     monkeypatch.setattr(job_service, "queue_clock", lambda: clock["now"])
     counted: list[uuid.UUID] = []
     count = job_service.queue_out
@@ -209,6 +220,34 @@ def test_a_read_counts_a_jobs_place_once_per_minute(
     assert counted == [second, first]
     assert places[0] == QueueOut(as_of=minute, position=2, jobs_ahead=1) and places[5] is not None
     assert all(place == places[0] for place in places[:5])
-    clock["now"] = minute + timedelta(seconds=60)
-    assert read(second) == QueueOut(as_of=clock["now"], position=2, jobs_ahead=1)
+    clock["now"] = minute + lag + timedelta(seconds=60)
+    assert read(second) == QueueOut(as_of=clock["now"] - lag, position=2, jobs_ahead=1)
     assert counted == [second, first, second]
+    # A read that began in the older minute and stores its count late does not evict the newer
+    # minute's counts (they would be counted again: one more first count at a chosen time).
+    job_service._places.put(minute, first, None)
+    assert read(second) == QueueOut(as_of=clock["now"] - lag, position=2, jobs_ahead=1)
+    assert counted == [second, first, second]
+
+
+def test_another_tenants_submissions_after_the_minute_do_not_count(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The asking job's own tenant's submissions after T count (their times are shown to that
+    tenant's keys); another tenant's do not, until the snapshot reaches them."""
+    a, b = _tenants(settings, 2)
+    _submit(settings, b)  # b0
+    _submit(settings, a)  # a0
+    minute = _next_minute()  # T: b0 and a0 queued; B comes first (its job is older)
+    lag = job_service.QUEUE_SNAPSHOT_LAG
+    clock = {"now": minute + lag + timedelta(seconds=5)}
+    monkeypatch.setattr(job_service, "queue_clock", lambda: clock["now"])
+    monkeypatch.setattr(job_service, "utcnow", lambda: minute + timedelta(seconds=20))
+    _submit(settings, b)  # b1, B at T + 20 s
+    monkeypatch.setattr(job_service, "utcnow", lambda: minute + timedelta(seconds=30))
+    a1 = _submit(settings, a)  # A at T + 30 s
+    # a1 is second in A's queue (a0, then its own later submission); of B, the order takes
+    # min(q_B, 2) before it, and at T B had one job queued: 1 + 1 ahead, not 1 + 2.
+    assert _place(settings, a1) == QueueOut(as_of=minute, position=2, jobs_ahead=2)
+    clock["now"] = minute + 2 * lag  # the snapshot reaches T + 60 s: b1 counts now
+    assert _place(settings, a1) == QueueOut(as_of=minute + lag, position=2, jobs_ahead=3)
