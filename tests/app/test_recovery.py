@@ -59,11 +59,11 @@ def test_stale_queued_job_is_resent(
     dataset = create_dataset(tenant.owner, people_csv, people_schema)
     job_id = submit(tenant.analyst, dataset["id"], rho="0.1").json()["id"]
     assert uuid.UUID(job_id) not in recover_jobs(api_stack.settings).resent
-    _set(
-        api_stack,
-        job_id,
-        enqueued_at=utcnow() - timedelta(seconds=api_stack.settings.requeue_after_seconds + 1),
-    )
+    # Stale, and older than every other test's queued job on this shared stack: a pass resends
+    # the 100 stalest (repository.touch_stale_queued), and the API stack has no worker, so other
+    # tests' jobs stay queued (with more than 100 of them, a job stale by just one second was
+    # not in the first page).
+    _set(api_stack, job_id, enqueued_at=utcnow() - timedelta(days=3650))
     assert uuid.UUID(job_id) in recover_jobs(api_stack.settings).resent
     assert uuid.UUID(job_id) not in recover_jobs(api_stack.settings).resent, "stamped when resent"
     assert _kinds(tenant, dataset["id"]) == ["grant", "reserve"]
