@@ -57,6 +57,30 @@ def download(page: Any, link: str, target: Path) -> Path:
     return target
 
 
+def watch_requests(
+    context: Any,
+    own_host: str,
+    foreign: list[str],
+    errors: list[str],
+    allowed_error: str | None = None,
+) -> None:
+    """Record the browser context's requests to other hosts in ``foreign`` and its own host's
+    answers of 400 or more in ``errors`` (except URLs holding ``allowed_error``)."""
+
+    def record(request: Any) -> None:
+        if urlsplit(request.url).netloc != own_host:
+            foreign.append(request.url)
+
+    def answer(response: Any) -> None:
+        if response.status < 400 or urlsplit(response.url).netloc != own_host:
+            return
+        if allowed_error is None or allowed_error not in response.url:
+            errors.append(f"{response.status} {response.url}")
+
+    context.on("request", record)
+    context.on("response", answer)
+
+
 def _sign_in(page: Any, base: str, key: str) -> None:
     page.goto(f"{base}/console")
     page.fill("#api_key", key)
@@ -79,21 +103,7 @@ def test_owner_to_analyst_release_in_chromium(
     console_errors: list[str] = []
 
     def watch(context: Any) -> None:
-        def record(request: Any) -> None:
-            if urlsplit(request.url).netloc != own_host:
-                foreign.append(request.url)
-
-        context.on("request", record)
-        context.on(
-            "response",
-            lambda response: (
-                errors.append(f"{response.status} {response.url}")
-                if response.status >= 400
-                and urlsplit(response.url).netloc == own_host
-                and "/grant" not in response.url
-                else None
-            ),
-        )
+        watch_requests(context, own_host, foreign, errors, allowed_error="/grant")
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.conftest import FIXTURES, Tenant
-from tests.console.test_console_browser import _shot, download, submit_and_wait
+from tests.console.test_console_browser import _shot, download, submit_and_wait, watch_requests
 from tests.support.browser import chromium_path
 from tests.support.stack import Stack
 
@@ -33,7 +33,7 @@ WCAG = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "w
 def _axe(page: Any, where: str, found: dict[str, str]) -> None:
     """Run axe-core (the copy bundled by axe-playwright-python) on the page as it is now."""
     try:
-        from axe_playwright_python.sync_playwright import Axe
+        from axe_playwright_python.sync_playwright import Axe  # type: ignore[import-untyped]
     except ImportError:
         pytest.skip(
             "the accessibility checks need axe-playwright-python (pip install -e '.[test]')"
@@ -60,18 +60,7 @@ def test_owner_and_analyst_walk_through_a_raw_table_in_chromium(
     foreign: list[str] = []
 
     def watch(context: Any) -> None:
-        context.on(
-            "request",
-            lambda r: foreign.append(r.url) if urlsplit(r.url).netloc != own_host else None,
-        )
-        context.on(
-            "response",
-            lambda r: (
-                errors.append(f"{r.status} {r.url}")
-                if r.status >= 400 and urlsplit(r.url).netloc == own_host
-                else None
-            ),
-        )
+        watch_requests(context, own_host, foreign, errors)
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
@@ -171,7 +160,7 @@ def test_owner_and_analyst_walk_through_a_raw_table_in_chromium(
                     break
                 assert answer.status == 202, answer.status
                 time.sleep(1)
-            assert answer.status == 200
+            assert answer is not None and answer.status == 200
             _shot(page, "walkthrough-5-report")
             _axe(page, "owner report", violations)
 
