@@ -23,8 +23,8 @@ What it keeps, in the route's order (:class:`app.api.deps.KeyedRead`):
    AnyIO limiter as FastAPI's sync routes), a failed lookup counted by the throttle (401);
 4. the job read for the key's tenant only (404 "job not found" for another tenant's job, by the
    same query as for an unknown one) and shown by :func:`app.jobs.service.job_read`, the route's
-   own view (owner-only fields by role; a queued job's place, counted on the queue of the last
-   whole minute), serialised by pydantic-core as FastAPI's fast path does;
+   own view (owner-only fields by role; a queued job's place, counted on the queue of the
+   minute before the last whole one), serialised by pydantic-core as FastAPI's fast path does;
 5. the database's unavailability answered 503 as the app's handler does.
 
 Its answers are byte for byte those of the route: ``tests/app/test_polled_read.py`` compares

@@ -218,6 +218,16 @@ def claim(
     )
 
 
+def _fair_order(
+    running: Any, last_start: Any, oldest: Any, tenant_id: Any
+) -> tuple[ColumnElement[Any], ...]:
+    """The claim order between tenants, as ORDER BY terms: fewest running first; then the tenant
+    whose latest start is oldest (never started: first); then the oldest queued; then the id.
+    One rule for the claims (``tenants_in_fair_order``) and for a queued job's place counted at
+    a past minute (``queue_at``)."""
+    return (running, last_start.asc().nulls_first(), oldest, tenant_id)
+
+
 def tenants_in_fair_order(
     session: Session, model: type[Job] | type[Sample] = Job
 ) -> list[tuple[uuid.UUID, int]]:
@@ -249,7 +259,7 @@ def tenants_in_fair_order(
     )
     rows = session.execute(
         select(queued.c.tenant_id, running.label("running")).order_by(
-            running, last_start.asc().nulls_first(), queued.c.oldest, queued.c.tenant_id
+            *_fair_order(running, last_start, queued.c.oldest, queued.c.tenant_id)
         )
     ).all()
     return [(row.tenant_id, int(row.running)) for row in rows]
@@ -363,12 +373,7 @@ def _queue_at_statement() -> Select[tuple[uuid.UUID, int, int, int]]:
     )
     return select(
         tenants.c.tenant_id, tenants.c.queued, tenants.c.running, tenants.c.before
-    ).order_by(
-        tenants.c.running,
-        last_start.asc().nulls_first(),
-        tenants.c.oldest,
-        tenants.c.tenant_id,
-    )
+    ).order_by(*_fair_order(tenants.c.running, last_start, tenants.c.oldest, tenants.c.tenant_id))
 
 
 def claim_next(

@@ -141,19 +141,16 @@ def _cells(array: pa.Array, field: pa.Field) -> pa.Array:
             array = _quoted(escape_text(array))
     else:
         rendered = text_column(array, field)
-        numeric = pa.types.is_integer(array.type) or pa.types.is_floating(array.type)
-        if numeric and (
-            pa.types.is_string(rendered.type) or pa.types.is_large_string(rendered.type)
-        ):
+        if not (pa.types.is_string(rendered.type) or pa.types.is_large_string(rendered.type)):
+            array = rendered.cast(pa.string())  # numbers, booleans, ISO dates: pyarrow's text
+        elif pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
             # A number in its declared format ("%.2f": -1.50) is a number, never a formula:
             # not escaped, and its text holds no comma, quote or line break to quote.
             array = rendered
-        elif pa.types.is_string(rendered.type) or pa.types.is_large_string(rendered.type):
+        else:
             escaped = escape_text(rendered)
             needs = pc.fill_null(pc.match_substring_regex(escaped, _STRUCTURAL), False)
             array = pc.if_else(needs, _quoted(escaped), escaped)
-        else:  # numbers, booleans, ISO dates: the text pyarrow's CSV writer gives them
-            array = rendered.cast(pa.string())
     return pc.fill_null(array.cast(pa.large_string()), "")
 
 
