@@ -38,6 +38,7 @@ from app.datasets.ingest import IngestLimits, UploadRejected, ingest_table, read
 from benchmarks.sections import git_commit
 from engine.accounting import rho_from_epsilon_delta
 from engine.cli import parse_params
+from engine.discovery.plan import DEFAULT_DISCOVERY_SHARE
 from engine.domain import Dataset
 from engine.evaluation import mean_tvd
 from engine.mechanisms import MECHANISMS
@@ -179,7 +180,8 @@ def render(results: list[Result], command: str, method: str, max_marginals: int)
         f"{platform.python_version()}. Each table's draft (`rhosynth schema draft`) is accepted as "
         "is; *upload* is the upload's code path in-process (DP discovery of every range, bin edge "
         "and category the draft left to it, then encoding); the budget is (ε, δ = 1e-9) as ρ, "
-        "of which discovery takes a tenth, plus δ = 1e-9 for open-set categories; the method "
+        f"of which discovery takes at most {float(DEFAULT_DISCOVERY_SHARE):.0%} (capped by "
+        "need), plus δ = 1e-9 for open-set categories; the method "
         f"(`{method}`) gets the rest. Quality is on the binned columns (the codes): mean k-way "
         "TVD of synthetic against real (the definition of ../shared/bench/marginal_error.py; "
         f"3-way over at most {max_marginals} sampled marginals per k where there are more), and "

@@ -389,7 +389,7 @@ PathArgument = click.Path(path_type=Path, dir_okay=False)
     "discovery_rho_text",
     default=None,
     help="of the budget, the ρ shared by the schema's discovery clauses without their own "
-    "(default: a tenth)",
+    "(default: a fifth, less on large tables: docs/discovery.md)",
 )
 @click.option(
     "--discovery-delta",
