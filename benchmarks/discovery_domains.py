@@ -21,7 +21,9 @@ DP noise comes from the OS CSPRNG (fresh each run); the decoding rng is seeded.
 from __future__ import annotations
 
 import argparse
+import json
 import platform
+import random
 import shlex
 import sys
 import tempfile
@@ -113,12 +115,20 @@ def _edges(column: Any) -> tuple[float, float]:
     return float(column.edges[0]), float(column.edges[-1] - 1)
 
 
-def measure(path: Path, epsilon: float) -> TableResult:
+def measure(path: Path, epsilon: float, noise: random.Random | None = None) -> TableResult:
+    """What discovery learns on ``path`` at ε, with the OS CSPRNG's noise (or ``noise``'s, for
+    paired comparisons: not DP, a benchmark's way to hold the noise fixed between versions)."""
     draft = draft_schema(path)
     spec = SchemaSpec.from_json(draft.to_json())
     total = rho_from_epsilon_delta(Decimal(str(epsilon)), Decimal("5e-7"))
     outcome = discover_and_resolve(
-        path, spec, LIMITS, budget_rho=total, budget_delta=Decimal("5e-7"), discovery_rho=None
+        path,
+        spec,
+        LIMITS,
+        budget_rho=total,
+        budget_delta=Decimal("5e-7"),
+        discovery_rho=None,
+        noise=noise,
     )
     schema: TableSchema = outcome.schema
     with tempfile.TemporaryDirectory() as scratch:
@@ -328,15 +338,82 @@ def weights(data: Path, tables: list[str], repeats: int, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+PAIRED_SEED = 1000
+"""The first noise seed of ``--paired`` runs (seeds PAIRED_SEED … PAIRED_SEED + N − 1)."""
+
+
+def paired(data: Path, tables: list[str], epsilon: float, runs: int) -> dict[str, list[float]]:
+    """Each learned column's decode KS (``table:column``) over ``runs`` uploads whose discovery
+    noise comes from ``random.Random(PAIRED_SEED + i)``: two versions of discovery run this way
+    draw the same noise until their decisions differ, so their difference per column is the
+    change's own effect, not the noise's."""
+    found: dict[str, list[float]] = {}
+    for table in tables:
+        for run in range(runs):
+            noise = random.Random(PAIRED_SEED + run)  # noqa: S311  (a benchmark's fixed noise)
+            result = measure(data / f"{table}.csv", epsilon, noise)
+            for column in result.numeric:
+                found.setdefault(f"{table}:{column.name}", []).append(column.ks)
+    return found
+
+
+def compare(before: dict[str, list[float]], after: dict[str, list[float]]) -> list[str]:
+    """Paired differences: the columns whose decode KS changed in some run, then each table's
+    mean over its learned columns before and after."""
+    lines = []
+    tables: dict[str, list[tuple[float, float]]] = {}
+    for key, old in before.items():
+        new = after[key]
+        if len(new) != len(old):
+            raise ValueError(f"{key}: {len(old)} runs before, {len(new)} after")
+        a, b = np.asarray(old), np.asarray(new)
+        tables.setdefault(key.split(":")[0], []).append((float(a.mean()), float(b.mean())))
+        changed = np.abs(b - a) > 1e-12
+        if changed.any():
+            lines.append(
+                f"{key}: {a.mean():.4f} → {b.mean():.4f} (changed in {int(changed.sum())} of "
+                f"{a.size} runs: {int((b > a + 1e-12).sum())} worse, "
+                f"{int((b < a - 1e-12).sum())} better)"
+            )
+    for table, pairs in tables.items():
+        old_mean = float(np.mean([p[0] for p in pairs]))
+        new_mean = float(np.mean([p[1] for p in pairs]))
+        lines.append(f"{table}: mean decode KS {old_mean:.4f} → {new_mean:.4f}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, required=True, help="../shared/data/raw")
+    parser.add_argument("--data", type=Path, help="../shared/data/raw (all but --compare)")
     parser.add_argument("--tables", default=",".join(TABLES))
     parser.add_argument("--epsilons", default="0.3,1,3")
     parser.add_argument("--weights", action="store_true", help="compare budget splits by kind")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--update", type=Path, help="rewrite the section in this Markdown file")
+    parser.add_argument(
+        "--paired",
+        type=int,
+        metavar="N",
+        help="N uploads per table with seeded discovery noise, each column's decode KS to --json",
+    )
+    parser.add_argument("--json", type=Path, help="where --paired writes")
+    parser.add_argument(
+        "--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"), help="two --paired files"
+    )
     args = parser.parse_args(argv)
+    if args.compare:
+        before, after = (json.loads(p.read_text()) for p in args.compare)
+        print("\n".join(compare(before, after)))
+        return
+    if args.data is None:
+        parser.error("--data is required")
+    if args.paired:
+        if args.json is None:
+            parser.error("--paired needs --json")
+        epsilon = float(args.epsilons.split(",")[0])
+        found = paired(args.data, args.tables.split(","), epsilon, args.paired)
+        args.json.write_text(json.dumps(found))
+        return
     command = "python -m benchmarks.discovery_domains " + shlex.join(
         argv if argv is not None else sys.argv[1:]
     )

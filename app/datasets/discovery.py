@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -74,8 +75,13 @@ def discover_and_resolve(
     budget_rho: Decimal,
     budget_delta: Decimal,
     discovery_rho: Decimal | None,
+    noise: random.Random | None = None,
 ) -> DiscoveryOutcome:
     """The complete schema, and the discovery that completed it (None if nothing was pending).
+
+    ``noise`` is for benchmarks that compare two versions of discovery on the same noise
+    (benchmarks/discovery_domains.py ``--paired``); the service never passes it, so its noise
+    comes from the OS CSPRNG.
 
     Raises :class:`UploadRejected` (422) when the budget cannot pay for the discoveries or a
     column cannot be counted; messages name columns and limits, never values.
@@ -105,7 +111,7 @@ def discover_and_resolve(
                 for batch in read_batches(source, reading, limits):
                     yield _series(batch, requests)
 
-            found = discover(spec, budget, batches)
+            found = discover(spec, budget, batches, source=noise)
             if len(json.dumps(found.describe(), allow_nan=False).encode()) > MAX_DETAIL_BYTES:
                 raise UploadRejected(422, _too_many(len(requests)))  # the bound should prevent it
         return DiscoveryOutcome(resolve(spec, found), found)
