@@ -21,8 +21,9 @@ from datetime import timedelta
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from app.auth import repository as auth_repository
 from app.auth.models import ApiKey
-from app.auth.service import Principal, authenticate
+from app.auth.service import Principal, authenticate, principal_of
 from app.console.models import ConsoleSession
 from app.db.base import utcnow
 
@@ -76,22 +77,24 @@ def sign_in(session: Session, secret: bytes, presented_key: str) -> tuple[str, S
 
 
 def resolve(session: Session, token: str | None) -> SignedIn | None:
-    """The live session of a cookie token: unexpired, and its key not revoked; else None."""
+    """The live session of a cookie token: unexpired, and its key usable (not revoked, expired
+    or retired); else None."""
     if not token or len(token) > 128:
         return None
+    now = utcnow()
     row = session.execute(
         select(ConsoleSession, ApiKey)
         .join(ApiKey, ApiKey.id == ConsoleSession.key_id)
         .where(
             ConsoleSession.token_hash == _hash(token),
-            ConsoleSession.expires_at > utcnow(),
-            ApiKey.revoked_at.is_(None),
+            ConsoleSession.expires_at > now,
+            *auth_repository.usable_at(now),
         )
     ).one_or_none()
     if row is None:
         return None
     console_session, key = row
-    principal = Principal(key_id=key.id, tenant_id=key.tenant_id, role=key.role, name=key.name)
+    principal = principal_of(key, auth_repository.key_datasets(session, key.id))
     return SignedIn(principal, console_session.csrf_token)
 
 
