@@ -10,11 +10,17 @@ from pydantic import BaseModel
 
 from app.api.deps import AdminKey, CurrentKey, DatabaseDep, KeySecretDep
 from app.api.errors import error_responses
+from app.api.limits import FiniteJSONRoute
 from app.auth import service
 from app.auth.schemas import CreatedKeyOut, KeyCreate, KeyExpiry, KeyList, KeyOut, KeyRotate
 
 router = APIRouter(prefix="/v1", tags=["auth"])
-keys_router = APIRouter(prefix="/v1/keys", tags=["keys"])
+keys_router = APIRouter(
+    prefix="/v1/keys",
+    tags=["keys"],
+    responses=error_responses(400, 401, 403, 404, 413, 422),
+    route_class=FiniteJSONRoute,
+)
 
 
 class WhoAmI(BaseModel):
@@ -47,7 +53,6 @@ def _created(secret_key: str, view: service.KeyView) -> CreatedKeyOut:
     "",
     response_model=CreatedKeyOut,
     status_code=status.HTTP_201_CREATED,
-    responses=error_responses(401, 403, 422),
 )
 def create_key(
     body: KeyCreate, db: DatabaseDep, secret: KeySecretDep, admin: AdminKey
@@ -69,14 +74,14 @@ def create_key(
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(error)) from None
 
 
-@keys_router.get("", response_model=KeyList, responses=error_responses(401, 403))
+@keys_router.get("", response_model=KeyList)
 def list_keys(db: DatabaseDep, admin: AdminKey) -> KeyList:
     """The tenant's keys, revoked and expired ones too (never their secrets)."""
     with db.read() as session:
         return KeyList(items=[KeyOut.of(v) for v in service.list_tenant_keys(session, admin)])
 
 
-@keys_router.get("/{key_id}", response_model=KeyOut, responses=error_responses(401, 403, 404))
+@keys_router.get("/{key_id}", response_model=KeyOut)
 def get_key(key_id: uuid.UUID, db: DatabaseDep, admin: AdminKey) -> KeyOut:
     """One key of the tenant (never its secret)."""
     try:
@@ -90,7 +95,7 @@ def get_key(key_id: uuid.UUID, db: DatabaseDep, admin: AdminKey) -> KeyOut:
     "/{key_id}/rotate",
     response_model=CreatedKeyOut,
     status_code=status.HTTP_201_CREATED,
-    responses=error_responses(401, 403, 404, 409),
+    responses=error_responses(409),
 )
 def rotate_key(
     key_id: uuid.UUID,
@@ -111,9 +116,7 @@ def rotate_key(
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
 
 
-@keys_router.post(
-    "/{key_id}/revoke", response_model=KeyOut, responses=error_responses(401, 403, 404, 409)
-)
+@keys_router.post("/{key_id}/revoke", response_model=KeyOut, responses=error_responses(409))
 def revoke_key(key_id: uuid.UUID, db: DatabaseDep, admin: AdminKey) -> KeyOut:
     """Revoke a key at once (again: no change); not the tenant's last active admin key."""
     try:
@@ -125,9 +128,7 @@ def revoke_key(key_id: uuid.UUID, db: DatabaseDep, admin: AdminKey) -> KeyOut:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
 
 
-@keys_router.patch(
-    "/{key_id}", response_model=KeyOut, responses=error_responses(401, 403, 404, 409, 422)
-)
+@keys_router.patch("/{key_id}", response_model=KeyOut, responses=error_responses(409))
 def set_key_expiry(key_id: uuid.UUID, body: KeyExpiry, db: DatabaseDep, admin: AdminKey) -> KeyOut:
     """Set or clear (null) a key's expiry."""
     try:

@@ -127,15 +127,17 @@ def lock_tenant_keys(session: Session, tenant_id: uuid.UUID) -> None:
     session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update())
 
 
-def count_usable_admins(
+def count_lasting_admins(
     session: Session, tenant_id: uuid.UUID, now: datetime, *, excluding: uuid.UUID
 ) -> int:
+    """The tenant's other admin keys that work now and are not being retired by a rotation."""
     return int(
         session.scalar(
             select(func.count()).where(
                 ApiKey.tenant_id == tenant_id,
                 ApiKey.role == "admin",
                 ApiKey.id != excluding,
+                ApiKey.retires_at.is_(None),
                 *usable_at(now),
             )
         )

@@ -271,14 +271,15 @@ def rotate_key(
 
 
 def revoke_key(session: Session, admin: Principal, key_id: uuid.UUID) -> KeyView:
-    """Revoke a key at once (idempotent). The tenant's last usable admin key is kept: without
-    it the tenant could only get keys again from a shell on the server. Flushes."""
+    """Revoke a key at once (idempotent). The tenant's last active admin key (working, and not
+    being retired by a rotation) is kept: without it the tenant could only get keys again from
+    a shell on the server. Flushes."""
     key = _locked_key(session, admin, key_id)
     if key.revoked_at is None:
         now = utcnow()
         if (
             key.role == "admin"
-            and repository.count_usable_admins(session, key.tenant_id, now, excluding=key.id) == 0
+            and repository.count_lasting_admins(session, key.tenant_id, now, excluding=key.id) == 0
         ):
             raise KeyConflict("this is the tenant's last active admin key; create another first")
         key.revoked_at = now

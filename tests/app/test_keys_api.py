@@ -300,11 +300,18 @@ def test_the_last_active_admin_key_is_not_revoked(client: TestClient, tenant: Te
     assert _whoami(client, tenant.admin) == 401
     last = client.post(f"/v1/keys/{second['id']}/revoke", headers=bearer(second["key"]))
     assert last.status_code == 409
+    # A key being retired by a rotation does not count: its successor is the last one.
+    third = client.post(f"/v1/keys/{second['id']}/rotate", headers=bearer(second["key"])).json()
+    successor = client.post(f"/v1/keys/{third['id']}/revoke", headers=bearer(second["key"]))
+    assert successor.status_code == 409, successor.text
+    retiring = client.post(f"/v1/keys/{second['id']}/revoke", headers=bearer(third["key"]))
+    assert retiring.status_code == 200, retiring.text
+    assert _whoami(client, second["key"]) == 401 and _whoami(client, third["key"]) == 200
     # Admin keys see no dataset, so they cannot be limited to some.
     limited = client.post(
         "/v1/keys",
         json={"name": "x", "role": "admin", "datasets": [str(uuid.uuid4())]},
-        headers=bearer(second["key"]),
+        headers=bearer(third["key"]),
     )
     assert limited.status_code == 422
 
