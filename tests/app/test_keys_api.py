@@ -482,3 +482,27 @@ def test_the_migration_downgrades_and_upgrades(settings: Settings) -> None:
         )
         assert authenticate(session, settings.secret_key_bytes(), new_admin) is not None
         assert authenticate(session, settings.secret_key_bytes(), tenant.admin) is None
+
+
+def test_the_console_refuses_admin_keys_and_ends_sessions_of_expired_keys(
+    client: TestClient, tenant: Tenant, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.console import service as console_service
+    from tests.console.support import post_login
+
+    monkeypatch.setattr(console_service, "utcnow", clock)
+    client.follow_redirects = False
+    refused = post_login(client, tenant.admin)
+    assert refused.status_code == 403, refused.text
+    assert "admin keys manage keys over the API" in refused.text
+    assert "rhosynth_console" not in refused.cookies
+
+    expiring = _new_key(
+        client, tenant.admin, expires_at=(clock.now + timedelta(minutes=10)).isoformat()
+    )
+    signed_in = post_login(client, expiring["key"])
+    assert signed_in.status_code == 303, signed_in.text
+    assert client.get("/console/datasets").status_code == 200
+    clock.advance(600)
+    ended = client.get("/console/datasets")
+    assert ended.status_code == 303 and ended.headers["location"].endswith("/console/login")
