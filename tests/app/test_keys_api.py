@@ -27,6 +27,7 @@ from app.cli import main
 from app.config import Settings, get_settings
 from app.db.session import dispose_engines, get_session_factory, transaction
 from app.main import create_app
+from app.samples.models import Sample
 from tests.support import services
 from tests.support.ledger import add_tableless_dataset
 
@@ -325,6 +326,21 @@ def test_a_dataset_limited_key_sees_only_its_datasets_on_every_route(
     other_job = client.post(f"/v1/datasets/{other}/jobs", json=job_body, headers=owner)
     assert other_job.status_code == 202, other_job.text
     other_job_id = other_job.json()["id"]
+    with transaction(get_session_factory(settings.sqlalchemy_url)) as session:
+        # A sample row of that job (failed: no output), to read by its own id.
+        other_sample = uuid.uuid4()
+        session.add(
+            Sample(
+                id=other_sample,
+                tenant_id=tenant.owner_principal.tenant_id,
+                dataset_id=uuid.UUID(other),
+                job_id=uuid.UUID(other_job_id),
+                rows=10,
+                seed=1,
+                status="failed",
+                requested_by=tenant.owner_principal.key_id,
+            )
+        )
 
     analyst = bearer(_new_key(client, tenant.admin, datasets=[mine])["key"])
     listed = client.get("/v1/datasets", headers=analyst)
@@ -346,12 +362,17 @@ def test_a_dataset_limited_key_sees_only_its_datasets_on_every_route(
         ("GET", f"/v1/jobs/{other_job_id}/report", None),
         ("GET", f"/v1/jobs/{other_job_id}/samples", None),
         ("POST", f"/v1/jobs/{other_job_id}/samples", {"rows": 10}),
+        ("GET", f"/v1/samples/{other_sample}", None),
+        ("GET", f"/v1/samples/{other_sample}/output", None),
+        ("DELETE", f"/v1/samples/{other_sample}", None),
     ]
     for method, path, body in hidden:
         response = client.request(method, path, json=body, headers=analyst)
         assert response.status_code == 404, (method, path, response.text)
-    # The owner (not limited) still sees the job, which the limited key could not cancel.
+    # The owner (not limited) still sees the job, which the limited key could not cancel, and
+    # the sample it could not delete.
     assert client.get(f"/v1/jobs/{other_job_id}", headers=owner).json()["status"] == "queued"
+    assert client.get(f"/v1/samples/{other_sample}", headers=owner).json()["status"] == "failed"
 
     # A dataset-limited owner key: the ledger and budget of other datasets are hidden too,
     # and it cannot create datasets (they would be outside its limits).
