@@ -71,7 +71,7 @@ def create_key(
             )
             return _created(secret_key, view)
     except service.InvalidKeyRequest as error:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(error)) from None
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(error)) from None
 
 
 @keys_router.get("", response_model=KeyList)
@@ -139,4 +139,4 @@ def set_key_expiry(key_id: uuid.UUID, body: KeyExpiry, db: DatabaseDep, admin: A
     except service.KeyConflict as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
     except service.InvalidKeyRequest as error:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(error)) from None
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(error)) from None
