@@ -404,7 +404,12 @@ def keys() -> None:
 
 @keys.command("create")
 @click.option("--tenant", required=True, help="tenant name (created on first use)")
-@click.option("--role", required=True, type=click.Choice(["owner", "analyst"]))
+@click.option(
+    "--role",
+    required=True,
+    type=click.Choice(["owner", "analyst", "admin"]),
+    help="admin: manages the tenant's keys over /v1/keys (and nothing else)",
+)
 @click.option("--name", required=True, help="a label for the key")
 def keys_create(tenant: str, role: str, name: str) -> None:
     """Create an API key; the key is printed alone on the last line (it is not stored)."""

@@ -21,6 +21,7 @@ from app.api.errors import database_unavailable_response, validation_error_handl
 from app.api.limits import BodySizeLimitMiddleware
 from app.api.strict_json import StrictJSONMiddleware
 from app.api.uploads import UploadSlots
+from app.auth.endpoints import keys_router
 from app.auth.endpoints import router as auth_router
 from app.auth.throttle import FailedAuthThrottle
 from app.config import Settings, get_settings
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(reports_router)
     app.include_router(samples_router)
     app.include_router(auth_router)
+    app.include_router(keys_router)
 
     def body_limit(scope: Scope) -> int:
         path = scope.get("path", "").rstrip("/") if scope.get("method") == "POST" else None

@@ -40,7 +40,9 @@ from pydantic import BaseModel
 
 from rhosynth.errors import ApiError, Unavailable, error_for
 from rhosynth.models import (
+    ApiKey,
     Budget,
+    CreatedKey,
     Dataset,
     Job,
     JobPreview,
@@ -58,6 +60,7 @@ SchemaSource = str | Path | Mapping[str, Any]
 Number = Decimal | int | float | str
 DatasetRef = Dataset | uuid.UUID | str
 JobRef = Job | uuid.UUID | str
+KeyRef = ApiKey | uuid.UUID | str
 TableFormat = Literal["csv", "parquet"]
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -66,8 +69,8 @@ RETRY_STATUSES = frozenset({503})
 USER_AGENT = "rhosynth-client/0.1"
 
 
-def _id(ref: Dataset | Job | Sample | uuid.UUID | str) -> str:
-    if isinstance(ref, Dataset | Job | Sample):
+def _id(ref: Dataset | Job | Sample | ApiKey | uuid.UUID | str) -> str:
+    if isinstance(ref, Dataset | Job | Sample | ApiKey):
         return str(ref.id)
     return str(uuid.UUID(str(ref)))  # refuses a malformed id before any request
 
@@ -130,7 +133,7 @@ def _read_table(content: bytes, format: TableFormat) -> pd.DataFrame:
 
 
 class Client:
-    """A client of one rhosynth service with one API key (owner or analyst).
+    """A client of one rhosynth service with one API key (owner, analyst or admin).
 
     ``retries``: how many times a request that is safe to repeat is retried after a 503 or a
     failed connection; the wait is the server's ``Retry-After`` when it gives one, else
@@ -333,6 +336,57 @@ class Client:
         """Erase the stored table and every output (owner keys); the ledger stays."""
         response = self._send("DELETE", f"/v1/datasets/{_id(dataset)}", retry=True)
         return Dataset.model_validate(response.json())
+
+    # -- keys (admin keys) -------------------------------------------------------------------
+
+    def create_key(
+        self,
+        name: str,
+        role: Literal["owner", "analyst", "admin"],
+        *,
+        expires_at: datetime | None = None,
+        datasets: list[DatasetRef] | None = None,
+    ) -> CreatedKey:
+        """Create a key of the tenant (admin keys); ``created.key`` is its secret, which the
+        service shows this once. ``datasets`` limits it to those datasets. Not retried: a
+        repeated request would create a second key."""
+        body: dict[str, Any] = {"name": name, "role": role}
+        if expires_at is not None:
+            body["expires_at"] = expires_at.isoformat()
+        if datasets:
+            body["datasets"] = [_id(d) for d in datasets]
+        response = self._send("POST", "/v1/keys", retry=False, json=body)
+        return CreatedKey.model_validate(response.json())
+
+    def list_keys(self) -> list[ApiKey]:
+        """Every key of the tenant, revoked and expired ones too (admin keys)."""
+        page = self._send("GET", "/v1/keys", retry=True).json()
+        return [ApiKey.model_validate(item) for item in page["items"]]
+
+    def get_key(self, key: KeyRef) -> ApiKey:
+        return self._get(f"/v1/keys/{_id(key)}", ApiKey)
+
+    def rotate_key(self, key: KeyRef, *, overlap_seconds: int = 3600) -> CreatedKey:
+        """A new key in place of ``key`` (admin keys); the old secret keeps working for
+        ``overlap_seconds`` (at most 7 days). Not retried: a retry would answer 409."""
+        response = self._send(
+            "POST",
+            f"/v1/keys/{_id(key)}/rotate",
+            retry=False,
+            json={"overlap_seconds": overlap_seconds},
+        )
+        return CreatedKey.model_validate(response.json())
+
+    def revoke_key(self, key: KeyRef) -> ApiKey:
+        """Revoke a key at once (admin keys; revoking again changes nothing)."""
+        response = self._send("POST", f"/v1/keys/{_id(key)}/revoke", retry=True)
+        return ApiKey.model_validate(response.json())
+
+    def set_key_expiry(self, key: KeyRef, expires_at: datetime | None) -> ApiKey:
+        """Set (a future, time-zone-aware instant) or clear (None) a key's expiry (admin keys)."""
+        body = {"expires_at": expires_at.isoformat() if expires_at is not None else None}
+        response = self._send("PATCH", f"/v1/keys/{_id(key)}", retry=True, json=body)
+        return ApiKey.model_validate(response.json())
 
     # -- jobs --------------------------------------------------------------------------------
 

@@ -263,6 +263,29 @@ class SchemaDraft(_Wire):
     warning: str | None = None
 
 
+KeyRole = Literal["owner", "analyst", "admin"]
+
+
+class ApiKey(_Wire):
+    """A key of the tenant as admin keys see it: never its secret."""
+
+    id: uuid.UUID
+    name: str
+    role: KeyRole
+    prefix: str
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    retires_at: datetime | None
+    datasets: list[uuid.UUID]
+
+
+class CreatedKey(ApiKey):
+    """A new key with its secret, which the service shows this once (``key``; not in repr)."""
+
+    key: str = Field(repr=False)
+
+
 # The server's name of each model (the OpenAPI components the drift test compares them with).
 SERVER_NAMES: dict[type[BaseModel], str] = {
     Budget: "BudgetOut",
@@ -283,4 +306,6 @@ SERVER_NAMES: dict[type[BaseModel], str] = {
     Sample: "SampleOut",
     DraftColumnReason: "DraftColumnReason",
     SchemaDraft: "SchemaDraftOut",
+    ApiKey: "KeyOut",
+    CreatedKey: "CreatedKeyOut",
 }

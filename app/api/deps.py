@@ -93,6 +93,14 @@ def resources(request: Request) -> ApiResources:
     return found
 
 
+async def _key_secret(request: Request) -> bytes:
+    return resources(request).secret
+
+
+KeySecretDep = Annotated[bytes, Depends(_key_secret)]
+"""The secret API keys are hashed with (HMAC-SHA256)."""
+
+
 @dataclass(frozen=True)
 class Database:
     """The request's way to the database: one transaction per request, opened in the route."""
@@ -213,9 +221,41 @@ async def _owner(principal: CurrentKey) -> Principal:
 
 
 OwnerKey = Annotated[Principal, Depends(_owner)]
+
+
+def require_data_key(principal: Principal) -> Principal:
+    """``principal`` if it is an owner or analyst key; 403 for admin keys, which manage keys
+    and nothing else (issue 27 §1)."""
+    if principal.is_admin:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, "admin keys manage keys only; use an owner or analyst key"
+        )
+    return principal
+
+
+async def _analyst(principal: CurrentKey) -> Principal:
+    return require_data_key(principal)
+
+
 # Analyst actions (reading datasets, submitting and cancelling jobs, downloading outputs) are
-# open to both roles: an owner can do everything an analyst of the same tenant can.
-AnalystKey = CurrentKey
+# open to owner and analyst keys: an owner can do everything an analyst of the same tenant can.
+AnalystKey = Annotated[Principal, Depends(_analyst)]
+
+
+def require_admin(principal: Principal) -> Principal:
+    """``principal`` if it is an admin key; 403 otherwise (the rule of every /v1/keys route)."""
+    if not principal.is_admin:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "this action needs an admin key")
+    return principal
+
+
+async def _admin(principal: CurrentKey) -> Principal:
+    return require_admin(principal)
+
+
+# Admin keys manage the tenant's keys; they are not owners (they see no dataset), and owners
+# are not admins.
+AdminKey = Annotated[Principal, Depends(_admin)]
 
 
 @dataclass(frozen=True)
@@ -235,9 +275,11 @@ class KeyedRead:
 
     @contextmanager
     def session(self) -> Iterator[tuple[Session, Principal]]:
-        """The session and the caller's principal; 401 if the key is unknown or revoked."""
+        """The session and the caller's principal; 401 if the key is unknown, revoked, expired
+        or retired, 403 for an admin key."""
         with read_only_session(resources(self.request).factory) as session:
-            yield session, _authenticated(self.request, session, self.presented)
+            principal = _authenticated(self.request, session, self.presented)
+            yield session, require_data_key(principal)
 
 
 async def _keyed_read(

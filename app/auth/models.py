@@ -10,7 +10,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, new_id, utcnow
 
-ROLES = ("owner", "analyst")
+ROLES = ("owner", "analyst", "admin")
+"""``admin`` keys manage the tenant's keys (app/auth/endpoints.py) and nothing else."""
 
 
 class Tenant(Base):
@@ -23,7 +24,7 @@ class Tenant(Base):
 
 class ApiKey(Base):
     __tablename__ = "api_keys"
-    __table_args__ = (CheckConstraint("role IN ('owner', 'analyst')", name="role"),)
+    __table_args__ = (CheckConstraint("role IN ('owner', 'analyst', 'admin')", name="role"),)
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id"), index=True)
@@ -34,3 +35,16 @@ class ApiKey(Base):
     prefix: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+    # The key stops authenticating at expires_at (None: never) and, once rotated, at retires_at
+    # (the old secret keeps working until then, so clients can switch without an outage).
+    expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    retires_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class ApiKeyDataset(Base):
+    """One dataset a dataset-limited key may see; a key with no rows sees its whole tenant."""
+
+    __tablename__ = "api_key_datasets"
+
+    key_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("api_keys.id"), primary_key=True)
+    dataset_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("datasets.id"), primary_key=True)

@@ -1,10 +1,17 @@
-"""Creating keys and resolving a bearer key to a principal."""
+"""Creating and managing keys, and resolving a bearer key to a principal.
+
+Roles: ``owner`` (everything on the tenant's data), ``analyst`` (reads datasets, submits jobs,
+reads releases) and ``admin`` (manages the tenant's keys over ``/v1/keys`` and nothing else: an
+admin key sees no dataset, so a key-management portal holding it cannot read data or spend a
+budget itself; it can create owner keys, so it is as sensitive as one). Issue 27 §1.
+"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
@@ -22,10 +29,18 @@ class Principal:
     tenant_id: uuid.UUID
     role: str
     name: str
+    # The datasets this key may see: None for every dataset of the tenant; a dataset-limited
+    # key's list; empty for admin keys (they manage keys, not data). Every dataset-scoped read
+    # goes through the repositories' *_for_tenant functions, which apply it.
+    datasets: frozenset[uuid.UUID] | None = None
 
     @property
     def is_owner(self) -> bool:
         return self.role == "owner"
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
 
     @property
     def actor(self) -> str:
@@ -70,12 +85,21 @@ def create_key(
     return CreatedKey(key=key, key_id=row.id, tenant_id=tenant.id, role=role)
 
 
+def principal_of(key: ApiKey, datasets: frozenset[uuid.UUID]) -> Principal:
+    """The principal of a usable key limited to ``datasets`` (empty: not limited)."""
+    scope: frozenset[uuid.UUID] | None = frozenset() if key.role == "admin" else datasets or None
+    return Principal(
+        key_id=key.id, tenant_id=key.tenant_id, role=key.role, name=key.name, datasets=scope
+    )
+
+
 def authenticate(session: Session, secret: bytes, presented: str) -> Principal | None:
-    """The principal for a presented key, or None. Lookup is by HMAC, so timing reveals nothing."""
-    row = repository.find_active_key(session, hash_key(secret, presented))
-    if row is None:
+    """The principal for a presented key, or None (unknown, revoked, expired or retired by a
+    rotation). Lookup is by HMAC, so timing reveals nothing."""
+    found = repository.find_active_key(session, hash_key(secret, presented), utcnow())
+    if found is None:
         return None
-    return Principal(key_id=row.id, tenant_id=row.tenant_id, role=row.role, name=row.name)
+    return principal_of(*found)
 
 
 def actor_names(session: Session, tenant_id: uuid.UUID, actors: Iterable[str]) -> dict[str, str]:
@@ -91,3 +115,186 @@ def actor_names(session: Session, tenant_id: uuid.UUID, actors: Iterable[str]) -
                 continue
     names = repository.key_names(session, tenant_id, ids)
     return {f"key:{key_id}": name for key_id, name in names.items()}
+
+
+MAX_OVERLAP = timedelta(days=7)
+"""The longest a rotated key's old secret keeps working."""
+
+
+class KeyNotFound(LookupError):
+    """No such key in the caller's tenant (another tenant's key too: its existence is not told)."""
+
+
+class KeyConflict(Exception):
+    """The key's state does not allow this (revoked, retiring, the tenant's last admin key)."""
+
+
+class InvalidKeyRequest(ValueError):
+    """A request that names another tenant's dataset, gives an admin key datasets, or an expiry
+    that has passed."""
+
+
+@dataclass(frozen=True)
+class KeyView:
+    """A key's public fields (never its hash) and its dataset limits."""
+
+    key: ApiKey
+    datasets: list[uuid.UUID]
+
+
+def _check_name(name: str) -> str:
+    name = name.strip()
+    if not name or len(name) > 200:
+        raise InvalidKeyRequest("key names are 1 to 200 characters")
+    return name
+
+
+def _check_expiry(expires_at: datetime | None, now: datetime) -> None:
+    if expires_at is not None and expires_at <= now:
+        raise InvalidKeyRequest("expires_at must be in the future (revoke a key to end it now)")
+
+
+def _new_key(
+    session: Session,
+    secret: bytes,
+    tenant_id: uuid.UUID,
+    *,
+    role: str,
+    name: str,
+    expires_at: datetime | None,
+    datasets: Sequence[uuid.UUID],
+    now: datetime,
+) -> tuple[str, KeyView]:
+    key = generate_key()
+    row = repository.add_key(
+        session,
+        ApiKey(
+            id=uuid.uuid4(),
+            tenant_id=tenant_id,
+            name=name,
+            role=role,
+            key_hash=hash_key(secret, key),
+            prefix=display_prefix(key),
+            created_at=now,
+            expires_at=expires_at,
+        ),
+    )
+    limits = sorted(set(datasets))
+    if limits:
+        repository.limit_key_to(session, row.id, limits)
+    return key, KeyView(row, limits)
+
+
+def create_tenant_key(
+    session: Session,
+    secret: bytes,
+    admin: Principal,
+    *,
+    role: str,
+    name: str,
+    expires_at: datetime | None,
+    datasets: Sequence[uuid.UUID],
+) -> tuple[str, KeyView]:
+    """A new key of the admin's tenant: (the secret, shown once; its view). Flushes."""
+    if role not in ROLES:
+        raise InvalidKeyRequest(f"role must be one of {', '.join(ROLES)}")
+    now = utcnow()
+    _check_expiry(expires_at, now)
+    if datasets and role == "admin":
+        raise InvalidKeyRequest("admin keys see no dataset; they cannot be limited to some")
+    unknown = set(datasets) - repository.tenant_dataset_ids(session, admin.tenant_id, datasets)
+    if unknown:
+        # The same answer for another tenant's dataset and for none at all.
+        raise InvalidKeyRequest(f"no such dataset: {sorted(unknown)[0]}")
+    return _new_key(
+        session,
+        secret,
+        admin.tenant_id,
+        role=role,
+        name=_check_name(name),
+        expires_at=expires_at,
+        datasets=datasets,
+        now=now,
+    )
+
+
+def list_tenant_keys(session: Session, admin: Principal) -> list[KeyView]:
+    """Every key of the tenant, revoked and expired ones too, oldest first."""
+    keys = repository.list_keys(session, admin.tenant_id)
+    limits = repository.datasets_of_keys(session, (k.id for k in keys))
+    return [KeyView(k, limits.get(k.id, [])) for k in keys]
+
+
+def get_tenant_key(session: Session, admin: Principal, key_id: uuid.UUID) -> KeyView:
+    key = repository.get_key(session, admin.tenant_id, key_id)
+    if key is None:
+        raise KeyNotFound(key_id)
+    return KeyView(key, sorted(repository.key_datasets(session, key.id)))
+
+
+def _locked_key(session: Session, admin: Principal, key_id: uuid.UUID) -> ApiKey:
+    repository.lock_tenant_keys(session, admin.tenant_id)
+    key = repository.get_key(session, admin.tenant_id, key_id)
+    if key is None:
+        raise KeyNotFound(key_id)
+    return key
+
+
+def rotate_key(
+    session: Session, secret: bytes, admin: Principal, key_id: uuid.UUID, overlap: timedelta
+) -> tuple[str, KeyView]:
+    """A successor of a usable key (same name, role, datasets and expiry; a new secret, shown
+    once); the old key keeps working until now + ``overlap``, then stops. Flushes."""
+    if overlap < timedelta(0) or overlap > MAX_OVERLAP:
+        raise InvalidKeyRequest("the overlap is 0 s to 7 days")
+    key = _locked_key(session, admin, key_id)
+    now = utcnow()
+    if key.revoked_at is not None:
+        raise KeyConflict("a revoked key cannot be rotated")
+    if key.expires_at is not None and key.expires_at <= now:
+        raise KeyConflict("an expired key cannot be rotated")
+    if key.retires_at is not None:
+        raise KeyConflict("the key has already been rotated; rotate its successor")
+    created = _new_key(
+        session,
+        secret,
+        key.tenant_id,
+        role=key.role,
+        name=key.name,
+        expires_at=key.expires_at,
+        datasets=sorted(repository.key_datasets(session, key.id)),
+        now=now,
+    )
+    key.retires_at = now + overlap
+    session.flush()
+    return created
+
+
+def revoke_key(session: Session, admin: Principal, key_id: uuid.UUID) -> KeyView:
+    """Revoke a key at once (idempotent). The tenant's last active admin key (working, and not
+    being retired by a rotation) is kept: without it the tenant could only get keys again from
+    a shell on the server. Flushes."""
+    key = _locked_key(session, admin, key_id)
+    if key.revoked_at is None:
+        now = utcnow()
+        if (
+            key.role == "admin"
+            and repository.count_lasting_admins(session, key.tenant_id, now, excluding=key.id) == 0
+        ):
+            raise KeyConflict("this is the tenant's last active admin key; create another first")
+        key.revoked_at = now
+        session.flush()
+    return KeyView(key, sorted(repository.key_datasets(session, key.id)))
+
+
+def set_key_expiry(
+    session: Session, admin: Principal, key_id: uuid.UUID, expires_at: datetime | None
+) -> KeyView:
+    """Set (a future instant) or clear (None) a key's expiry. Flushes."""
+    key = _locked_key(session, admin, key_id)
+    _check_expiry(expires_at, utcnow())
+    if key.revoked_at is not None:
+        raise KeyConflict("a revoked key cannot change")
+    key.expires_at = expires_at
+    session.flush()
+    return KeyView(key, sorted(repository.key_datasets(session, key.id)))

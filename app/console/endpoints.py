@@ -390,7 +390,14 @@ async def login(request: Request, db: DatabaseDep) -> Response:
             service.sign_out(session, request.cookies.get(service.COOKIE))
             return service.sign_in(session, resources(request).secret, key)
 
-    created = await run_in_threadpool(create)
+    try:
+        created = await run_in_threadpool(create)
+    except service.AdminKeyRefused:
+        return _login_page(
+            request,
+            "admin keys manage keys over the API (/v1/keys); sign in with an owner or analyst key",
+            status.HTTP_403_FORBIDDEN,
+        )
     if created is None:
         request.app.state.auth_throttle.failed(client_address(request))
         return _login_page(request, "invalid API key", status.HTTP_401_UNAUTHORIZED)

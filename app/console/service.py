@@ -21,8 +21,9 @@ from datetime import timedelta
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from app.auth import repository as auth_repository
 from app.auth.models import ApiKey
-from app.auth.service import Principal, authenticate
+from app.auth.service import Principal, authenticate, principal_of
 from app.console.models import ConsoleSession
 from app.db.base import utcnow
 
@@ -48,11 +49,18 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+class AdminKeyRefused(Exception):
+    """Admin keys manage keys over the API; the console is for owner and analyst keys."""
+
+
 def sign_in(session: Session, secret: bytes, presented_key: str) -> tuple[str, SignedIn] | None:
-    """A new session for a valid, unrevoked key: (cookie token, session), or None. Flushes."""
+    """A new session for a usable owner or analyst key: (cookie token, session), or None.
+    Raises AdminKeyRefused for an admin key. Flushes."""
     principal = authenticate(session, secret, presented_key.strip())
     if principal is None:
         return None
+    if principal.is_admin:
+        raise AdminKeyRefused
     now = utcnow()
     # Expired sessions of this key are removed as it signs in again; nothing else accumulates.
     session.execute(
@@ -76,22 +84,24 @@ def sign_in(session: Session, secret: bytes, presented_key: str) -> tuple[str, S
 
 
 def resolve(session: Session, token: str | None) -> SignedIn | None:
-    """The live session of a cookie token: unexpired, and its key not revoked; else None."""
+    """The live session of a cookie token: unexpired, and its key usable (not revoked, expired
+    or retired); else None."""
     if not token or len(token) > 128:
         return None
+    now = utcnow()
     row = session.execute(
         select(ConsoleSession, ApiKey)
         .join(ApiKey, ApiKey.id == ConsoleSession.key_id)
         .where(
             ConsoleSession.token_hash == _hash(token),
-            ConsoleSession.expires_at > utcnow(),
-            ApiKey.revoked_at.is_(None),
+            ConsoleSession.expires_at > now,
+            *auth_repository.usable_at(now),
         )
     ).one_or_none()
     if row is None:
         return None
     console_session, key = row
-    principal = Principal(key_id=key.id, tenant_id=key.tenant_id, role=key.role, name=key.name)
+    principal = principal_of(key, auth_repository.key_datasets(session, key.id))
     return SignedIn(principal, console_session.csrf_token)
 
 

@@ -99,6 +99,10 @@ async def create_dataset(
     principal: OwnerKey,
 ) -> DatasetOut:
     """Upload a table with its declared schema and total ρ budget (owner keys)."""
+    if principal.datasets is not None:
+        # Its new dataset would be outside its own limits: a dataset-limited owner key
+        # manages the datasets it was given, nothing more.
+        raise HTTPException(403, "a dataset-limited key cannot create datasets")
     # The form is parsed here, after authentication, so an anonymous caller cannot make the
     # server spool an upload. The body cap is enforced earlier, by BodySizeLimitMiddleware.
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, select, true
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from app.datasets.models import Dataset
 
@@ -16,9 +17,29 @@ def add(session: Session, dataset: Dataset) -> Dataset:
     return dataset
 
 
-def get_for_tenant(session: Session, dataset_id: uuid.UUID, tenant_id: uuid.UUID) -> Dataset | None:
+def within(
+    dataset_column: InstrumentedAttribute[Any], datasets: frozenset[uuid.UUID] | None
+) -> ColumnElement[bool]:
+    """The rows whose dataset a key may see: every one (None), or those of its datasets (a
+    dataset-limited key; none at all for an admin key's empty set). Principal.datasets is the
+    ``datasets`` of every *_for_tenant read of datasets, jobs and samples, so that each
+    dataset-scoped route answers 404 for a dataset the key may not see."""
+    if datasets is None:
+        return true()
+    return dataset_column.in_(sorted(datasets))
+
+
+def get_for_tenant(
+    session: Session,
+    dataset_id: uuid.UUID,
+    tenant_id: uuid.UUID,
+    *,
+    datasets: frozenset[uuid.UUID] | None,
+) -> Dataset | None:
     return session.scalars(
-        select(Dataset).where(Dataset.id == dataset_id, Dataset.tenant_id == tenant_id)
+        select(Dataset).where(
+            Dataset.id == dataset_id, Dataset.tenant_id == tenant_id, within(Dataset.id, datasets)
+        )
     ).one_or_none()
 
 
@@ -27,12 +48,17 @@ def get(session: Session, dataset_id: uuid.UUID) -> Dataset | None:
 
 
 def list_for_tenant(
-    session: Session, tenant_id: uuid.UUID, *, limit: int, offset: int
+    session: Session,
+    tenant_id: uuid.UUID,
+    *,
+    datasets: frozenset[uuid.UUID] | None,
+    limit: int,
+    offset: int,
 ) -> list[Dataset]:
     return list(
         session.scalars(
             select(Dataset)
-            .where(Dataset.tenant_id == tenant_id)
+            .where(Dataset.tenant_id == tenant_id, within(Dataset.id, datasets))
             .order_by(Dataset.created_at, Dataset.id)
             .limit(limit)
             .offset(offset)
@@ -41,7 +67,12 @@ def list_for_tenant(
 
 
 def lock_for_tenant(
-    session: Session, dataset_id: uuid.UUID, tenant_id: uuid.UUID, *, exclusive: bool
+    session: Session,
+    dataset_id: uuid.UUID,
+    tenant_id: uuid.UUID,
+    *,
+    datasets: frozenset[uuid.UUID] | None,
+    exclusive: bool,
 ) -> Dataset | None:
     """Read a dataset row and lock it for the rest of the transaction.
 
@@ -51,6 +82,8 @@ def lock_for_tenant(
     """
     return session.scalars(
         select(Dataset)
-        .where(Dataset.id == dataset_id, Dataset.tenant_id == tenant_id)
+        .where(
+            Dataset.id == dataset_id, Dataset.tenant_id == tenant_id, within(Dataset.id, datasets)
+        )
         .with_for_update(read=not exclusive)
     ).one_or_none()

@@ -325,7 +325,9 @@ def create_dataset(
 
 def get_dataset(session: Session, principal: Principal, dataset_id: uuid.UUID) -> Dataset:
     """The dataset if it belongs to the caller's tenant (another tenant's is 'not found')."""
-    dataset = repository.get_for_tenant(session, dataset_id, principal.tenant_id)
+    dataset = repository.get_for_tenant(
+        session, dataset_id, principal.tenant_id, datasets=principal.datasets
+    )
     if dataset is None:
         raise DatasetNotFound(dataset_id)
     return dataset
@@ -334,7 +336,9 @@ def get_dataset(session: Session, principal: Principal, dataset_id: uuid.UUID) -
 def list_datasets(
     session: Session, principal: Principal, *, limit: int, offset: int
 ) -> list[Dataset]:
-    return repository.list_for_tenant(session, principal.tenant_id, limit=limit, offset=offset)
+    return repository.list_for_tenant(
+        session, principal.tenant_id, datasets=principal.datasets, limit=limit, offset=offset
+    )
 
 
 def grant_budget(
@@ -372,7 +376,9 @@ def delete_dataset(
     Queued jobs are cancelled and their reservations released (they never read the data);
     running jobs are asked to stop and stay charged.
     """
-    dataset = repository.lock_for_tenant(session, dataset_id, principal.tenant_id, exclusive=True)
+    dataset = repository.lock_for_tenant(
+        session, dataset_id, principal.tenant_id, datasets=principal.datasets, exclusive=True
+    )
     if dataset is None:
         raise DatasetNotFound(dataset_id)
     if dataset.deleted_at is not None:

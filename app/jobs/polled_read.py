@@ -48,7 +48,13 @@ from sqlalchemy import exc
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.deps import ApiResources, check_key, missing_key, throttle_refusal
+from app.api.deps import (
+    ApiResources,
+    check_key,
+    missing_key,
+    require_data_key,
+    throttle_refusal,
+)
 from app.api.errors import database_unavailable_response
 from app.auth.throttle import FailedAuthThrottle
 from app.db.session import read_only_session
@@ -134,7 +140,9 @@ class PolledJobRead:
 
         def read() -> Response:
             with read_only_session(resources.factory) as session:
-                principal = check_key(session, resources.secret, throttle, address, presented)
+                principal = require_data_key(
+                    check_key(session, resources.secret, throttle, address, presented)
+                )
                 try:
                     out = service.job_read(session, principal, job_id)
                 except service.JobNotFound:

@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session, aliased
 
 from app.auth.models import Tenant
 from app.datasets.models import Dataset
+from app.datasets.repository import within
 from app.jobs.models import IdempotencyKey, Job
 from app.jobs.progress import DONE, QUEUED, REQUEUED_DETAIL, STARTING, ProgressPoint
 from app.samples.models import Sample
@@ -67,17 +68,34 @@ def get(session: Session, job_id: uuid.UUID) -> Job | None:
     return session.get(Job, job_id)
 
 
-def get_for_tenant(session: Session, job_id: uuid.UUID, tenant_id: uuid.UUID) -> Job | None:
+def get_for_tenant(
+    session: Session,
+    job_id: uuid.UUID,
+    tenant_id: uuid.UUID,
+    *,
+    datasets: frozenset[uuid.UUID] | None,
+) -> Job | None:
+    """The tenant's job, if its dataset is among ``datasets`` (None: any; see ``within``)."""
     return session.scalars(
-        select(Job).where(Job.id == job_id, Job.tenant_id == tenant_id)
+        select(Job).where(
+            Job.id == job_id, Job.tenant_id == tenant_id, within(Job.dataset_id, datasets)
+        )
     ).one_or_none()
 
 
-def lock_for_tenant(session: Session, job_id: uuid.UUID, tenant_id: uuid.UUID) -> Job | None:
+def lock_for_tenant(
+    session: Session,
+    job_id: uuid.UUID,
+    tenant_id: uuid.UUID,
+    *,
+    datasets: frozenset[uuid.UUID] | None,
+) -> Job | None:
     # FOR UPDATE: a cancel must not interleave with a worker's claim; whichever takes the row
     # lock first wins and the other's guarded UPDATE then sees the new status.
     return session.scalars(
-        select(Job).where(Job.id == job_id, Job.tenant_id == tenant_id).with_for_update()
+        select(Job)
+        .where(Job.id == job_id, Job.tenant_id == tenant_id, within(Job.dataset_id, datasets))
+        .with_for_update()
     ).one_or_none()
 
 

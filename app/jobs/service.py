@@ -224,7 +224,7 @@ def validate_submission(
         raise InvalidJob(f"rows is limited to {settings.max_output_rows}")
 
     dataset = dataset_repository.lock_for_tenant(
-        session, dataset_id, principal.tenant_id, exclusive=False
+        session, dataset_id, principal.tenant_id, datasets=principal.datasets, exclusive=False
     )
     if dataset is None:
         raise LookupError(dataset_id)
@@ -330,7 +330,9 @@ def decimal_text(value: Decimal | None) -> str | None:
 
 
 def get_job(session: Session, principal: Principal, job_id: uuid.UUID) -> Job:
-    job = repository.get_for_tenant(session, job_id, principal.tenant_id)
+    job = repository.get_for_tenant(
+        session, job_id, principal.tenant_id, datasets=principal.datasets
+    )
     if job is None:
         raise JobNotFound(job_id)
     return job
@@ -339,7 +341,12 @@ def get_job(session: Session, principal: Principal, job_id: uuid.UUID) -> Job:
 def list_jobs(
     session: Session, principal: Principal, dataset_id: uuid.UUID, *, limit: int, offset: int
 ) -> list[Job]:
-    if dataset_repository.get_for_tenant(session, dataset_id, principal.tenant_id) is None:
+    if (
+        dataset_repository.get_for_tenant(
+            session, dataset_id, principal.tenant_id, datasets=principal.datasets
+        )
+        is None
+    ):
         raise LookupError(dataset_id)
     return repository.list_for_dataset(session, dataset_id, limit=limit, offset=offset)
 
@@ -358,7 +365,9 @@ def _cancel_locked(session: Session, job: Job, actor: str, reason: str | None) -
 
 
 def cancel_job(session: Session, principal: Principal, job_id: uuid.UUID) -> Job:
-    job = repository.lock_for_tenant(session, job_id, principal.tenant_id)
+    job = repository.lock_for_tenant(
+        session, job_id, principal.tenant_id, datasets=principal.datasets
+    )
     if job is None:
         raise JobNotFound(job_id)
     if job.status in TERMINAL_STATUSES:

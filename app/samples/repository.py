@@ -10,6 +10,7 @@ from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from app.auth.models import Tenant
+from app.datasets.repository import within
 from app.jobs.repository import tenants_in_fair_order
 from app.samples.models import HOLDING_STATUSES, LIVE_STATUSES, Sample
 
@@ -20,9 +21,20 @@ def add(session: Session, sample: Sample) -> Sample:
     return sample
 
 
-def get_for_tenant(session: Session, sample_id: uuid.UUID, tenant_id: uuid.UUID) -> Sample | None:
+def get_for_tenant(
+    session: Session,
+    sample_id: uuid.UUID,
+    tenant_id: uuid.UUID,
+    *,
+    datasets: frozenset[uuid.UUID] | None,
+) -> Sample | None:
+    """The tenant's sample, if its dataset is among ``datasets`` (None: any; see ``within``)."""
     return session.scalars(
-        select(Sample).where(Sample.id == sample_id, Sample.tenant_id == tenant_id)
+        select(Sample).where(
+            Sample.id == sample_id,
+            Sample.tenant_id == tenant_id,
+            within(Sample.dataset_id, datasets),
+        )
     ).one_or_none()
 
 

@@ -135,7 +135,9 @@ def create_sample(
 
 
 def get_sample(session: Session, principal: Principal, sample_id: uuid.UUID) -> Sample:
-    sample = repository.get_for_tenant(session, sample_id, principal.tenant_id)
+    sample = repository.get_for_tenant(
+        session, sample_id, principal.tenant_id, datasets=principal.datasets
+    )
     if sample is None:
         raise SampleNotFound(sample_id)
     return sample
