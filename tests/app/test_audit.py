@@ -563,3 +563,29 @@ def test_samples_and_measurement_downloads_are_recorded(
         ("sample.delete", sample_id, {}),
     ]
     verify_audit_chain(_export(client, tenant.admin))
+
+
+def test_the_migration_downgrades_and_upgrades(settings: Settings, tenant: Tenant) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    import migrations
+    from app.db.session import dispose_engines
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    config.attributes["database_url"] = settings.sqlalchemy_url
+    factory = get_session_factory(settings.sqlalchemy_url)
+    command.downgrade(config, "0011_key_management")
+    dispose_engines()
+    with pytest.raises(Exception, match=r"(?i)audit_entries"), transaction(factory) as session:
+        session.execute(text("SELECT count(*) FROM audit_entries"))
+    command.upgrade(config, "head")
+    dispose_engines()
+    # Empty again, append-only again, and the next key starts a new chain at seq 1.
+    _cli_key(settings, tenant.name, "analyst", "after")
+    with transaction(factory) as session:
+        rows = session.execute(text("SELECT seq, prev_hash FROM audit_entries")).all()
+    assert [(row.seq, row.prev_hash) for row in rows] == [(1, "0" * 64)]
+    with pytest.raises(Exception, match="append-only"), transaction(factory) as session:
+        session.execute(text("DELETE FROM audit_entries"))
