@@ -19,8 +19,10 @@ from app.api.deps import ApiResources
 from app.api.docs import install_docs
 from app.api.errors import database_unavailable_response, validation_error_handler
 from app.api.limits import BodySizeLimitMiddleware
+from app.api.request_id import RequestIdMiddleware
 from app.api.strict_json import StrictJSONMiddleware
 from app.api.uploads import UploadSlots
+from app.audit.endpoints import router as audit_router
 from app.auth.endpoints import keys_router
 from app.auth.endpoints import router as auth_router
 from app.auth.throttle import FailedAuthThrottle
@@ -99,6 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(samples_router)
     app.include_router(auth_router)
     app.include_router(keys_router)
+    app.include_router(audit_router)
 
     def body_limit(scope: Scope) -> int:
         path = scope.get("path", "").rstrip("/") if scope.get("method") == "POST" else None
@@ -119,6 +122,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # polled job read answers below the framework (app/jobs/polled_read.py); it takes no body,
     # so the body limits inside it have nothing to check.
     app.add_middleware(PolledJobRead, enabled=settings.polled_job_read)
+    # Outermost: every answer, the polled read's and the console's too, carries the request's
+    # X-Request-ID, and the audit entries a request writes name it (app/api/request_id.py).
+    app.add_middleware(RequestIdMiddleware)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
 
     @app.exception_handler(exc.OperationalError)

@@ -38,9 +38,11 @@ import httpx
 import pandas as pd
 from pydantic import BaseModel
 
+from rhosynth.audit import AuditChainBroken, ChainHead, verify_audit_chain
 from rhosynth.errors import ApiError, Unavailable, error_for
 from rhosynth.models import (
     ApiKey,
+    AuditEntry,
     Budget,
     CreatedKey,
     Dataset,
@@ -53,7 +55,7 @@ from rhosynth.models import (
     SchemaDraft,
 )
 
-__all__ = ["Client"]
+__all__ = ["AuditChainBroken", "ChainHead", "Client", "verify_audit_chain"]
 
 TableSource = str | Path | pd.DataFrame
 SchemaSource = str | Path | Mapping[str, Any]
@@ -657,6 +659,82 @@ class Client:
         """Delete a finished sample's output: its rows stop counting against the tenant's
         quota of sample rows. Idempotent; a queued or running sample raises a conflict."""
         self._send("DELETE", f"/v1/samples/{_id(sample)}", retry=True)
+
+    # -- the audit trail (admin keys) --------------------------------------------------------
+
+    @staticmethod
+    def _audit_params(
+        since: datetime | None, until: datetime | None, limit: int | None, format: str
+    ) -> dict[str, str]:
+        params = {"format": format}
+        for name, instant in (("since", since), ("until", until)):
+            if instant is not None:
+                if instant.tzinfo is None:
+                    raise ValueError(f"{name} must be timezone-aware")
+                params[name] = instant.isoformat()
+        if limit is not None:
+            params["limit"] = str(limit)
+        return params
+
+    def audit_lines(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int | None = None,
+    ) -> Iterator[str]:
+        """The tenant's audit entries in chain order, as the export's JSON Lines (streamed):
+        what :func:`verify_audit_chain` checks. Admin keys only."""
+        response = self._send(
+            "GET",
+            "/v1/audit",
+            retry=True,
+            stream=True,
+            params=self._audit_params(since, until, limit, "jsonl"),
+        )
+        try:
+            for line in response.iter_lines():
+                if line:
+                    yield line
+        finally:
+            response.close()
+
+    def audit(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int | None = None,
+    ) -> Iterator[AuditEntry]:
+        """The tenant's audit entries in chain order, streamed (admin keys only)."""
+        for line in self.audit_lines(since=since, until=until, limit=limit):
+            yield AuditEntry.model_validate_json(line)
+
+    def download_audit(
+        self,
+        path: str | Path,
+        *,
+        format: Literal["jsonl", "csv"] = "jsonl",
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> Path:
+        """Stream the tenant's audit export to ``path`` (JSON Lines or CSV); returns the path.
+        ``rhosynth audit verify --file`` checks a JSON Lines export offline."""
+        target = Path(path)
+        response = self._send(
+            "GET",
+            "/v1/audit",
+            retry=True,
+            stream=True,
+            params=self._audit_params(since, until, None, format),
+        )
+        try:
+            with target.open("wb") as handle:
+                for chunk in response.iter_bytes():
+                    handle.write(chunk)
+        finally:
+            response.close()
+        return target
 
     def _wait_sample(self, sample: Sample, *, progress: bool, timeout: float | None) -> Sample:
         deadline = None if timeout is None else time.monotonic() + timeout

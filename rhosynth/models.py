@@ -114,6 +114,24 @@ class LedgerEntry(_Wire):
     actor_name: str | None = None
 
 
+class AuditEntry(_Wire):
+    """One entry of the tenant's audit trail (``GET /v1/audit``; admin keys). Verify a chain
+    with :func:`rhosynth.audit.verify_audit_chain` on the export's lines, as written."""
+
+    tenant_id: uuid.UUID
+    seq: int
+    at: datetime
+    actor: str
+    actor_name: str | None
+    action: str
+    object_type: str
+    object_id: str
+    request_id: str | None
+    details: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+
 class Ledger(_Wire):
     """A dataset's ledger (every page, oldest first) and its budget now."""
 

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
+from app.audit import service as audit
 from app.auth import repository
 from app.auth.keys import display_prefix, generate_key, hash_key
 from app.auth.models import ROLES, ApiKey
@@ -81,6 +82,16 @@ def create_key(
             prefix=display_prefix(key),
             created_at=utcnow(),
         ),
+    )
+    audit.record_as(
+        session,
+        tenant.id,
+        audit.CLI_ACTOR,
+        None,
+        "key.create",
+        "key",
+        row.id,
+        {"name": name, "role": role, "expires_at": None, "datasets": []},
     )
     return CreatedKey(key=key, key_id=row.id, tenant_id=tenant.id, role=role)
 
@@ -206,7 +217,7 @@ def create_tenant_key(
     if unknown:
         # The same answer for another tenant's dataset and for none at all.
         raise InvalidKeyRequest(f"no such dataset: {sorted(unknown)[0]}")
-    return _new_key(
+    created = _new_key(
         session,
         secret,
         admin.tenant_id,
@@ -216,6 +227,21 @@ def create_tenant_key(
         datasets=datasets,
         now=now,
     )
+    view = created[1]
+    audit.record(
+        session,
+        admin,
+        "key.create",
+        "key",
+        view.key.id,
+        {
+            "name": view.key.name,
+            "role": role,
+            "expires_at": audit.text_of(expires_at),
+            "datasets": [str(d) for d in view.datasets],
+        },
+    )
+    return created
 
 
 def list_tenant_keys(session: Session, admin: Principal) -> list[KeyView]:
@@ -267,6 +293,14 @@ def rotate_key(
     )
     key.retires_at = now + overlap
     session.flush()
+    audit.record(
+        session,
+        admin,
+        "key.rotate",
+        "key",
+        key.id,
+        {"successor_id": str(created[1].key.id), "retires_at": audit.text_of(key.retires_at)},
+    )
     return created
 
 
@@ -284,6 +318,7 @@ def revoke_key(session: Session, admin: Principal, key_id: uuid.UUID) -> KeyView
             raise KeyConflict("this is the tenant's last active admin key; create another first")
         key.revoked_at = now
         session.flush()
+        audit.record(session, admin, "key.revoke", "key", key.id)
     return KeyView(key, sorted(repository.key_datasets(session, key.id)))
 
 
@@ -297,4 +332,7 @@ def set_key_expiry(
         raise KeyConflict("a revoked key cannot change")
     key.expires_at = expires_at
     session.flush()
+    audit.record(
+        session, admin, "key.expiry", "key", key.id, {"expires_at": audit.text_of(expires_at)}
+    )
     return KeyView(key, sorted(repository.key_datasets(session, key.id)))

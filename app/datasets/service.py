@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.api.types import MAX_DELTA, check_delta_scale, check_rho_scale, parse_decimal
+from app.audit import service as audit
 from app.auth.service import Principal
 from app.budget import repository as budget_repository
 from app.budget import service as budget_service
@@ -317,6 +318,19 @@ def create_dataset(
                 outcome.discovered.describe(),
                 principal.actor,
             )
+        audit.record(
+            session,
+            principal,
+            "dataset.create",
+            "dataset",
+            dataset_id,
+            {
+                "name": name,
+                "budget_rho": str(total_rho),
+                "budget_delta": str(total_delta),
+                "discovery_rho": None if outcome.discovered is None else str(outcome.rho),
+            },
+        )
     except BaseException:
         storage.delete_tree(dataset_prefix(dataset_id))
         raise
@@ -364,6 +378,14 @@ def grant_budget(
         principal.actor,
         add_delta=add_delta,
     )
+    audit.record(
+        session,
+        principal,
+        "budget.grant",
+        "dataset",
+        dataset_id,
+        {"add_rho": str(add_rho), "add_delta": str(add_delta)},
+    )
     return dataset
 
 
@@ -388,6 +410,9 @@ def delete_dataset(
     dataset.storage_key = None
     job_ids = job_service.stop_jobs_for_deleted_dataset(session, dataset_id, principal.actor)
     session.flush()
+    audit.record(
+        session, principal, "dataset.delete", "dataset", dataset_id, {"name": dataset.name}
+    )
 
     sample_ids = sample_repository.ids_for_dataset(session, dataset_id)
 

@@ -1,5 +1,6 @@
 """Imports every ORM model so ``Base.metadata`` is complete (Alembic and tests use it)."""
 
+from app.audit import models as audit_models
 from app.auth import models as auth_models
 from app.budget import models as budget_models
 from app.console import models as console_models
@@ -10,6 +11,7 @@ from app.samples import models as sample_models
 
 __all__ = [
     "Base",
+    "audit_models",
     "auth_models",
     "budget_models",
     "console_models",

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 
 from app.api.types import format_decimal
+from app.audit import service as audit
 from app.auth.service import Principal
 from app.budget import service as budget_service
 from app.config import Settings
@@ -316,6 +317,21 @@ def submit_job(
         ),
     )
     budget_service.reserve_budget(session, dataset_id, budget.rho, job_id, principal.actor)
+    audit.record(
+        session,
+        principal,
+        "job.submit",
+        "job",
+        job_id,
+        {
+            "dataset_id": str(dataset_id),
+            "method": mechanism.name,
+            "rho": str(budget.rho),
+            "epsilon": decimal_text(budget.epsilon),
+            "delta": decimal_text(budget.delta),
+            "rows": request.rows,
+        },
+    )
     after_commit(session, lambda: _enqueue(settings, job_id))
     return job, True
 
@@ -375,6 +391,9 @@ def cancel_job(session: Session, principal: Principal, job_id: uuid.UUID) -> Job
     _cancel_locked(session, job, principal.actor, reason=None)
     session.flush()
     session.refresh(job)
+    audit.record(
+        session, principal, "job.cancel", "job", job.id, {"dataset_id": str(job.dataset_id)}
+    )
     return job
 
 
@@ -398,6 +417,14 @@ def output_key(
     job, dataset = published_job(session, principal, job_id)
     assert job.output_key is not None  # published_job checked it
     require_stored(session, storage, dataset, job.output_key, job_id)
+    audit.record(
+        session,
+        principal,
+        "job.download",
+        "job",
+        job.id,
+        {"dataset_id": str(job.dataset_id), "artefact": "output"},
+    )
     return job, job.output_key
 
 

@@ -6,6 +6,7 @@ import uuid
 
 from sqlalchemy.orm import Session
 
+from app.audit import service as audit
 from app.auth.service import Principal
 from app.jobs import service as job_service
 from app.jobs.models import Job
@@ -43,4 +44,12 @@ def stored_artefact(
     # A succeeded job's attempt is the one that published (the guarded UPDATE matched it).
     key = artefact_key(job.id, job.attempt, name)
     job_service.require_stored(session, storage, dataset, key, job_id)
+    audit.record(
+        session,
+        principal,
+        "job.download",
+        "job",
+        job.id,
+        {"dataset_id": str(job.dataset_id), "artefact": name},
+    )
     return job, key

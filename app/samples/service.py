@@ -13,6 +13,7 @@ import uuid
 
 from sqlalchemy.orm import Session
 
+from app.audit import service as audit
 from app.auth.service import Principal
 from app.config import Settings
 from app.datasets import repository as dataset_repository
@@ -130,6 +131,14 @@ def create_sample(
         ),
     )
     sample_id = sample.id
+    audit.record(
+        session,
+        principal,
+        "sample.create",
+        "sample",
+        sample_id,
+        {"job_id": str(job.id), "rows": request.rows, "seed_given": request.seed is not None},
+    )
     after_commit(session, lambda: dispatch.ring(settings, sample_id, RUN_SAMPLE_TASK))
     return sample
 
@@ -164,6 +173,7 @@ def delete_sample(
             f"a {sample.status} sample cannot be deleted; wait until it has finished"
         )
     key = repository.mark_deleted(session, sample_id)
+    audit.record(session, principal, "sample.delete", "sample", sample_id)
     if key is not None:
         after_commit(session, lambda: discard(storage, key))
 
@@ -179,6 +189,9 @@ def output_key(
         raise job_service.JobConflict(f"the sample has no output (status: {sample.status})")
     dataset = job_service.live_dataset(session, sample.dataset_id, sample_id)
     job_service.require_stored(session, storage, dataset, sample.output_key, sample_id)
+    audit.record(
+        session, principal, "sample.download", "sample", sample_id, {"job_id": str(sample.job_id)}
+    )
     return sample, sample.output_key
 
 
