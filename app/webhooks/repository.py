@@ -8,7 +8,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import and_, exists, select, update
+from sqlalchemy import ColumnElement, and_, exists, select, update
 from sqlalchemy.orm import Session, aliased
 
 from app.db.session import after_commit
@@ -119,6 +119,23 @@ def add_event(
     return event
 
 
+def _sendable(now: datetime) -> tuple[ColumnElement[bool], ...]:
+    """Pending, due, and not behind an earlier pending event of the same job (same
+    subscription)."""
+    earlier = aliased(WebhookDelivery)
+    blocked = exists().where(
+        earlier.subscription_id == WebhookDelivery.subscription_id,
+        earlier.ordering_key == WebhookDelivery.ordering_key,
+        earlier.event_id < WebhookDelivery.event_id,
+        earlier.status == "pending",
+    )
+    return (
+        WebhookDelivery.status == "pending",
+        WebhookDelivery.next_attempt_at <= now,
+        ~and_(WebhookDelivery.ordering_key.is_not(None), blocked),
+    )
+
+
 def claim_due(
     session: Session, *, now: datetime, lease_until: datetime, limit: int
 ) -> list[uuid.UUID]:
@@ -130,20 +147,9 @@ def claim_due(
     still pending for its subscription, whether due, in flight (claimed, so its next attempt
     lies in the future) or backing off; it goes once that one is delivered or given up.
     """
-    earlier = aliased(WebhookDelivery)
-    blocked = exists().where(
-        earlier.subscription_id == WebhookDelivery.subscription_id,
-        earlier.ordering_key == WebhookDelivery.ordering_key,
-        earlier.event_id < WebhookDelivery.event_id,
-        earlier.status == "pending",
-    )
     query = (
         select(WebhookDelivery.id)
-        .where(
-            WebhookDelivery.status == "pending",
-            WebhookDelivery.next_attempt_at <= now,
-            ~and_(WebhookDelivery.ordering_key.is_not(None), blocked),
-        )
+        .where(*_sendable(now))
         .order_by(WebhookDelivery.event_id, WebhookDelivery.id)
         .limit(limit)
         # FOR UPDATE SKIP LOCKED (PostgreSQL; SQLite ignores it and serialises writers): two
@@ -206,12 +212,10 @@ def record_attempt(
 
 
 def any_due(session: Session, now: datetime) -> bool:
+    """Whether a pass would claim something now (a delivery waiting behind its job's earlier
+    event that is backing off does not count: the sweep would ring for nothing)."""
     return (
-        session.scalars(
-            select(WebhookDelivery.id)
-            .where(WebhookDelivery.status == "pending", WebhookDelivery.next_attempt_at <= now)
-            .limit(1)
-        ).first()
+        session.scalars(select(WebhookDelivery.id).where(*_sendable(now)).limit(1)).first()
         is not None
     )
 

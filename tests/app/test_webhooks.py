@@ -374,6 +374,18 @@ def test_events_of_one_job_arrive_in_order_and_a_given_up_one_unblocks_the_next(
     delivery.deliver_due(settings)
     # The heads of both blocked jobs failed; the other job's event went; nothing overtook.
     assert arrived() == [other]
+    # What waits behind a backing-off head is not due: the sweep does not ring for it.
+    sweep_rang: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            delivery.dispatch,
+            "enqueue_job",
+            lambda _settings, _id, task, queue: sweep_rang.append(queue) or True,
+        )
+        assert delivery.ring_if_due(settings) is False
+        clock.advance(10)
+        assert delivery.ring_if_due(settings) is True
+    assert sweep_rang == [settings.webhook_queue]
     clock.advance(10)
     delivery.deliver_due(settings)
     assert arrived() == [other]
