@@ -34,6 +34,8 @@ from app.jobs import service as job_service
 from app.jobs.execution import GENERIC_FAILURE
 from app.jobs.schemas import JobOut
 from app.main import create_app
+from app.samples import execution as sample_execution
+from app.samples.models import Sample
 from app.webhooks import delivery, outbox
 from app.webhooks import repository as webhook_repository
 from app.webhooks.models import WebhookDelivery, WebhookEvent
@@ -419,6 +421,51 @@ def test_events_of_one_job_arrive_in_order_and_a_given_up_one_unblocks_the_next(
     assert arrived()[-1] == doomed[0]
     again = {d["event_id"]: d for d in _deliveries(client, tenant, created["id"])}
     assert again[doomed[0]]["status"] == "delivered"
+
+
+def test_a_jobs_sample_ready_waits_for_its_job_succeeded(
+    client: TestClient, settings: Settings, tenant: Tenant, receiver: Receiver, clock: Clock
+) -> None:
+    created = _subscribe(client, tenant, receiver.url, ["job.succeeded", "sample.ready"])
+    dataset = _dataset(settings, tenant)
+    job = _submit(client, tenant, dataset)
+    assert _run_job(settings, job, _rows) == "succeeded"
+    # A derived sample of the job, drawn by the sample worker's code (its model read stubbed).
+    sample_id = uuid.uuid4()
+    with transaction(get_session_factory(settings.sqlalchemy_url)) as session:
+        session.add(
+            Sample(
+                id=sample_id,
+                tenant_id=tenant.owner_principal.tenant_id,
+                dataset_id=uuid.UUID(dataset),
+                job_id=uuid.UUID(job),
+                rows=5,
+                seed=1,
+                status="queued",
+                requested_by=tenant.owner_principal.key_id,
+                enqueued_at=clock.now,
+            )
+        )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sample_execution, "_draw", lambda *_args: 5)
+        patch.setattr(sample_execution.TableSchema, "from_json", lambda _json: object())
+        assert sample_execution.execute_sample(settings, sample_id) == "succeeded"
+
+    receiver.decide = lambda got: 500 if got.event["type"] == "job.succeeded" else 200
+    delivery.deliver_due(settings)
+    assert receiver.received == []  # sample.ready waits behind the refused job.succeeded
+    receiver.decide = None
+    clock.advance(10)
+    delivery.deliver_due(settings)
+    assert [r.event["type"] for r in receiver.received] == ["job.succeeded", "sample.ready"]
+    ready = receiver.received[1].event["data"]
+    assert ready["sample"]["id"] == str(sample_id) and ready["sample"]["job_id"] == job
+    assert ready["links"]["output"] == f"/v1/samples/{sample_id}/output"
+    log = _deliveries(client, tenant, created["id"])
+    assert [(d["event_type"], d["attempts"]) for d in log] == [
+        ("sample.ready", 1),
+        ("job.succeeded", 2),
+    ]
 
 
 def test_a_slow_receiver_does_not_slow_the_api(
