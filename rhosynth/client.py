@@ -658,6 +658,14 @@ class Client:
         """Delete a subscription; deliveries still pending are discarded."""
         self._send("DELETE", f"/v1/webhooks/{_webhook_id(webhook)}", retry=True)
 
+    def rotate_webhook_secret(self, webhook: Webhook | uuid.UUID | str) -> CreatedWebhook:
+        """A new signing secret (in this answer only); the old one also signs for 24 hours, so
+        the receiver can switch to the new one without refusing a delivery. Not retried."""
+        response = self._send(
+            "POST", f"/v1/webhooks/{_webhook_id(webhook)}/rotate-secret", retry=False
+        )
+        return CreatedWebhook.model_validate(response.json())
+
     def webhook_deliveries(
         self, webhook: Webhook | uuid.UUID | str, *, limit: int = 50, offset: int = 0
     ) -> list[WebhookDelivery]:

@@ -19,6 +19,7 @@ import hmac
 import json
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -43,11 +44,12 @@ _BATCH = 20
 SIGNATURE_HEADER = "Rhosynth-Signature"
 
 
-def signature_header(secret: str, body: bytes, timestamp: int) -> str:
-    """``t=<unix seconds>,v1=<hex HMAC-SHA256(secret, f"{t}.{body}")>`` (Stripe's scheme)."""
+def signature_header(secrets: Sequence[str], body: bytes, timestamp: int) -> str:
+    """``t=<unix seconds>,v1=<hex HMAC-SHA256(secret, f"{t}.{body}")>`` (Stripe's scheme), one
+    ``v1`` per secret (two during a rotation's overlap)."""
     signed = f"{timestamp}.".encode() + body
-    digest = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
-    return f"t={timestamp},v1={digest}"
+    digests = [hmac.new(s.encode(), signed, hashlib.sha256).hexdigest() for s in secrets]
+    return ",".join([f"t={timestamp}", *(f"v1={digest}" for digest in digests)])
 
 
 def encode_payload(payload: dict[str, Any]) -> bytes:
@@ -85,7 +87,7 @@ class _Outgoing:
     delivery_id: uuid.UUID
     tries: int
     url: str
-    secret: str
+    secrets: tuple[str, ...]
     event_id: uuid.UUID
     body: bytes
 
@@ -137,11 +139,15 @@ def _send_one(
         if found is None or found[0].status != "pending":
             return
         delivery, event, subscription = found
+        signing = [subscription.secret]
+        until = subscription.previous_secret_until
+        if subscription.previous_secret is not None and until is not None and utcnow() < until:
+            signing.append(subscription.previous_secret)
         outgoing = _Outgoing(
             delivery_id=delivery.id,
             tries=delivery.tries,
             url=subscription.url,
-            secret=subscription.secret,
+            secrets=tuple(signing),
             event_id=event.public_id,
             body=encode_payload(event.payload),
         )
@@ -177,7 +183,7 @@ def _post(client: httpx.Client, outgoing: _Outgoing) -> tuple[int | None, str | 
     headers = {
         "Content-Type": "application/json",
         "User-Agent": "rhosynth-webhooks/1",
-        SIGNATURE_HEADER: signature_header(outgoing.secret, outgoing.body, timestamp),
+        SIGNATURE_HEADER: signature_header(outgoing.secrets, outgoing.body, timestamp),
         "Rhosynth-Event-Id": str(outgoing.event_id),
         "Rhosynth-Delivery-Id": str(outgoing.delivery_id),
     }

@@ -114,6 +114,21 @@ def delete_webhook(webhook_id: uuid.UUID, db: DatabaseDep, admin: AdminKey) -> N
         raise _not_found() from None
 
 
+@router.post(
+    "/{webhook_id}/rotate-secret",
+    response_model=CreatedWebhookOut,
+    responses=error_responses(401, 403, 404),
+)
+def rotate_secret(webhook_id: uuid.UUID, db: DatabaseDep, admin: AdminKey) -> CreatedWebhookOut:
+    """A new signing secret, in this answer only; the old one also signs for 24 hours."""
+    try:
+        with db.transaction() as session:
+            rotated = service.rotate_secret(session, admin, webhook_id)
+            return CreatedWebhookOut(secret=rotated.secret, **_out(rotated).model_dump())
+    except service.WebhookNotFound:
+        raise _not_found() from None
+
+
 @router.get(
     "/{webhook_id}/deliveries",
     response_model=DeliveryList,

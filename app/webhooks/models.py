@@ -48,6 +48,10 @@ class WebhookSubscription(Base):
     enabled: Mapped[bool] = mapped_column(default=True)
     # Kept in the clear: signing needs it (like any HMAC secret); shown to the admin once.
     secret: Mapped[str] = mapped_column(String(100))
+    # After a rotation the old secret also signs, until ``previous_secret_until`` (receivers
+    # switch without refusing a delivery).
+    previous_secret: Mapped[str | None] = mapped_column(String(100), default=None)
+    previous_secret_until: Mapped[datetime | None] = mapped_column(default=None)
     # budget.below_threshold fires when a dataset's remaining ρ falls below this.
     budget_threshold_rho: Mapped[Decimal | None] = mapped_column(Rho(), default=None)
     created_by: Mapped[uuid.UUID] = mapped_column(ForeignKey("api_keys.id"))

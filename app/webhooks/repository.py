@@ -34,6 +34,23 @@ def get_subscription(
     ).one_or_none()
 
 
+def lock_subscription(
+    session: Session, tenant_id: uuid.UUID, subscription_id: uuid.UUID
+) -> WebhookSubscription | None:
+    """The tenant's live subscription, locked: two rotations at once must not both keep the
+    same "previous" secret (one of the new secrets would be lost without ever being shown as
+    previous)."""
+    return session.scalars(
+        select(WebhookSubscription)
+        .where(
+            WebhookSubscription.id == subscription_id,
+            WebhookSubscription.tenant_id == tenant_id,
+            WebhookSubscription.deleted_at.is_(None),
+        )
+        .with_for_update()
+    ).one_or_none()
+
+
 def list_subscriptions(session: Session, tenant_id: uuid.UUID) -> list[WebhookSubscription]:
     return list(
         session.scalars(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from datetime import timedelta
 from decimal import Decimal
 from urllib.parse import urlsplit
 
@@ -89,6 +90,25 @@ def get_subscription(
 def delete_subscription(session: Session, admin: Principal, subscription_id: uuid.UUID) -> None:
     get_subscription(session, admin, subscription_id)
     repository.delete_subscription(session, subscription_id, utcnow())
+
+
+SECRET_OVERLAP = timedelta(hours=24)
+
+
+def rotate_secret(
+    session: Session, admin: Principal, subscription_id: uuid.UUID
+) -> WebhookSubscription:
+    """A new signing secret; the old one keeps signing too for ``SECRET_OVERLAP`` (each
+    delivery then carries two ``v1`` signatures), so the receiver can switch without refusing
+    a delivery."""
+    subscription = repository.lock_subscription(session, admin.tenant_id, subscription_id)
+    if subscription is None:
+        raise WebhookNotFound(subscription_id)
+    subscription.previous_secret = subscription.secret
+    subscription.previous_secret_until = utcnow() + SECRET_OVERLAP
+    subscription.secret = new_secret()
+    session.flush()
+    return subscription
 
 
 def list_deliveries(

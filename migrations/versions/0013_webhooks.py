@@ -1,8 +1,9 @@
 """Webhooks (issue 27 §4): subscriptions, the outbox of events and one delivery row per
 (event, subscription).
 
-* ``webhook_subscriptions``: a tenant's receiver URL, its event names, its signing secret and the
-  optional ρ threshold of ``budget.below_threshold``; deleted subscriptions keep their row
+* ``webhook_subscriptions``: a tenant's receiver URL, its event names, its signing secret (and,
+  for a day after a rotation, the previous one) and the optional ρ threshold of
+  ``budget.below_threshold``; deleted subscriptions keep their row
   (``deleted_at``) so the delivery log stays readable.
 * ``webhook_events``: written in the transaction of the state change that causes it; ``id`` is the
   outbox's order, ``ordering_key`` the job whose events must arrive in order.
@@ -39,6 +40,8 @@ def upgrade() -> None:
         sa.Column("description", sa.String(length=500), nullable=False),
         sa.Column("enabled", sa.Boolean(), nullable=False),
         sa.Column("secret", sa.String(length=100), nullable=False),
+        sa.Column("previous_secret", sa.String(length=100), nullable=True),
+        sa.Column("previous_secret_until", UTCDateTime(), nullable=True),
         sa.Column("budget_threshold_rho", Rho(), nullable=True),
         sa.Column("created_by", sa.Uuid(), nullable=False),
         sa.Column("created_at", UTCDateTime(), nullable=False),

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, inspect, select
 
 from app.auth.service import Principal, authenticate, create_key
 from app.config import Settings
-from app.db.session import get_session_factory, transaction
+from app.db.session import dispose_engines, get_session_factory, transaction
 from app.jobs import execution
 from app.jobs import service as job_service
 from app.jobs.execution import GENERIC_FAILURE
@@ -293,6 +293,36 @@ def test_events_arrive_signed_and_verify_with_the_client_helper(
     # Nothing is sent twice once delivered.
     assert delivery.deliver_due(settings).delivered == 0
     assert len(receiver.received) == 2
+
+
+def test_a_rotated_secret_overlaps_the_old_one_for_a_day(
+    client: TestClient, settings: Settings, tenant: Tenant, receiver: Receiver, clock: Clock
+) -> None:
+    created = _subscribe(client, tenant, receiver.url, ["job.cancelled"])
+    old = created["secret"]
+    rotated = client.post(
+        f"/v1/webhooks/{created['id']}/rotate-secret", headers=bearer(tenant.admin)
+    )
+    assert rotated.status_code == 200, rotated.text
+    new = rotated.json()["secret"]
+    assert new != old and new.startswith("whsec_")
+    one = client.get(f"/v1/webhooks/{created['id']}", headers=bearer(tenant.admin))
+    assert new not in one.text and old not in one.text
+    dataset = _dataset(settings, tenant)
+
+    def delivered_now() -> Received:
+        _cancel(client, tenant, _submit(client, tenant, dataset))
+        assert delivery.deliver_due(settings).delivered == 1
+        return receiver.received[-1]
+
+    during = delivered_now()
+    for secret in (new, old):
+        verify_webhook(secret, during.body, during.headers["Rhosynth-Signature"], now=_ts(clock))
+    clock.advance(24 * 3600 + 1)
+    after = delivered_now()
+    verify_webhook(new, after.body, after.headers["Rhosynth-Signature"], now=_ts(clock))
+    with pytest.raises(WebhookVerificationError):
+        verify_webhook(old, after.body, after.headers["Rhosynth-Signature"], now=_ts(clock))
 
 
 def test_a_receiver_that_is_down_gets_every_event_once_it_is_back(
@@ -621,6 +651,7 @@ def test_webhook_routes_are_for_admin_keys_of_the_tenant_only(
         ("GET", f"/v1/webhooks/{created['id']}", None),
         ("GET", f"/v1/webhooks/{created['id']}/deliveries", None),
         ("POST", f"/v1/webhooks/deliveries/{delivery_id}/replay", None),
+        ("POST", f"/v1/webhooks/{created['id']}/rotate-secret", None),
         ("DELETE", f"/v1/webhooks/{created['id']}", None),
     ]
     for key in (tenant.owner, tenant.analyst):
@@ -661,3 +692,31 @@ def test_webhook_routes_are_for_admin_keys_of_the_tenant_only(
     assert client.get("/v1/webhooks", headers=bearer(tenant.admin)).json() == {"items": []}
     assert delivery.deliver_due(settings).delivered == 0
     assert receiver.received == []
+
+
+def test_the_migration_downgrades_and_upgrades(
+    client: TestClient, settings: Settings, tenant: Tenant, receiver: Receiver
+) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    import migrations
+
+    created = _subscribe(client, tenant, receiver.url, ["job.cancelled"])
+    _cancel(client, tenant, _submit(client, tenant, _dataset(settings, tenant)))
+    assert _outbox_counts(settings) == (1, 1)
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    config.attributes["database_url"] = settings.sqlalchemy_url
+    command.downgrade(config, "0011_key_management")
+    dispose_engines()
+    with transaction(get_session_factory(settings.sqlalchemy_url)) as session:
+        names = set(inspect(session.get_bind()).get_table_names())
+    assert not names & {"webhook_subscriptions", "webhook_events", "webhook_deliveries"}
+    command.upgrade(config, "head")
+    dispose_engines()
+    assert _outbox_counts(settings) == (0, 0)
+    assert client.get(
+        f"/v1/webhooks/{created['id']}", headers=bearer(tenant.admin)
+    ).status_code == (404)
+    _subscribe(client, tenant, receiver.url, ["job.cancelled"])
