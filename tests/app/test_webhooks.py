@@ -720,3 +720,33 @@ def test_the_migration_downgrades_and_upgrades(
         f"/v1/webhooks/{created['id']}", headers=bearer(tenant.admin)
     ).status_code == (404)
     _subscribe(client, tenant, receiver.url, ["job.cancelled"])
+
+
+def test_two_delivery_passes_at_once_send_each_delivery_once(
+    client: TestClient, settings: Settings, tenant: Tenant, receiver: Receiver
+) -> None:
+    created = _subscribe(client, tenant, receiver.url, ["job.cancelled"])
+    dataset = _dataset(settings, tenant, total_rho="10")
+    jobs = [_submit(client, tenant, dataset) for _ in range(12)]
+    for job in jobs:
+        _cancel(client, tenant, job)
+    # Two passes (two webhook worker threads) released together: SKIP LOCKED on PostgreSQL, the
+    # write lock on SQLite; either way no delivery is claimed twice.
+    barrier = threading.Barrier(2)
+    reports: list[delivery.DeliveryReport] = []
+
+    def one_pass() -> None:
+        barrier.wait(30)
+        reports.append(delivery.deliver_due(settings))
+
+    threads = [threading.Thread(target=one_pass) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sum(r.delivered for r in reports) == 12
+    sent = [r.headers["Rhosynth-Delivery-Id"] for r in receiver.received]
+    assert len(sent) == len(set(sent)) == 12
+    assert sorted(r.event["data"]["job"]["id"] for r in receiver.received) == sorted(jobs)
+    log = _deliveries(client, tenant, created["id"])
+    assert {(d["status"], d["attempts"]) for d in log} == {("delivered", 1)}
