@@ -215,22 +215,38 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
     "RHOSYNTH_REPORTS_QUEUE: the owner tier reads the real table, so it never holds a job "
     "worker's slot); default concurrency 1",
 )
-def worker(concurrency: int | None, pool: str, reports: bool) -> None:
-    """Run a Celery worker that executes release jobs (and recovers lost ones), or with
-    ``--reports`` one that builds the owner tier of published releases."""
+@click.option(
+    "--webhooks",
+    is_flag=True,
+    help="send webhook deliveries instead of running jobs (its own queue, "
+    "RHOSYNTH_WEBHOOKS_QUEUE, so a slow receiver never holds a job worker's slot); default "
+    "concurrency 4 threads",
+)
+def worker(concurrency: int | None, pool: str, reports: bool, webhooks: bool) -> None:
+    """Run a Celery worker that executes release jobs (and recovers lost ones), with
+    ``--reports`` one that builds the owner tier of published releases, or with ``--webhooks``
+    one that sends webhook deliveries."""
     settings = _settings()
     _configure_logging(settings)
     # Before pyarrow is imported: Arrow's default allocator (mimalloc) reserves 1 GiB of address
     # space, which the job memory limit (RLIMIT_AS, workers/limits.py) would count.
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    if reports:
+    if reports and webhooks:
+        raise click.UsageError("--reports and --webhooks are separate workers")
+    if webhooks:
+        # Deliveries wait on the network, not the CPU: threads, a few at once.
+        processes = concurrency or 4
+        queue = settings.webhook_queue
+        pool = "threads"
+    elif reports:
         processes = concurrency or 1
         queue = settings.owner_tier_queue
     else:
         processes = concurrency or settings.worker_concurrency
         queue = settings.queue
-    _check_memory_limit(settings, processes)
-    _check_storage(settings)
+    if not webhooks:  # a delivery reads no table and writes no file
+        _check_memory_limit(settings, processes)
+        _check_storage(settings)
     from workers.tasks import celery_app
 
     celery_app.worker_main(
@@ -317,11 +333,14 @@ def run(api_processes: int | None) -> None:
         settings = settings.model_copy(update={"job_memory_limit_mb": fits})
         os.environ["RHOSYNTH_JOB_MEMORY_LIMIT_MB"] = str(fits)
     worker_process = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"])
+    # Webhook deliveries wait on receivers: their own worker, never a job's slot.
+    webhooks_process = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--webhooks"])
     # The owner tier of reports is built by its own worker, so it never delays the next job.
     reports_process = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--reports"])
     click.echo(
         f"rhosynth: API on http://{settings.host}:{settings.port} (docs at /docs), "
         f"worker pid {worker_process.pid}, reports worker pid {reports_process.pid}, "
+        f"webhooks worker pid {webhooks_process.pid}, "
         f"data in {settings.resolved_home}",
         err=True,
     )
@@ -331,10 +350,10 @@ def run(api_processes: int | None) -> None:
     )
 
     def stop_worker(*_args: object) -> None:
-        for process in (worker_process, reports_process):
+        for process in (worker_process, reports_process, webhooks_process):
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        for process in (worker_process, reports_process):
+        for process in (worker_process, reports_process, webhooks_process):
             try:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:

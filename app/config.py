@@ -60,6 +60,14 @@ class Settings(BaseSettings):
     # `rhosynth worker --reports` so that they never hold a job worker's slot; default
     # "<queue>-reports".
     reports_queue: str | None = None
+    # Webhook deliveries (app/webhooks/delivery.py): their own queue, consumed only by
+    # `rhosynth worker --webhooks`, so a slow receiver never holds a job worker's slot; default
+    # "<queue>-webhooks".
+    webhooks_queue: str | None = None
+    # Hosts webhook URLs may point at (exact names or IP literals, comma-separated); empty: any.
+    webhook_allowed_hosts: list[str] = Field(default_factory=list)
+    # Connect and read timeout of one delivery, each.
+    webhook_timeout_seconds: float = Field(default=5.0, gt=0, le=30)
 
     # Upload limits. The byte cap is enforced while the body streams in, before parsing.
     max_upload_bytes: int = Field(default=1024**3, ge=1024)
@@ -198,6 +206,11 @@ class Settings(BaseSettings):
     def owner_tier_queue(self) -> str:
         """The owner-tier builds' queue: ``RHOSYNTH_REPORTS_QUEUE``, else ``<queue>-reports``."""
         return self.reports_queue or f"{self.queue}-reports"
+
+    @property
+    def webhook_queue(self) -> str:
+        """The webhook deliveries' queue: ``RHOSYNTH_WEBHOOKS_QUEUE``, else ``<queue>-webhooks``."""
+        return self.webhooks_queue or f"{self.queue}-webhooks"
 
     @property
     def embedded(self) -> bool:

@@ -36,6 +36,7 @@ from app.jobs.polled_read import PolledJobRead
 from app.reports.endpoints import router as reports_router
 from app.samples.endpoints import router as samples_router
 from app.storage import StorageUnavailable, open_storage
+from app.webhooks.endpoints import router as webhooks_router
 
 logger = logging.getLogger(__name__)
 HEALTH_DEADLINE_SECONDS = 1.0
@@ -102,6 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(auth_router)
     app.include_router(keys_router)
     app.include_router(audit_router)
+    app.include_router(webhooks_router)
 
     def body_limit(scope: Scope) -> int:
         path = scope.get("path", "").rstrip("/") if scope.get("method") == "POST" else None

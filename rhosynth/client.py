@@ -45,6 +45,7 @@ from rhosynth.models import (
     AuditEntry,
     Budget,
     CreatedKey,
+    CreatedWebhook,
     Dataset,
     Job,
     JobPreview,
@@ -53,9 +54,20 @@ from rhosynth.models import (
     Method,
     Sample,
     SchemaDraft,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
 )
+from rhosynth.webhooks import WebhookVerificationError, verify_webhook
 
-__all__ = ["AuditChainBroken", "ChainHead", "Client", "verify_audit_chain"]
+__all__ = [
+    "AuditChainBroken",
+    "ChainHead",
+    "Client",
+    "WebhookVerificationError",
+    "verify_audit_chain",
+    "verify_webhook",
+]
 
 TableSource = str | Path | pd.DataFrame
 SchemaSource = str | Path | Mapping[str, Any]
@@ -748,6 +760,72 @@ class Client:
                     raise TimeoutError(f"sample {current.id} is still {current.status}")
                 self._sleep(self.poll_interval)
                 current = self.sample_status(current)
+
+    # -- webhooks (admin keys) ----------------------------------------------------------------
+
+    def create_webhook(
+        self,
+        url: str,
+        events: list[WebhookEvent],
+        *,
+        description: str = "",
+        enabled: bool = True,
+        budget_threshold_rho: Number | None = None,
+    ) -> CreatedWebhook:
+        """Subscribe ``url`` to ``events``; the answer's ``secret`` signs every delivery and is
+        shown only here (keep it for :func:`verify_webhook`). Not retried."""
+        body: dict[str, Any] = {
+            "url": url,
+            "events": list(events),
+            "description": description,
+            "enabled": enabled,
+        }
+        if budget_threshold_rho is not None:
+            body["budget_threshold_rho"] = _amount(budget_threshold_rho)
+        response = self._send("POST", "/v1/webhooks", retry=False, json=body)
+        return CreatedWebhook.model_validate(response.json())
+
+    def webhooks(self) -> list[Webhook]:
+        """The tenant's webhook subscriptions."""
+        body = self._send("GET", "/v1/webhooks", retry=True).json()
+        return [Webhook.model_validate(item) for item in body["items"]]
+
+    def webhook(self, webhook: Webhook | uuid.UUID | str) -> Webhook:
+        return self._get(f"/v1/webhooks/{_webhook_id(webhook)}", Webhook)
+
+    def delete_webhook(self, webhook: Webhook | uuid.UUID | str) -> None:
+        """Delete a subscription; deliveries still pending are discarded."""
+        self._send("DELETE", f"/v1/webhooks/{_webhook_id(webhook)}", retry=True)
+
+    def rotate_webhook_secret(self, webhook: Webhook | uuid.UUID | str) -> CreatedWebhook:
+        """A new signing secret (in this answer only); the old one also signs for 24 hours, so
+        the receiver can switch to the new one without refusing a delivery. Not retried."""
+        response = self._send(
+            "POST", f"/v1/webhooks/{_webhook_id(webhook)}/rotate-secret", retry=False
+        )
+        return CreatedWebhook.model_validate(response.json())
+
+    def webhook_deliveries(
+        self, webhook: Webhook | uuid.UUID | str, *, limit: int = 50, offset: int = 0
+    ) -> list[WebhookDelivery]:
+        """A page of the subscription's delivery log, newest event first."""
+        body = self._send(
+            "GET",
+            f"/v1/webhooks/{_webhook_id(webhook)}/deliveries",
+            retry=True,
+            params={"limit": limit, "offset": offset},
+        ).json()
+        return [WebhookDelivery.model_validate(item) for item in body["items"]]
+
+    def replay_delivery(self, delivery: WebhookDelivery | uuid.UUID | str) -> WebhookDelivery:
+        """Send a delivery again (pending and due now, with a fresh backoff)."""
+        ref = delivery.id if isinstance(delivery, WebhookDelivery) else delivery
+        response = self._send("POST", f"/v1/webhooks/deliveries/{ref}/replay", retry=True)
+        return WebhookDelivery.model_validate(response.json())
+
+
+def _webhook_id(webhook: Webhook | uuid.UUID | str) -> str:
+    return str(webhook.id if isinstance(webhook, Webhook) else webhook)
 
 
 def _stage(job: Job) -> str:

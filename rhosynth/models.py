@@ -305,6 +305,51 @@ class CreatedKey(ApiKey):
 
 
 # The server's name of each model (the OpenAPI components the drift test compares them with).
+WebhookEvent = Literal[
+    "job.succeeded",
+    "job.failed",
+    "job.cancelled",
+    "sample.ready",
+    "budget.below_threshold",
+    "approval.requested",
+    "approval.decided",
+]
+
+
+class Webhook(_Wire):
+    """A webhook subscription of the tenant (admin keys); never its secret."""
+
+    id: uuid.UUID
+    url: str
+    events: list[str]
+    description: str
+    enabled: bool
+    budget_threshold_rho: Amount | None
+    created_at: datetime
+
+
+class CreatedWebhook(Webhook):
+    """A new subscription with its signing secret: shown in this answer only."""
+
+    secret: str
+
+
+class WebhookDelivery(_Wire):
+    """One event owed to one subscription, and how its sending went."""
+
+    id: uuid.UUID
+    event_id: uuid.UUID
+    event_type: str
+    status: Literal["pending", "delivered", "failed", "discarded"]
+    attempts: int
+    last_status_code: int | None
+    last_error: str | None
+    last_attempt_at: datetime | None
+    next_attempt_at: datetime | None
+    delivered_at: datetime | None
+    created_at: datetime
+
+
 SERVER_NAMES: dict[type[BaseModel], str] = {
     Budget: "BudgetOut",
     Column: "ColumnOut",
@@ -326,4 +371,7 @@ SERVER_NAMES: dict[type[BaseModel], str] = {
     SchemaDraft: "SchemaDraftOut",
     ApiKey: "KeyOut",
     CreatedKey: "CreatedKeyOut",
+    Webhook: "WebhookOut",
+    CreatedWebhook: "CreatedWebhookOut",
+    WebhookDelivery: "DeliveryOut",
 }

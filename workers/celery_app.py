@@ -20,6 +20,7 @@ from app.config import JOB_HARD_GRACE_SECONDS, JOB_SOFT_GRACE_SECONDS, Settings
 RUN_JOB_TASK = "rhosynth.run_job"
 RUN_SAMPLE_TASK = "rhosynth.run_sample"
 BUILD_OWNER_TIER_TASK = "rhosynth.build_owner_tier"
+DELIVER_WEBHOOKS_TASK = "rhosynth.deliver_webhooks"
 
 _lock = threading.Lock()
 _apps: dict[tuple[str, str, bool], Celery] = {}

@@ -21,8 +21,10 @@ from app.jobs.recovery import recover_jobs
 from app.jobs.sweep import sweep_storage
 from app.samples.execution import execute_sample
 from app.samples.recovery import expire_samples, recover_samples
+from app.webhooks.delivery import deliver_due, ring_if_due
 from workers.celery_app import (
     BUILD_OWNER_TIER_TASK,
+    DELIVER_WEBHOOKS_TASK,
     RUN_JOB_TASK,
     RUN_SAMPLE_TASK,
     get_celery_app,
@@ -86,6 +88,17 @@ def build_owner_tier_task(job_id: str) -> str:
     return build_owner_tier(get_settings(), uuid.UUID(job_id))
 
 
+@celery_app.task(
+    name=DELIVER_WEBHOOKS_TASK, base=_RetriedWhileDatabaseIsDown, reject_on_worker_lost=False
+)
+def deliver_webhooks(event_id: str) -> int:
+    """Send every due webhook delivery (the webhooks queue only: a slow receiver never holds a
+    job worker's slot). ``event_id`` is the event that rang, a hint only: the pass sends whatever
+    is due, in order per job. Safe to deliver any number of times (claims are in the database).
+    Returns how many were delivered."""
+    return deliver_due(get_settings()).delivered
+
+
 @worker_init.connect
 def _record_pool_size(sender: Any = None, **_kwargs: Any) -> None:
     global _pool_size
@@ -132,6 +145,11 @@ def _recovery_loop() -> None:
             resend_owner_tiers(settings)
         except Exception:
             logger.exception("owner-tier recovery pass failed")
+        try:
+            # Deliveries whose message was lost or whose backoff has run out.
+            ring_if_due(settings)
+        except Exception:
+            logger.exception("webhook sweep failed")
         if time.monotonic() >= next_sweep:
             next_sweep = time.monotonic() + settings.storage_sweep_interval_seconds
             try:

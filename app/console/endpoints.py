@@ -1027,13 +1027,17 @@ def measurements(
 
 @router.post("/jobs/{job_id}/cancel", response_model=None)
 async def cancel(
-    request: Request, job_id: uuid.UUID, db: DatabaseDep, signed: SignedInDep
+    request: Request,
+    job_id: uuid.UUID,
+    db: DatabaseDep,
+    settings: SettingsDep,
+    signed: SignedInDep,
 ) -> Response:
     await _checked_form(request, signed)
 
     def run() -> Response:
         try:
-            jobs_api.cancel_job(job_id, db, signed.principal)
+            jobs_api.cancel_job(job_id, db, settings, signed.principal)
         except HTTPException as error:
             raise Refused(error.status_code, _detail(error)) from None
         return _redirect(f"{PREFIX}/jobs/{job_id}")

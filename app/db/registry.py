@@ -8,6 +8,7 @@ from app.datasets import models as dataset_models
 from app.db.base import Base
 from app.jobs import models as job_models
 from app.samples import models as sample_models
+from app.webhooks import models as webhook_models
 
 __all__ = [
     "Base",
@@ -18,4 +19,5 @@ __all__ = [
     "dataset_models",
     "job_models",
     "sample_models",
+    "webhook_models",
 ]

@@ -107,15 +107,17 @@ _lock = threading.Lock()
 _doorbells: dict[tuple[str, str, str], Doorbell] = {}
 
 
-def ring(settings: Settings, job_id: uuid.UUID, task: str = RUN_JOB_TASK) -> None:
-    """Tell the workers about a committed job (or sample, with its ``task``) without waiting
-    for the broker (the API's path)."""
-    key = (settings.celery_broker_url, settings.queue, task)
+def ring(
+    settings: Settings, job_id: uuid.UUID, task: str = RUN_JOB_TASK, queue: str | None = None
+) -> None:
+    """Tell the workers about a committed job (or sample, with its ``task``; or a webhook event
+    with ``queue``) without waiting for the broker (the API's path)."""
+    key = (settings.celery_broker_url, queue or settings.queue, task)
     with _lock:
         doorbell = _doorbells.get(key)
         if doorbell is None:
             doorbell = Doorbell(
-                lambda job: enqueue_job(settings, job, task),
+                lambda job: enqueue_job(settings, job, task, queue),
                 pause_seconds=settings.broker_publish_timeout_seconds,
             )
             _doorbells[key] = doorbell

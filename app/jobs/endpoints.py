@@ -146,12 +146,14 @@ def _job_view(session: Session, principal: Principal, job_id: uuid.UUID) -> JobO
     status_code=status.HTTP_202_ACCEPTED,
     responses=error_responses(409),
 )
-def cancel_job(job_id: uuid.UUID, db: DatabaseDep, principal: AnalystKey) -> JobOut:
+def cancel_job(
+    job_id: uuid.UUID, db: DatabaseDep, settings: SettingsDep, principal: AnalystKey
+) -> JobOut:
     """Cancel a job. Queued: cancelled and its reservation released. Running: stopped at the
     next stage; its budget stays spent and no output is released."""
     try:
         with db.transaction() as session:
-            job = service.cancel_job(session, principal, job_id)
+            job = service.cancel_job(session, principal, job_id, settings)
     except service.JobNotFound:
         raise _job_not_found() from None
     except service.JobConflict as error:

@@ -57,6 +57,7 @@ from app.reports.artefacts import (
     write_release_artefacts,
 )
 from app.storage import Storage, dataset_values_key, discard, job_output_key, open_storage
+from app.webhooks import outbox
 from engine.domain import Dataset as EngineDataset
 from engine.mechanisms import get_mechanism
 from engine.mechanisms.base import SynthesisCancelled
@@ -147,6 +148,7 @@ class _Lease:
         try:
             _finish(
                 self._factory,
+                self._settings,
                 self._claim,
                 "failed",
                 time_limit_error(self._settings.job_time_limit_seconds),
@@ -334,6 +336,8 @@ def _run_attempt(
                     artefacts=writer.written,
                     now=utcnow(),
                 )
+                if published:
+                    outbox.record_job_ended(session, job_id, settings)
             if published:
                 logger.info("job %s attempt %d succeeded", job_id, claim.attempt)
                 # After the commit: a reports worker builds the owner tier, never this slot.
@@ -343,7 +347,7 @@ def _run_attempt(
             return _finish_unpublished(factory, settings, claim)
         except SynthesisCancelled:
             discard(storage, output_key, writer.prefix)
-            _finish(factory, claim, "cancelled", None)
+            _finish(factory, settings, claim, "cancelled", None)
             logger.info("job %s cancelled during attempt %d", job_id, claim.attempt)
             return AttemptOutcome(job_id, "cancelled")
         except LostOwnership:
@@ -387,7 +391,7 @@ def _run_attempt(
         # outcome: after a memory failure the write itself could otherwise fail, the lease
         # thread stop, and the recovery loop re-run the job with fresh noise for its one charge.
         gc.collect()
-        _finish_failed(factory, claim, reason)
+        _finish_failed(factory, settings, claim, reason)
         return AttemptOutcome(job_id, "failed")
 
 
@@ -404,24 +408,33 @@ def _ring_for_capped_jobs(factory: sessionmaker[Session], settings: Settings) ->
         dispatch.enqueue_job(settings, waiting)
 
 
-def _finish_failed(factory: sessionmaker[Session], claim: Claim, reason: str) -> None:
+def _finish_failed(
+    factory: sessionmaker[Session], settings: Settings, claim: Claim, reason: str
+) -> None:
     """End the attempt ``failed`` with ``reason``, trying twice: a write that fails once (out of
     memory after a memory failure, a dropped connection) is retried after a collection."""
     try:
-        _finish(factory, claim, "failed", reason)
+        _finish(factory, settings, claim, "failed", reason)
     except Exception:
         logger.warning(
             "job %s: recording the failure failed; retrying", claim.job_id, exc_info=True
         )
         gc.collect()
-        _finish(factory, claim, "failed", reason)
+        _finish(factory, settings, claim, "failed", reason)
 
 
-def _finish(factory: sessionmaker[Session], claim: Claim, status: str, error: str | None) -> None:
+def _finish(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    claim: Claim,
+    status: str,
+    error: str | None,
+) -> None:
     with transaction(factory) as session:
-        repository.finish(
+        if repository.finish(
             session, claim.job_id, claim.attempt, status=status, error=error, now=utcnow()
-        )
+        ):
+            outbox.record_job_ended(session, claim.job_id, settings)
 
 
 def _finish_unpublished(
@@ -438,6 +451,7 @@ def _finish_unpublished(
             repository.finish(
                 session, claim.job_id, claim.attempt, status="cancelled", error=None, now=now
             )
+            outbox.record_job_ended(session, claim.job_id, settings)
             return AttemptOutcome(claim.job_id, "cancelled")
         if job.deadline_at is not None and job.deadline_at < now:
             repository.finish(
@@ -448,6 +462,7 @@ def _finish_unpublished(
                 error=time_limit_error(settings.job_time_limit_seconds),
                 now=now,
             )
+            outbox.record_job_ended(session, claim.job_id, settings)
             return AttemptOutcome(claim.job_id, "failed")
     return AttemptOutcome(claim.job_id, "lost")
 

@@ -31,6 +31,7 @@ from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
 from app.jobs import dispatch, repository
 from app.jobs.limits import time_limit_error
+from app.webhooks import outbox
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,8 @@ def recover_jobs(settings: Settings) -> RecoveryReport:
                 max_attempts=settings.job_max_attempts,
                 time_limit_error=time_limit_error(settings.job_time_limit_seconds),
             )
+            if outcome in ("failed", "timed_out", "cancelled"):
+                outbox.record_job_ended(session, job_id, settings)
         if outcome == "requeued":
             report.requeued.append(job_id)
             dispatch.enqueue_job(settings, job_id)
@@ -121,6 +124,7 @@ def recover_jobs(settings: Settings) -> RecoveryReport:
                     budget_service.release_reservation(
                         session, job.dataset_id, job.rho, job.id, SYSTEM_ACTOR
                     )
+                outbox.record_job_ended(session, job_id, settings)
                 report.expired.append(job_id)
 
     with transaction(factory) as session:

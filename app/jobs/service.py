@@ -42,6 +42,7 @@ from app.jobs.schemas import (
 )
 from app.reports.names import visible
 from app.storage import Storage, StorageUnavailable, job_output_prefix
+from app.webhooks import outbox
 from engine.accounting import epsilon_from_rho_delta, rho_from_epsilon_delta
 from engine.costs import CostPrediction, predict_cost
 from engine.domain import Domain
@@ -316,7 +317,15 @@ def submit_job(
             enqueued_at=now,
         ),
     )
-    budget_service.reserve_budget(session, dataset_id, budget.rho, job_id, principal.actor)
+    state = budget_service.reserve_budget(session, dataset_id, budget.rho, job_id, principal.actor)
+    outbox.record_budget_change(
+        session,
+        dataset_id,
+        before=state.remaining_rho + budget.rho,
+        after=state.remaining_rho,
+        settings=settings,
+    )
+    # The audit entry last: its per-tenant lock is then held only until the commit.
     audit.record(
         session,
         principal,
@@ -367,20 +376,31 @@ def list_jobs(
     return repository.list_for_dataset(session, dataset_id, limit=limit, offset=offset)
 
 
-def _cancel_locked(session: Session, job: Job, actor: str, reason: str | None) -> None:
-    """Cancel a locked live job: release its reservation if it never ran, else ask it to stop."""
+def _cancel_locked(
+    session: Session,
+    job: Job,
+    actor: str,
+    reason: str | None,
+    settings: Settings | None = None,
+) -> None:
+    """Cancel a locked live job: release its reservation if it never ran, else ask it to stop
+    (its worker ends it, and records its ``job.cancelled`` event)."""
     now = utcnow()
     if job.status == "queued":
         cancelled = repository.cancel_queued(session, job.id, now=now, reason=reason)
-        if cancelled is not None and cancelled.charged_at is None:
-            # Never claimed, so the data was never read: the reservation goes back.
-            budget_service.release_reservation(session, job.dataset_id, job.rho, job.id, actor)
+        if cancelled is not None:
+            if cancelled.charged_at is None:
+                # Never claimed, so the data was never read: the reservation goes back.
+                budget_service.release_reservation(session, job.dataset_id, job.rho, job.id, actor)
+            outbox.record_job_ended(session, job.id, settings)
         return
     if job.status == "running":
         repository.request_cancel(session, job.id)
 
 
-def cancel_job(session: Session, principal: Principal, job_id: uuid.UUID) -> Job:
+def cancel_job(
+    session: Session, principal: Principal, job_id: uuid.UUID, settings: Settings | None = None
+) -> Job:
     job = repository.lock_for_tenant(
         session, job_id, principal.tenant_id, datasets=principal.datasets
     )
@@ -388,7 +408,7 @@ def cancel_job(session: Session, principal: Principal, job_id: uuid.UUID) -> Job
         raise JobNotFound(job_id)
     if job.status in TERMINAL_STATUSES:
         raise JobConflict(f"the job has already finished ({job.status})")
-    _cancel_locked(session, job, principal.actor, reason=None)
+    _cancel_locked(session, job, principal.actor, reason=None, settings=settings)
     session.flush()
     session.refresh(job)
     audit.record(

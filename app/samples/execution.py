@@ -29,6 +29,7 @@ from app.jobs.export import store_table
 from app.reports.names import MODEL, artefact_key
 from app.samples import repository
 from app.storage import Storage, discard, open_storage, sample_output_key
+from app.webhooks import outbox
 from engine.release.model_file import read_model_file
 from engine.tables.encoding import TableSchema
 
@@ -95,6 +96,8 @@ def execute_sample(settings: Settings, message_id: uuid.UUID) -> str:
                 output_rows=rows,
                 now=utcnow(),
             )
+            if published:
+                outbox.record_sample_ready(session, sample_id, settings)
         if not published:
             discard(storage, output_key)
             return "lost"
