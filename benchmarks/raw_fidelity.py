@@ -38,6 +38,7 @@ import json
 import math
 import os
 import platform
+import random
 import shlex
 import signal
 import subprocess
@@ -554,9 +555,12 @@ class Discovered:
     method_rho: Fraction
 
 
-def discovered(path: Path, draft: Any, epsilon: float) -> Discovered:
+def discovered(
+    path: Path, draft: Any, epsilon: float, noise: random.Random | None = None
+) -> Discovered:
     """The upload as the service does it: ``draft`` (the schema draft, accepted as is) resolved
-    by discovery under (ε, 1e-6), then ingested; raises UploadRejected as the upload would."""
+    by discovery under (ε, 1e-6), then ingested; raises UploadRejected as the upload would.
+    ``noise`` (benchmarks only) fixes discovery's noise for paired comparisons."""
     from app.datasets.discovery import discover_and_resolve
     from app.datasets.ingest import IngestLimits, ingest_table, read_encoded_table
     from engine.accounting import rho_from_epsilon_delta
@@ -571,6 +575,7 @@ def discovered(path: Path, draft: Any, epsilon: float) -> Discovered:
         budget_rho=total,
         budget_delta=DISCOVERY_DELTA,
         discovery_rho=None,
+        noise=noise,
     )
     with tempfile.TemporaryDirectory() as scratch:
         target = Path(scratch) / "table.arrow"
@@ -610,8 +615,12 @@ def rhosynth_child(spec: dict[str, Any]) -> None:
     draft = draft_schema(path)
     meta["draft_s"] = time.perf_counter() - started
     started = time.perf_counter()
+    # A "noise_seed" fixes the DP noise of discovery and of the method (paired comparisons of
+    # two versions of the code: not DP, a benchmark's way to hold the noise fixed).
+    noise_seed = spec.get("noise_seed")
+    noise = None if noise_seed is None else random.Random(int(noise_seed))  # noqa: S311
     try:
-        upload = discovered(path, draft, epsilon)
+        upload = discovered(path, draft, epsilon, noise)
     except UploadRejected as rejected:
         meta.update(status="refused", error=f"422 {rejected.message}")
         meta_path.write_text(json.dumps(meta, indent=2))
@@ -628,6 +637,7 @@ def rhosynth_child(spec: dict[str, Any]) -> None:
         mechanism.Params(),
         rng=rng,
         rows=upload.rows,
+        noise_source=noise,
     )
     meta["job_s"] = time.perf_counter() - started
     started = time.perf_counter()
