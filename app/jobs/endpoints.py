@@ -13,7 +13,7 @@ from app.api.deps import AnalystKey, AnalystRead, Database, DatabaseDep, Setting
 from app.api.errors import ErrorOut, error_responses
 from app.api.limits import FiniteJSONRoute
 from app.auth.service import Principal
-from app.budget.service import BudgetExceeded
+from app.budget.service import BudgetExceeded, QuotaRequired
 from app.jobs import preview, service
 from app.jobs.export import table_download
 from app.jobs.schemas import (
@@ -93,6 +93,8 @@ def submit_job(
     except service.DatasetUnavailable:
         raise HTTPException(status.HTTP_409_CONFLICT, "the dataset was deleted") from None
     except service.JobConflict as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    except QuotaRequired as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
     except BudgetExceeded as error:
         body_out = service.over_budget_out(dataset_id, body, error)

@@ -223,7 +223,13 @@ class MethodList(BaseModel):
 class OverBudgetOut(BaseModel):
     detail: str = Field(description="what the request needs, what is left, and what to do")
     requested_rho: RhoOut
-    remaining_rho: RhoOut
+    remaining_rho: RhoOut = Field(description="what is left of the limit that refused")
+    limit: Literal["dataset", "quota", "unallocated"] = Field(
+        default="dataset",
+        description="the limit that refused: the dataset's remaining budget, the key's quota, "
+        "or (reserved quotas) what the dataset has left beside its quotas' shares",
+    )
+    quota: str | None = Field(default=None, description="the quota that refused, when one did")
     delta: str | None = Field(
         default=None, description="the request's δ when it gave (ε, δ): the ε below are at it"
     )

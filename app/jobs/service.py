@@ -110,7 +110,11 @@ def over_budget_out(
     """The 409 body: what the request needs and what is left, in the request's own terms (ε at
     its δ when it gave (ε, δ)), and who can add budget (issue 26 §7: it named neither)."""
     out = OverBudgetOut(
-        detail="", requested_rho=error.requested_rho, remaining_rho=error.remaining_rho
+        detail="",
+        requested_rho=error.requested_rho,
+        remaining_rho=error.remaining_rho,
+        limit=error.limit,
+        quota=error.quota,
     )
     if isinstance(request.budget, EpsilonDeltaBudgetIn):
         delta = request.budget.delta
@@ -124,11 +128,24 @@ def over_budget_out(
             }
         )
     needs, left = over_budget_terms(out)
-    detail = (
-        f"over the dataset's remaining privacy budget: the request needs {needs}, the dataset "
-        f"has {left} left. Ask for less, or ask an owner of the dataset to add budget "
-        f"(POST /v1/datasets/{dataset_id}/budget); nothing was reserved"
-    )
+    if error.limit == "quota":
+        detail = (
+            f"over {error.quota} on this dataset: the request needs {needs}, the quota has "
+            f"{left} left. Ask for less, or ask an owner of the dataset to raise the quota "
+            f"(PUT /v1/datasets/{dataset_id}/quotas/...); nothing was reserved"
+        )
+    elif error.limit == "unallocated":
+        detail = (
+            f"over the dataset's budget outside its reserved quotas: the request needs {needs}, "
+            f"{left} is left beside the quotas' shares. Ask for less, or ask an owner of the "
+            "dataset for a quota or more budget; nothing was reserved"
+        )
+    else:
+        detail = (
+            f"over the dataset's remaining privacy budget: the request needs {needs}, the "
+            f"dataset has {left} left. Ask for less, or ask an owner of the dataset to add "
+            f"budget (POST /v1/datasets/{dataset_id}/budget); nothing was reserved"
+        )
     return out.model_copy(update={"detail": detail})
 
 
@@ -315,7 +332,15 @@ def submit_job(
             enqueued_at=now,
         ),
     )
-    budget_service.reserve_budget(session, dataset_id, budget.rho, job_id, principal.actor)
+    budget_service.reserve_budget(
+        session,
+        dataset_id,
+        budget.rho,
+        job_id,
+        principal.actor,
+        # Quotas limit analyst keys; an owner can grant itself any quota anyway.
+        quota_key=None if principal.is_owner else principal.key_id,
+    )
     after_commit(session, lambda: _enqueue(settings, job_id))
     return job, True
 
