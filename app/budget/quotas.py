@@ -19,6 +19,7 @@ from decimal import Decimal
 
 from sqlalchemy.orm import Session
 
+from app.api.types import format_decimal
 from app.auth import repository as key_repository
 from app.auth.service import Principal
 from app.budget import repository
@@ -102,7 +103,8 @@ def _check_reserved(
     if unused + extra > account.remaining_rho:
         raise QuotaConflict(
             "the dataset's quotas are reserved: their unused shares would come to "
-            f"ρ = {unused + extra}, more than the ρ = {account.remaining_rho} the dataset has "
+            f"ρ = {format_decimal(unused + extra)}, more than the "
+            f"ρ = {format_decimal(account.remaining_rho)} the dataset has "
             "left. Grant less, lower another quota, or add budget to the dataset"
         )
 
@@ -157,8 +159,9 @@ def _put(
             _check_reserved(session, dataset_id, account, rho - quota.granted_rho)
         if not repository.set_granted(session, quota.id, rho):
             raise QuotaConflict(
-                f"ρ = {rho} is below what the quota has reserved and spent "
-                f"(ρ = {quota.reserved_rho + quota.spent_rho}); spent budget is never refunded"
+                f"ρ = {format_decimal(rho)} is below what the quota has reserved and spent "
+                f"(ρ = {format_decimal(quota.reserved_rho + quota.spent_rho)}); spent budget "
+                "is never refunded"
             )
     repository.set_members(session, dataset_id, quota.id, key_ids)
     repository.append_quota_entry(
