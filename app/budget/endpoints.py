@@ -50,6 +50,7 @@ def _policy_out(view: quotas.PolicyView) -> QuotaPolicyOut:
     return QuotaPolicyOut(
         mode="reserved" if view.mode == "reserved" else "shared",
         quota_required=view.quota_required,
+        approval_required=view.approval_required,
         quotas_unused_rho=view.quotas_unused_rho,
         dataset_remaining_rho=view.account.remaining_rho,
     )
@@ -137,10 +138,18 @@ def remove_group_quota(
 def set_quota_policy(
     dataset_id: uuid.UUID, body: QuotaPolicyIn, db: DatabaseDep, principal: OwnerKey
 ) -> QuotaPolicyOut:
-    """Choose shared or reserved quotas, and whether analyst keys need a quota to submit."""
+    """Choose shared or reserved quotas, whether analyst keys need a quota to submit, and
+    whether their jobs wait for an owner's approval."""
     try:
         with db.transaction() as session:
-            view = quotas.set_policy(session, principal, dataset_id, body.mode, body.quota_required)
+            view = quotas.set_policy(
+                session,
+                principal,
+                dataset_id,
+                body.mode,
+                body.quota_required,
+                body.approval_required,
+            )
     except _HANDLED as error:
         raise _errors(error) from None
     return _policy_out(view)

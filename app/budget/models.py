@@ -95,19 +95,21 @@ class LedgerEntry(Base):
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
 
 
-class QuotaPolicy(Base):
+class DatasetPolicy(Base):
     """How a dataset's quotas relate to its budget (issue 27 §2); no row: ``shared``, no quota
     required. ``shared``: quotas may add up past the dataset's budget (first come, first served);
     ``reserved``: the quotas' unused parts are kept for them (their sum never passes what the
     dataset has left), so every quota can be used in full. ``quota_required``: analyst keys
-    without a quota on the dataset cannot submit."""
+    without a quota on the dataset cannot submit. ``approval_required`` (issue 27 §3): jobs of
+    analyst keys wait in ``pending_approval`` until an owner approves or rejects them."""
 
-    __tablename__ = "quota_policies"
+    __tablename__ = "dataset_policies"
     __table_args__ = (CheckConstraint("mode IN ('shared', 'reserved')", name="mode"),)
 
     dataset_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("datasets.id"), primary_key=True)
     mode: Mapped[str] = mapped_column(String(16))
     quota_required: Mapped[bool] = mapped_column(Boolean)
+    approval_required: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

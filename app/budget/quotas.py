@@ -68,6 +68,7 @@ class QuotaView:
 class PolicyView:
     mode: str
     quota_required: bool
+    approval_required: bool
     quotas_unused_rho: Decimal
     account: AccountState
 
@@ -88,11 +89,11 @@ def _locked_account(session: Session, principal: Principal, dataset_id: uuid.UUI
     return account
 
 
-def _mode(session: Session, dataset_id: uuid.UUID) -> tuple[str, bool]:
+def _mode(session: Session, dataset_id: uuid.UUID) -> tuple[str, bool, bool]:
     policy = repository.get_policy(session, dataset_id)
     if policy is None:
-        return SYSTEM_DEFAULT_MODE, False
-    return policy.mode, policy.quota_required
+        return SYSTEM_DEFAULT_MODE, False, False
+    return policy.mode, policy.quota_required, policy.approval_required
 
 
 def _check_reserved(
@@ -145,7 +146,7 @@ def _put(
     if rho < 0:
         raise InvalidQuota("a quota's ρ is 0 or more")
     account = _locked_account(session, principal, dataset_id)
-    mode, _required = _mode(session, dataset_id)
+    mode, _required, _approval = _mode(session, dataset_id)
     quota = repository.live_quota(session, dataset_id, key_id=key_id, group_name=group_name)
     _check_members(session, principal, dataset_id, key_ids, quota.id if quota else None)
     if quota is None:
@@ -267,14 +268,18 @@ def set_policy(
     dataset_id: uuid.UUID,
     mode: str,
     quota_required: bool,
+    approval_required: bool = False,
 ) -> PolicyView:
-    """Choose ``shared`` or ``reserved`` quotas and whether analyst keys need one. Switching to
-    ``reserved`` is refused while the quotas' unused shares pass what the dataset has left."""
+    """Choose ``shared`` or ``reserved`` quotas, whether analyst keys need one, and whether their
+    jobs wait for an owner's approval. Switching to ``reserved`` is refused while the quotas'
+    unused shares pass what the dataset has left. Turning approval off leaves jobs already
+    pending as they are (an owner still decides them, or they expire)."""
     account = _locked_account(session, principal, dataset_id)
     if mode == "reserved":
         _check_reserved(session, dataset_id, account, Decimal(0))
-    repository.set_policy(session, dataset_id, mode, quota_required)
-    return PolicyView(mode, quota_required, repository.quotas_unused(session, dataset_id), account)
+    repository.set_policy(session, dataset_id, mode, quota_required, approval_required)
+    unused = repository.quotas_unused(session, dataset_id)
+    return PolicyView(mode, quota_required, approval_required, unused, account)
 
 
 def get_policy(session: Session, principal: Principal, dataset_id: uuid.UUID) -> PolicyView:
@@ -285,5 +290,6 @@ def get_policy(session: Session, principal: Principal, dataset_id: uuid.UUID) ->
         raise LookupError(dataset_id)
     account = repository.get_account(session, dataset_id)
     assert account is not None
-    mode, required = _mode(session, dataset_id)
-    return PolicyView(mode, required, repository.quotas_unused(session, dataset_id), account)
+    mode, required, approval = _mode(session, dataset_id)
+    unused = repository.quotas_unused(session, dataset_id)
+    return PolicyView(mode, required, approval, unused, account)

@@ -21,10 +21,10 @@ from app.budget.models import (
     LEDGER_KINDS,
     BudgetAccount,
     BudgetQuota,
+    DatasetPolicy,
     LedgerEntry,
     QuotaEntry,
     QuotaMember,
-    QuotaPolicy,
 )
 from app.db.base import utcnow
 from app.db.types import Delta, Rho
@@ -295,19 +295,29 @@ def lock_account(session: Session, dataset_id: uuid.UUID) -> AccountState | None
     return _state(row)
 
 
-def get_policy(session: Session, dataset_id: uuid.UUID) -> QuotaPolicy | None:
-    return session.get(QuotaPolicy, dataset_id)
+def get_policy(session: Session, dataset_id: uuid.UUID) -> DatasetPolicy | None:
+    return session.get(DatasetPolicy, dataset_id)
 
 
 def set_policy(
-    session: Session, dataset_id: uuid.UUID, mode: str, quota_required: bool
-) -> QuotaPolicy:
+    session: Session,
+    dataset_id: uuid.UUID,
+    mode: str,
+    quota_required: bool,
+    approval_required: bool,
+) -> DatasetPolicy:
     """Insert or change the policy; the caller holds the account lock (one writer at a time)."""
-    policy = session.get(QuotaPolicy, dataset_id)
+    policy = session.get(DatasetPolicy, dataset_id)
     if policy is None:
-        policy = QuotaPolicy(dataset_id=dataset_id, mode=mode, quota_required=quota_required)
+        policy = DatasetPolicy(
+            dataset_id=dataset_id,
+            mode=mode,
+            quota_required=quota_required,
+            approval_required=approval_required,
+        )
         session.add(policy)
     policy.mode, policy.quota_required, policy.updated_at = mode, quota_required, utcnow()
+    policy.approval_required = approval_required
     session.flush()
     return policy
 

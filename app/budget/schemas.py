@@ -55,11 +55,17 @@ class QuotaPolicyIn(BaseModel):
     quota_required: bool = Field(
         default=False, description="analyst keys without a quota on the dataset cannot submit"
     )
+    approval_required: bool = Field(
+        default=False,
+        description="jobs of analyst keys wait in pending_approval (budget reserved) until an "
+        "owner approves or rejects them",
+    )
 
 
 class QuotaPolicyOut(BaseModel):
     mode: Literal["shared", "reserved"]
     quota_required: bool
+    approval_required: bool
     quotas_unused_rho: RhoOut = Field(description="Σ of the quotas' remaining ρ")
     dataset_remaining_rho: RhoOut
 

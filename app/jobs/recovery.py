@@ -29,7 +29,7 @@ from app.budget import service as budget_service
 from app.config import Settings
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
-from app.jobs import dispatch, repository
+from app.jobs import approvals, dispatch, repository
 from app.jobs.limits import time_limit_error
 
 logger = logging.getLogger(__name__)
@@ -46,6 +46,8 @@ class RecoveryReport:
     cancelled: list[uuid.UUID] = field(default_factory=list)
     resent: list[uuid.UUID] = field(default_factory=list)
     expired: list[uuid.UUID] = field(default_factory=list)
+    # Jobs that waited for an owner's approval too long (issue 27 §3): expired, released.
+    unapproved: list[uuid.UUID] = field(default_factory=list)
 
 
 LeaseKey = tuple[datetime, uuid.UUID]
@@ -122,6 +124,8 @@ def recover_jobs(settings: Settings) -> RecoveryReport:
                         session, job.dataset_id, job.rho, job.id, SYSTEM_ACTOR
                     )
                 report.expired.append(job_id)
+
+    report.unapproved.extend(approvals.expire_pending(factory, settings))
 
     with transaction(factory) as session:
         now = utcnow()

@@ -144,7 +144,16 @@ class ProgressOut(BaseModel):
     stage: str
 
 
-JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+JobStatus = Literal[
+    "pending_approval",
+    "queued",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "rejected",
+    "expired",
+]
 
 
 class QueueOut(BaseModel):
@@ -188,6 +197,14 @@ class JobOut(BaseModel):
     finished_at: datetime | None
     error: str | None
     output_rows: int | None
+    decided_at: datetime | None = Field(
+        default=None,
+        description="when an owner approved or rejected the job, or when it expired unapproved "
+        "(datasets with approval on)",
+    )
+    decision_reason: str | None = Field(
+        default=None, description="the owner's reason for a rejection, or why it expired"
+    )
     artefacts: list[str] = Field(
         default_factory=list,
         description="the release's artefacts, published with its output (GET .../report, "
@@ -313,3 +330,28 @@ class JobPreview(BaseModel):
         "count is not known to the caller (give rows) or the method is not calibrated"
     )
     limits: JobLimitsOut
+
+
+class RejectIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(
+        min_length=1,
+        max_length=2000,
+        description="shown to the analyst on the job: judge the request, never the data",
+    )
+
+
+class ApprovalOut(BaseModel):
+    """A job waiting for an owner's decision, with what it would cost (the dry run's preview;
+    its ``remaining_rho`` already counts this job's reservation)."""
+
+    job: JobOut
+    preview: JobPreview | None = Field(
+        description="null when the request no longer validates (then approving it is refused)"
+    )
+    preview_error: str | None = None
+
+
+class ApprovalList(BaseModel):
+    items: list[ApprovalOut]

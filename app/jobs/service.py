@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.api.types import format_decimal
 from app.auth.service import Principal
+from app.budget import repository as budget_repository
 from app.budget import service as budget_service
 from app.config import Settings
 from app.datasets import repository as dataset_repository
@@ -292,6 +293,7 @@ def submit_job(
 
     now = utcnow()
     job_id = uuid.uuid4()
+    pending = needs_approval(session, principal, dataset_id)
     if idempotency_key is not None:
         request_hash = fingerprint(dataset_id, request)
         if not repository.claim_idempotency_key(
@@ -322,14 +324,14 @@ def submit_job(
             delta=decimal_text(budget.delta),
             rows=request.rows,
             seed=request.seed,
-            status="queued",
+            status="pending_approval" if pending else "queued",
             attempt=0,
             cancel_requested=False,
             progress_fraction=0.0,
-            progress_stage="queued",
+            progress_stage="pending_approval" if pending else "queued",
             submitted_by=principal.key_id,
             created_at=now,
-            enqueued_at=now,
+            enqueued_at=None if pending else now,
         ),
     )
     budget_service.reserve_budget(
@@ -341,8 +343,18 @@ def submit_job(
         # Quotas limit analyst keys; an owner can grant itself any quota anyway.
         quota_key=None if principal.is_owner else principal.key_id,
     )
-    after_commit(session, lambda: _enqueue(settings, job_id))
+    if not pending:
+        after_commit(session, lambda: _enqueue(settings, job_id))
     return job, True
+
+
+def needs_approval(session: Session, principal: Principal, dataset_id: uuid.UUID) -> bool:
+    """Whether a submission waits for an owner (issue 27 §3): the dataset's owners turned
+    approval on and the key is not an owner's. A fact the owner set, so public."""
+    if principal.is_owner:
+        return False
+    policy = budget_repository.get_policy(session, dataset_id)
+    return policy is not None and policy.approval_required
 
 
 def _enqueue(settings: Settings, job_id: uuid.UUID) -> None:
@@ -379,6 +391,19 @@ def list_jobs(
 def _cancel_locked(session: Session, job: Job, actor: str, reason: str | None) -> None:
     """Cancel a locked live job: release its reservation if it never ran, else ask it to stop."""
     now = utcnow()
+    if job.status == "pending_approval":
+        closed = repository.close_pending(
+            session,
+            job.id,
+            status="cancelled",
+            now=now,
+            reason=reason or "cancelled before an owner decided",
+            decided_by=None,
+        )
+        if closed is not None:
+            # Never approved, so never claimed: the reservation goes back.
+            budget_service.release_reservation(session, job.dataset_id, job.rho, job.id, actor)
+        return
     if job.status == "queued":
         cancelled = repository.cancel_queued(session, job.id, now=now, reason=reason)
         if cancelled is not None and cancelled.charged_at is None:
@@ -600,6 +625,8 @@ def job_out(job: Job, principal: Principal, queue: QueueOut | None = None) -> Jo
         finished_at=job.finished_at if exact else _coarse(job.finished_at),
         error=job.error,
         output_rows=job.output_rows,
+        decided_at=job.decided_at,
+        decision_reason=job.decision_reason,
         artefacts=visible(job.artefacts, owner=principal.is_owner),
         queue=queue,
     )

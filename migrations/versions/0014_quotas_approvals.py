@@ -1,6 +1,6 @@
 """Quotas under a dataset's cap (issue 27 §2).
 
-* ``quota_policies``: per dataset, ``shared`` or ``reserved`` quotas and whether analyst keys
+* ``dataset_policies``: per dataset, ``shared`` or ``reserved`` quotas and whether analyst keys
   need a quota to submit (no row: shared, not required).
 * ``budget_quotas``: a share of a dataset's ρ for one key or a named group of keys, with the
   same CHECK constraints as ``budget_accounts`` (non-negative; reserved + spent ≤ granted) and a
@@ -8,8 +8,16 @@
 * ``quota_members``: which live quota limits a key on a dataset (at most one).
 * ``quota_entries``: the quotas' append-only ledger (UPDATE, DELETE and TRUNCATE refused).
 
-Owner approval (§3) is not in this revision yet. ``down_revision`` is 0011: 0012 and 0013 are
-written in parallel and the merge re-points it.
+Owner approval (§3): ``dataset_policies.approval_required``; jobs may be ``pending_approval``
+(waiting for an owner, budget reserved), ``rejected`` or ``expired`` (never ran, reservation
+released); ``jobs.decided_by``, ``decided_at`` and ``decision_reason``. On SQLite the status
+CHECK is changed in place, as 0011 changes the role CHECK (a batch copy of ``jobs`` would drop a
+table the ledger references). The downgrade turns pending jobs into cancelled ones, and
+rejected or expired ones into cancelled ones, keeping their reason in ``error`` (their
+reservations: a pending job's is released with a ``release`` ledger entry, as a cancel
+would; rejected and expired ones were released when they were decided).
+
+``down_revision`` is 0011: 0012 and 0013 are written in parallel and the merge re-points it.
 
 Revision ID: 0014_quotas_approvals
 Revises: 0011_key_management
@@ -21,8 +29,9 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from app.db.base import UTCDateTime
+from app.db.base import UTCDateTime, utcnow
 from app.db.types import Rho
+from app.jobs.models import STATUS_CHECK, STATUS_CHECK_WITH_APPROVALS
 
 revision: str = "0014_quotas_approvals"
 down_revision: str | None = "0011_key_management"
@@ -70,18 +79,45 @@ _SQLITE_GUARDS = [
 ]
 
 
+def _replace_status_check(old: str, new: str) -> None:
+    bind = op.get_bind()
+    if bind.dialect.name != "sqlite":
+        op.drop_constraint(op.f("ck_jobs_status"), "jobs", type_="check")
+        op.create_check_constraint(op.f("ck_jobs_status"), "jobs", new)
+        return
+    version = bind.exec_driver_sql("PRAGMA schema_version").scalar_one()
+    bind.exec_driver_sql("PRAGMA writable_schema = ON")
+    bind.execute(
+        sa.text(
+            "UPDATE sqlite_master SET sql = replace(sql, :old, :new) "
+            "WHERE type = 'table' AND name = 'jobs'"
+        ),
+        {"old": old, "new": new},
+    )
+    # A new schema version makes every connection re-read the schema.
+    bind.exec_driver_sql(f"PRAGMA schema_version = {int(version) + 1}")
+    bind.exec_driver_sql("PRAGMA writable_schema = OFF")
+
+
 def upgrade() -> None:
+    op.add_column("jobs", sa.Column("decided_by", sa.Uuid(), nullable=True))
+    op.add_column("jobs", sa.Column("decided_at", UTCDateTime(), nullable=True))
+    op.add_column("jobs", sa.Column("decision_reason", sa.Text(), nullable=True))
+    _replace_status_check(STATUS_CHECK, STATUS_CHECK_WITH_APPROVALS)
     op.create_table(
-        "quota_policies",
+        "dataset_policies",
         sa.Column("dataset_id", sa.Uuid(), nullable=False),
         sa.Column("mode", sa.String(length=16), nullable=False),
         sa.Column("quota_required", sa.Boolean(), nullable=False),
-        sa.Column("updated_at", UTCDateTime(), nullable=False),
-        sa.CheckConstraint("mode IN ('shared', 'reserved')", name=op.f("ck_quota_policies_mode")),
-        sa.ForeignKeyConstraint(
-            ["dataset_id"], ["datasets.id"], name=op.f("fk_quota_policies_dataset_id_datasets")
+        sa.Column(
+            "approval_required", sa.Boolean(), server_default=sa.text("false"), nullable=False
         ),
-        sa.PrimaryKeyConstraint("dataset_id", name=op.f("pk_quota_policies")),
+        sa.Column("updated_at", UTCDateTime(), nullable=False),
+        sa.CheckConstraint("mode IN ('shared', 'reserved')", name=op.f("ck_dataset_policies_mode")),
+        sa.ForeignKeyConstraint(
+            ["dataset_id"], ["datasets.id"], name=op.f("fk_dataset_policies_dataset_id_datasets")
+        ),
+        sa.PrimaryKeyConstraint("dataset_id", name=op.f("pk_dataset_policies")),
     )
     op.create_table(
         "budget_quotas",
@@ -186,6 +222,36 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # Pending jobs never ran: their reservations go back, entry and account together, before
+    # they become cancelled jobs.
+    op.get_bind().execute(
+        sa.text(
+            "INSERT INTO ledger_entries (dataset_id, kind, rho, job_id, actor, at) "
+            "SELECT dataset_id, 'release', rho, id, 'system', :at FROM jobs "
+            "WHERE status = 'pending_approval'"
+        ).bindparams(sa.bindparam("at", utcnow(), type_=UTCDateTime()))
+    )
+    op.execute(
+        "UPDATE budget_accounts SET reserved_rho = reserved_rho - ("
+        "SELECT sum(rho) FROM jobs WHERE jobs.dataset_id = budget_accounts.dataset_id "
+        "AND jobs.status = 'pending_approval') "
+        "WHERE dataset_id IN (SELECT dataset_id FROM jobs WHERE status = 'pending_approval')"
+    )
+    jobs = sa.table(
+        "jobs",
+        sa.column("status", sa.String()),
+        sa.column("error", sa.Text()),
+        sa.column("decision_reason", sa.Text()),
+    )
+    op.execute(
+        jobs.update()
+        .where(jobs.c.status.in_(("pending_approval", "rejected", "expired")))
+        .values(status="cancelled", error=sa.func.coalesce(jobs.c.decision_reason, jobs.c.error))
+    )
+    _replace_status_check(STATUS_CHECK_WITH_APPROVALS, STATUS_CHECK)
+    op.drop_column("jobs", "decision_reason")
+    op.drop_column("jobs", "decided_at")
+    op.drop_column("jobs", "decided_by")
     if op.get_bind().dialect.name == "postgresql":
         for trigger, table in [
             ("quota_entries_append_only", "quota_entries"),
@@ -213,4 +279,4 @@ def downgrade() -> None:
     op.drop_index("uq_budget_quotas_live_key", table_name="budget_quotas")
     op.drop_index(op.f("ix_budget_quotas_dataset_id"), table_name="budget_quotas")
     op.drop_table("budget_quotas")
-    op.drop_table("quota_policies")
+    op.drop_table("dataset_policies")

@@ -247,6 +247,7 @@ def test_quota_routes_and_the_409s_name_the_limit(client: TestClient, settings: 
     assert listed["policy"] == {
         "mode": "shared",
         "quota_required": False,
+        "approval_required": False,
         "quotas_unused_rho": "0",
         "dataset_remaining_rho": "0.5",
     }
