@@ -137,14 +137,16 @@ def recover_jobs(settings: Settings) -> RecoveryReport:
         report.resent.append(job_id)
 
     outcomes = (report.requeued, report.failed, report.timed_out, report.cancelled)
-    if any((*outcomes, report.resent, report.expired)):
+    if any((*outcomes, report.resent, report.expired, report.unapproved)):
         logger.info(
-            "recovery: requeued=%d failed=%d timed_out=%d cancelled=%d resent=%d expired=%d",
+            "recovery: requeued=%d failed=%d timed_out=%d cancelled=%d resent=%d expired=%d "
+            "unapproved=%d",
             len(report.requeued),
             len(report.failed),
             len(report.timed_out),
             len(report.cancelled),
             len(report.resent),
             len(report.expired),
+            len(report.unapproved),
         )
     return report
