@@ -194,6 +194,12 @@ def reserve_budget(
     been changed before the quota refuses: the caller's transaction rolls back on the exception
     (the request owns the transaction), so nothing of it is committed.
     """
+    # FOR UPDATE on the account before reading the policy and the key's quota: a grant, removal
+    # or policy change takes this lock first too, so the quota and policy read here are those
+    # committed before this submission, and stay so until it commits (a key given a quota at
+    # the same instant cannot reserve past it on a stale read). It also keeps the quotas'
+    # unused shares still for the ``reserved`` test below; the lock order stays account, quota.
+    repository.lock_account(session, dataset_id)
     policy = repository.get_policy(session, dataset_id)
     quota = (
         repository.quota_of_key(session, dataset_id, quota_key) if quota_key is not None else None
@@ -206,10 +212,7 @@ def reserve_budget(
         )
     keep = Decimal(0)
     if quota is None and policy is not None and policy.mode == "reserved":
-        # FOR UPDATE on the account: the quotas' unused shares must not grow (a quota grant)
-        # between reading them here and reserving beside them; every change of a quota takes
-        # this lock first.
-        repository.lock_account(session, dataset_id)
+        # Under the account lock taken above, no grant or other submission moves the shares.
         keep = repository.quotas_unused(session, dataset_id)
     state = repository.reserve(session, dataset_id, rho, keep)
     if state is None:
