@@ -347,7 +347,11 @@ def _queue_at_statement() -> Select[tuple[uuid.UUID, int, int, int]]:
     created_at = bindparam("created_at", type_=Job.created_at.type)
     left = Job.finished_at.is_not(None) & (Job.finished_at <= as_of)
     started = Job.started_at.is_not(None) & (Job.started_at <= as_of)
-    queued = (Job.created_at <= as_of) & ~started & ~left
+    # A job held for an owner's approval (issue 27 §3) was not queued until its decision:
+    # approved after T, or rejected, expired or cancelled after T while pending, it was not
+    # queued at T (counting it would change T's answer at the instant of the decision).
+    undecided_or_before = Job.decided_at.is_(None) | (Job.decided_at <= as_of)
+    queued = (Job.created_at <= as_of) & undecided_or_before & ~started & ~left
     running = started & ~left
     ahead_of_mine = (Job.created_at < created_at) | (
         (Job.created_at == created_at) & (Job.id < job_id)

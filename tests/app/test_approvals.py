@@ -205,3 +205,35 @@ def test_the_migration_downgrades_and_upgrades(client: TestClient, settings: Set
         assert session.execute(text("SELECT count(*) FROM budget_quotas")).scalar_one() == 0
         session.execute(text("UPDATE jobs SET status = 'expired'"))
     assert client.get(f"/v1/jobs/{job_id}", headers=bearer(analyst)).json()["status"] == "expired"
+
+
+def test_a_pending_job_is_not_in_the_queue_before_its_decision(
+    client: TestClient, settings: Settings
+) -> None:
+    """The queue place counts the queue as it stood at a past minute T: a job approved after T
+    was pending, not queued, at T (it would otherwise change T's answer when approved)."""
+    keys = _keys(settings, 1)
+    owner, analyst = bearer(keys.owner_key), keys.analyst_keys[0]
+    dataset_id = _dataset(settings, keys.owner, Decimal(1))
+    policy = {"mode": "shared", "approval_required": True}
+    client.put(f"/v1/datasets/{dataset_id}/quota-policy", json=policy, headers=owner)
+    mine = uuid.UUID(_submit(client, keys.owner_key, dataset_id, "0.25").json()["id"])
+    held = uuid.UUID(_submit(client, analyst, dataset_id, "0.25").json()["id"])
+    assert client.post(f"/v1/jobs/{held}/approve", headers=owner).status_code == 200
+    factory = get_session_factory(settings.sqlalchemy_url)
+    with transaction(factory) as session:
+        for job_id in (mine, held):
+            job = job_repository.get(session, job_id)
+            assert job is not None
+            job.created_at -= timedelta(minutes=10)
+    with transaction(factory) as session:
+        job = job_repository.get(session, mine)
+        approved = job_repository.get(session, held)
+        assert job is not None and approved is not None and approved.decided_at is not None
+
+        def queued_at(as_of: Any) -> int:
+            tenants = job_repository.queue_at(session, job.id, job.tenant_id, job.created_at, as_of)
+            return sum(t.queued for t in tenants)
+
+        assert queued_at(approved.decided_at - timedelta(minutes=5)) == 1
+        assert queued_at(approved.decided_at + timedelta(minutes=1)) == 2
