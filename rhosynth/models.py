@@ -234,6 +234,8 @@ class JobPreview(_Wire):
     remaining_rho: Amount
     remaining_rho_after: Amount | None
     would_exceed_budget: bool
+    quota: str | None = None
+    quota_remaining_rho: Amount | None = None
     first_noise: list[NoisePreview]
     prediction: CostPrediction | None
     limits: JobLimits

@@ -246,6 +246,35 @@ def reserve_budget(
     return state
 
 
+@dataclass(frozen=True)
+class SubmitterLimits:
+    """What limits a key's next submission on a dataset besides the dataset's remaining ρ: its
+    quota (label and rest) or, under a ``reserved`` policy, the quotas' unused shares it must
+    leave. Read without locks: for previews only."""
+
+    quota: str | None
+    quota_remaining_rho: Decimal | None
+    keep_rho: Decimal
+
+
+def submitter_limits(
+    session: Session, dataset_id: uuid.UUID, quota_key: uuid.UUID | None
+) -> SubmitterLimits:
+    quota = (
+        repository.quota_of_key(session, dataset_id, quota_key) if quota_key is not None else None
+    )
+    if quota is not None:
+        rest = quota.granted_rho - quota.reserved_rho - quota.spent_rho
+        return SubmitterLimits(quota_label(quota.key_id, quota.group_name), rest, Decimal(0))
+    policy = repository.get_policy(session, dataset_id)
+    keep = (
+        repository.quotas_unused(session, dataset_id)
+        if policy is not None and policy.mode == "reserved"
+        else Decimal(0)
+    )
+    return SubmitterLimits(None, None, keep)
+
+
 def quota_label(key_id: uuid.UUID | None, group_name: str | None) -> str:
     """How a 409 names a quota: ``the quota of key <id>`` or ``the quota of group '<name>'``."""
     if group_name is not None:

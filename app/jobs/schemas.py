@@ -320,7 +320,15 @@ class JobPreview(BaseModel):
         description="remaining ρ after this job (null when it would exceed the budget)"
     )
     would_exceed_budget: bool = Field(
-        description="true: a submission would be refused with 409 (requested ρ > remaining ρ)"
+        description="true: a submission would be refused with 409 (requested ρ > remaining ρ, "
+        "or > what is left of the key's quota, or, with reserved quotas, > what is left beside "
+        "their shares)"
+    )
+    quota: str | None = Field(
+        default=None, description="the quota that limits this key on the dataset, if any"
+    )
+    quota_remaining_rho: RhoOut | None = Field(
+        default=None, description="what is left of that quota now"
     )
     first_noise: list[NoisePreviewOut] = Field(
         description="the first releases the method makes and their noise, from the budget split"

@@ -395,3 +395,27 @@ def test_quota_rows_and_entries_are_guarded_by_the_database(settings: Settings) 
             session.execute(text(statement), {"id": quota_id})
     with transaction(factory) as session:
         assert len(list(session.scalars(select(QuotaEntry)))) == 1
+
+
+def test_the_dry_run_shows_the_keys_quota(client: TestClient, settings: Settings) -> None:
+    keys = _keys(settings, 1)
+    (analyst,) = keys.analyst_keys
+    key_id = keys.analysts[0].key_id
+    dataset_id = _dataset(settings, keys.owner, Decimal(1))
+    client.put(
+        f"/v1/datasets/{dataset_id}/quotas/{key_id}",
+        json={"rho": "0.25"},
+        headers=bearer(keys.owner_key),
+    )
+    preview = client.post(
+        f"/v1/datasets/{dataset_id}/jobs?dry_run=true",
+        json={"method": "independent", "budget": {"rho": "0.5"}},
+        headers=bearer(analyst),
+    )
+    assert preview.status_code == 200, preview.text
+    body = preview.json()
+    assert body["quota"] == f"the quota of key {key_id}"
+    assert body["quota_remaining_rho"] == "0.25"
+    assert body["would_exceed_budget"] is True and body["remaining_rho"] == "1"
+    # The submission agrees.
+    assert _job(client, analyst, dataset_id, "0.5").json()["limit"] == "quota"
