@@ -121,6 +121,8 @@ class Settings(BaseSettings):
     # sized by the noisy row count are capped at the rows that fit.
     job_memory_limit_mb: int = Field(default=3072, ge=256)
     queued_job_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
+    # A job waiting for an owner's approval expires (its reservation released) after this long.
+    approval_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
     requeue_after_seconds: float = Field(default=300.0, gt=0)
     recovery_interval_seconds: float = Field(default=30.0, gt=0)
     worker_concurrency: int = Field(default=1, ge=1)

@@ -26,6 +26,7 @@ from app.audit.endpoints import router as audit_router
 from app.auth.endpoints import keys_router
 from app.auth.endpoints import router as auth_router
 from app.auth.throttle import FailedAuthThrottle
+from app.budget.endpoints import router as quotas_router
 from app.config import Settings, get_settings
 from app.console import endpoints as console
 from app.datasets.endpoints import router as datasets_router
@@ -104,6 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(keys_router)
     app.include_router(audit_router)
     app.include_router(webhooks_router)
+    app.include_router(quotas_router)
 
     def body_limit(scope: Scope) -> int:
         path = scope.get("path", "").rstrip("/") if scope.get("method") == "POST" else None

@@ -25,7 +25,7 @@ import io
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -42,6 +42,7 @@ from rhosynth.audit import AuditChainBroken, ChainHead, verify_audit_chain
 from rhosynth.errors import ApiError, Unavailable, error_for
 from rhosynth.models import (
     ApiKey,
+    Approval,
     AuditEntry,
     Budget,
     CreatedKey,
@@ -52,6 +53,9 @@ from rhosynth.models import (
     Ledger,
     LedgerEntry,
     Method,
+    Quota,
+    QuotaPolicy,
+    Quotas,
     Sample,
     SchemaDraft,
     Webhook,
@@ -501,6 +505,82 @@ class Client:
         """Cancel a job: a queued one's reservation is released; a running one stops at its
         next stage, its ρ stays spent and nothing is released. Not retried."""
         response = self._send("POST", f"/v1/jobs/{_id(job)}/cancel", retry=False)
+        return Job.model_validate(response.json())
+
+    # -- quotas and approvals (owner keys; issue 27 §2, §3) ---------------------------------
+
+    def quotas(self, dataset: DatasetRef) -> Quotas:
+        """The dataset's quota policy and live quotas (reserved, spent, remaining ρ)."""
+        return self._get(f"/v1/datasets/{_id(dataset)}/quotas", Quotas)
+
+    def set_quota(self, dataset: DatasetRef, key_id: uuid.UUID | str, rho: Number) -> Quota:
+        """Give an analyst key a quota of ``rho`` on the dataset, or change it (idempotent)."""
+        response = self._send(
+            "PUT",
+            f"/v1/datasets/{_id(dataset)}/quotas/{key_id}",
+            retry=True,
+            json={"rho": _amount(rho)},
+        )
+        return Quota.model_validate(response.json())
+
+    def set_group_quota(
+        self, dataset: DatasetRef, name: str, rho: Number, keys: Sequence[uuid.UUID | str]
+    ) -> Quota:
+        """Give a named group of analyst keys one shared quota (idempotent: PUT)."""
+        response = self._send(
+            "PUT",
+            f"/v1/datasets/{_id(dataset)}/quota-groups/{name}",
+            retry=True,
+            json={"rho": _amount(rho), "keys": [str(k) for k in keys]},
+        )
+        return Quota.model_validate(response.json())
+
+    def delete_quota(self, dataset: DatasetRef, key_id: uuid.UUID | str) -> None:
+        """Remove a key's quota; its queued jobs still settle on it. Not retried."""
+        self._send("DELETE", f"/v1/datasets/{_id(dataset)}/quotas/{key_id}", retry=False)
+
+    def delete_group_quota(self, dataset: DatasetRef, name: str) -> None:
+        """Remove a group's quota. Not retried."""
+        self._send("DELETE", f"/v1/datasets/{_id(dataset)}/quota-groups/{name}", retry=False)
+
+    def set_quota_policy(
+        self,
+        dataset: DatasetRef,
+        mode: Literal["shared", "reserved"],
+        *,
+        quota_required: bool = False,
+        approval_required: bool = False,
+    ) -> QuotaPolicy:
+        """Set the dataset's policy: shared or reserved quotas, whether analyst keys need one,
+        and whether their jobs wait for an owner's approval (idempotent: PUT)."""
+        response = self._send(
+            "PUT",
+            f"/v1/datasets/{_id(dataset)}/quota-policy",
+            retry=True,
+            json={
+                "mode": mode,
+                "quota_required": quota_required,
+                "approval_required": approval_required,
+            },
+        )
+        return QuotaPolicy.model_validate(response.json())
+
+    def approvals(self, dataset: DatasetRef) -> list[Approval]:
+        """Jobs waiting for an owner's approval, oldest first, with their cost preview."""
+        body = self._send("GET", f"/v1/datasets/{_id(dataset)}/approvals", retry=True).json()
+        return [Approval.model_validate(item) for item in body["items"]]
+
+    def approve(self, job: JobRef) -> Job:
+        """Approve a pending job: it is queued (its budget is already reserved). Not retried."""
+        response = self._send("POST", f"/v1/jobs/{_id(job)}/approve", retry=False)
+        return Job.model_validate(response.json())
+
+    def reject(self, job: JobRef, reason: str) -> Job:
+        """Reject a pending job with a reason the analyst sees; its reservation is released.
+        Not retried."""
+        response = self._send(
+            "POST", f"/v1/jobs/{_id(job)}/reject", retry=False, json={"reason": reason}
+        )
         return Job.model_validate(response.json())
 
     def methods(self) -> list[Method]:

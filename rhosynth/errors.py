@@ -50,10 +50,15 @@ class OverBudget(Conflict):
         delta: Decimal | None = None,
         requested_epsilon: Decimal | None = None,
         remaining_epsilon: Decimal | None = None,
+        limit: str = "dataset",
+        quota: str | None = None,
     ) -> None:
         super().__init__(409, detail)
         self.requested_rho = requested_rho
         self.remaining_rho = remaining_rho
+        # Which limit refused ("dataset", "quota" or "unallocated") and the quota, if one did.
+        self.limit = limit
+        self.quota = quota
         # Set when the request gave (ε, δ): the ε of the request and of the remaining ρ at δ.
         self.delta = delta
         self.requested_epsilon = requested_epsilon
@@ -145,6 +150,8 @@ def error_for(status: int, body: Any, retry_after: float | None = None) -> ApiEr
             Decimal(str(body["requested_rho"])),
             Decimal(str(body["remaining_rho"])),
             **optional,
+            limit=str(body.get("limit") or "dataset"),
+            quota=None if body.get("quota") is None else str(body["quota"]),
         )
     if status == 429:
         return RateLimited(status, detail, retry_after)

@@ -19,9 +19,20 @@ from pydantic import BaseModel, ConfigDict, Field
 # Exact amounts travel as decimal strings; documented as the service documents them.
 Amount = Annotated[Decimal, Field(json_schema_extra={"type": "string", "format": "decimal"})]
 
-JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+JobStatus = Literal[
+    "pending_approval",
+    "queued",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "rejected",
+    "expired",
+]
 SampleStatus = Literal["queued", "running", "succeeded", "failed", "expired", "deleted"]
-FINISHED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "expired", "deleted"})
+FINISHED: frozenset[str] = frozenset(
+    {"succeeded", "failed", "cancelled", "rejected", "expired", "deleted"}
+)
 
 
 class _Wire(BaseModel):
@@ -177,6 +188,8 @@ class Job(_Wire):
     finished_at: datetime | None
     error: str | None
     output_rows: int | None
+    decided_at: datetime | None = None
+    decision_reason: str | None = None
     artefacts: list[str] = Field(default_factory=list)
     queue: Queue | None = None
 
@@ -239,6 +252,8 @@ class JobPreview(_Wire):
     remaining_rho: Amount
     remaining_rho_after: Amount | None
     would_exceed_budget: bool
+    quota: str | None = None
+    quota_remaining_rho: Amount | None = None
     first_noise: list[NoisePreview]
     prediction: CostPrediction | None
     limits: JobLimits
@@ -350,7 +365,49 @@ class WebhookDelivery(_Wire):
     created_at: datetime
 
 
+class Quota(_Wire):
+    """A key's or a group's share of a dataset's ρ (issue 27 §2)."""
+
+    id: uuid.UUID
+    kind: Literal["key", "group"]
+    key_id: uuid.UUID | None
+    group: str | None
+    keys: list[uuid.UUID]
+    granted_rho: Amount
+    reserved_rho: Amount
+    spent_rho: Amount
+    remaining_rho: Amount
+    available_rho: Amount
+
+
+class QuotaPolicy(_Wire):
+    """How a dataset's quotas relate to its budget, and whether jobs wait for approval."""
+
+    mode: Literal["shared", "reserved"]
+    quota_required: bool
+    approval_required: bool
+    quotas_unused_rho: Amount
+    dataset_remaining_rho: Amount
+
+
+class Quotas(_Wire):
+    policy: QuotaPolicy
+    items: list[Quota]
+
+
+class Approval(_Wire):
+    """A job waiting for an owner's approval, with what it would cost."""
+
+    job: Job
+    preview: JobPreview | None
+    preview_error: str | None = None
+
+
 SERVER_NAMES: dict[type[BaseModel], str] = {
+    Quota: "QuotaOut",
+    QuotaPolicy: "QuotaPolicyOut",
+    Quotas: "QuotaList",
+    Approval: "ApprovalOut",
     Budget: "BudgetOut",
     Column: "ColumnOut",
     DomainWarning: "DomainWarningOut",

@@ -17,13 +17,25 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, CheckConstraint, ForeignKey, Integer, String, text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db.base import Base, utcnow
+from app.db.base import Base, new_id, utcnow
 from app.db.types import Delta, Rho
 
 LEDGER_KINDS = ("grant", "reserve", "spend", "release", "discover")
+QUOTA_KINDS = ("set", "reserve", "spend", "release", "remove")
+QUOTA_MODES = ("shared", "reserved")
 
 
 class BudgetAccount(Base):
@@ -81,3 +93,101 @@ class LedgerEntry(Base):
     at: Mapped[datetime] = mapped_column(default=utcnow)
     # Discover entries: the mechanism, its parameters and per-column costs (never data values).
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+
+
+class DatasetPolicy(Base):
+    """How a dataset's quotas relate to its budget (issue 27 §2); no row: ``shared``, no quota
+    required. ``shared``: quotas may add up past the dataset's budget (first come, first served);
+    ``reserved``: the quotas' unused parts are kept for them (their sum never passes what the
+    dataset has left), so every quota can be used in full. ``quota_required``: analyst keys
+    without a quota on the dataset cannot submit. ``approval_required`` (issue 27 §3): jobs of
+    analyst keys wait in ``pending_approval`` until an owner approves or rejects them."""
+
+    __tablename__ = "dataset_policies"
+    __table_args__ = (CheckConstraint("mode IN ('shared', 'reserved')", name="mode"),)
+
+    dataset_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("datasets.id"), primary_key=True)
+    mode: Mapped[str] = mapped_column(String(16))
+    quota_required: Mapped[bool] = mapped_column(Boolean)
+    approval_required: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class BudgetQuota(Base):
+    """A share of a dataset's ρ for one analyst key (``key_id``) or a named group of keys
+    (``group_name``, members in ``quota_members``). Its columns move with the dataset's account,
+    in the same transaction and after it (lock order: account, then quota); its entries are in
+    ``quota_entries``. A removed quota keeps its row (``removed_at``) so that the jobs it
+    reserved for still spend or release on it."""
+
+    __tablename__ = "budget_quotas"
+    __table_args__ = (
+        CheckConstraint("granted_rho >= 0", name="granted_nonnegative"),
+        CheckConstraint("reserved_rho >= 0", name="reserved_nonnegative"),
+        CheckConstraint("spent_rho >= 0", name="spent_nonnegative"),
+        CheckConstraint("reserved_rho + spent_rho <= granted_rho", name="within_granted"),
+        CheckConstraint("(key_id IS NULL) <> (group_name IS NULL)", name="key_or_group"),
+        # One live quota per key and per group name on a dataset.
+        Index(
+            "uq_budget_quotas_live_key",
+            "dataset_id",
+            "key_id",
+            unique=True,
+            postgresql_where=text("removed_at IS NULL AND key_id IS NOT NULL"),
+            sqlite_where=text("removed_at IS NULL AND key_id IS NOT NULL"),
+        ),
+        Index(
+            "uq_budget_quotas_live_group",
+            "dataset_id",
+            "group_name",
+            unique=True,
+            postgresql_where=text("removed_at IS NULL AND group_name IS NOT NULL"),
+            sqlite_where=text("removed_at IS NULL AND group_name IS NOT NULL"),
+        ),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
+    dataset_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("datasets.id"), index=True)
+    key_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("api_keys.id"))
+    group_name: Mapped[str | None] = mapped_column(String(100))
+    granted_rho: Mapped[Decimal] = mapped_column(Rho())
+    reserved_rho: Mapped[Decimal] = mapped_column(Rho())
+    spent_rho: Mapped[Decimal] = mapped_column(Rho())
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    removed_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class QuotaMember(Base):
+    """Which live quota limits a key on a dataset: at most one (the primary key)."""
+
+    __tablename__ = "quota_members"
+
+    dataset_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("datasets.id"), primary_key=True)
+    key_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("api_keys.id"), primary_key=True)
+    quota_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("budget_quotas.id"), index=True)
+
+
+class QuotaEntry(Base):
+    """The quota's own append-only ledger: ``set`` (the new granted ρ), ``reserve``/``spend``/
+    ``release`` (a job's ρ, beside the dataset ledger's entry of the same kind) and ``remove``."""
+
+    __tablename__ = "quota_entries"
+    __table_args__ = (
+        CheckConstraint("kind IN ('set', 'reserve', 'spend', 'release', 'remove')", name="kind"),
+        CheckConstraint("rho >= 0", name="rho_nonnegative"),
+        CheckConstraint("rho > 0 OR kind IN ('set', 'remove')", name="rho_positive"),
+        CheckConstraint(
+            "kind IN ('set', 'remove') OR job_id IS NOT NULL", name="job_for_job_entries"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    quota_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("budget_quotas.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    rho: Mapped[Decimal] = mapped_column(Rho())
+    job_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("jobs.id"), index=True)
+    actor: Mapped[str] = mapped_column(String(64))
+    at: Mapped[datetime] = mapped_column(default=utcnow)

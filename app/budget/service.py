@@ -4,6 +4,10 @@
 * ``spend_reservation`` when a worker first claims the job, before it reads any data. Spent
   budget is never refunded: whether a job fails can depend on the data.
 * ``release_reservation`` only for a job cancelled or expired while still queued, never charged.
+* Quotas (issue 27 §2, app/budget/quotas.py) ride on the same three steps: a job of a key with
+  a quota reserves on the dataset's account and then on the quota, spends on both at its first
+  claim and releases both only if it never ran. The account is always changed first, so the lock
+  order is account, then quota (no deadlock between two transactions).
 * ``grant_budget`` raises the total ρ (and δ); totals never go down.
 * ``spend_discovery`` at upload, in the transaction that opens the account: spends ρ and δ for
   learning part of the domain with DP (one ``discover`` entry, no job), or refuses.
@@ -46,8 +50,12 @@ class BudgetExceeded(Exception):
         remaining_rho: Decimal,
         requested_delta: Decimal | None = None,
         remaining_delta: Decimal | None = None,
+        quota: str | None = None,
+        limit: str = "dataset",
     ) -> None:
         message = f"requested ρ {requested_rho} exceeds the remaining {remaining_rho}"
+        if quota is not None:
+            message = f"requested ρ {requested_rho} exceeds what is left of {quota}"
         if requested_delta is not None:
             message = (
                 f"requested ρ {requested_rho} and δ {requested_delta} exceed the remaining "
@@ -58,6 +66,15 @@ class BudgetExceeded(Exception):
         self.remaining_rho = remaining_rho
         self.requested_delta = requested_delta
         self.remaining_delta = remaining_delta
+        # Which limit refused: "dataset" (its remaining budget), "unallocated" (what a
+        # ``reserved`` quota policy leaves beside the quotas' shares) or "quota" (``quota``
+        # names it).
+        self.quota = quota
+        self.limit = limit
+
+
+class QuotaRequired(Exception):
+    """The dataset's policy needs a quota for analyst keys, and this key has none (409)."""
 
 
 class BudgetLimitExceeded(Exception):
@@ -163,40 +180,145 @@ def spend_discovery(
 
 
 def reserve_budget(
-    session: Session, dataset_id: uuid.UUID, rho: Decimal, job_id: uuid.UUID, actor: str
+    session: Session,
+    dataset_id: uuid.UUID,
+    rho: Decimal,
+    job_id: uuid.UUID,
+    actor: str,
+    quota_key: uuid.UUID | None = None,
 ) -> AccountState:
-    state = repository.reserve(session, dataset_id, rho)
+    """Reserve ``rho`` for a job on the dataset's account and, when ``quota_key`` (an analyst
+    key; None for owners) has a quota on the dataset, on that quota too.
+
+    Raises BudgetExceeded (``limit`` says which limit) or QuotaRequired. The account may have
+    been changed before the quota refuses: the caller's transaction rolls back on the exception
+    (the request owns the transaction), so nothing of it is committed.
+    """
+    # FOR UPDATE on the account before reading the policy and the key's quota: a grant, removal
+    # or policy change takes this lock first too, so the quota and policy read here are those
+    # committed before this submission, and stay so until it commits (a key given a quota at
+    # the same instant cannot reserve past it on a stale read). It also keeps the quotas'
+    # unused shares still for the ``reserved`` test below; the lock order stays account, quota.
+    repository.lock_account(session, dataset_id)
+    policy = repository.get_policy(session, dataset_id)
+    quota = (
+        repository.quota_of_key(session, dataset_id, quota_key) if quota_key is not None else None
+    )
+    if quota is None and quota_key is not None and policy is not None and policy.quota_required:
+        raise QuotaRequired(
+            "this dataset needs a quota for analyst keys and this key has none: ask an owner "
+            f"of the dataset for one (PUT /v1/datasets/{dataset_id}/quotas/{quota_key}); "
+            "nothing was reserved"
+        )
+    keep = Decimal(0)
+    if quota is None and policy is not None and policy.mode == "reserved":
+        # Under the account lock taken above, no grant or other submission moves the shares.
+        keep = repository.quotas_unused(session, dataset_id)
+    state = repository.reserve(session, dataset_id, rho, keep)
     if state is None:
         current = repository.get_account(session, dataset_id)
         remaining = current.remaining_rho if current is not None else Decimal(0)
+        if keep > 0:
+            raise BudgetExceeded(
+                requested_rho=rho,
+                remaining_rho=max(remaining - keep, Decimal(0)),
+                limit="unallocated",
+            )
         raise BudgetExceeded(requested_rho=rho, remaining_rho=remaining)
     repository.append_entry(
         session, dataset_id=dataset_id, kind="reserve", rho=rho, job_id=job_id, actor=actor
     )
+    if quota is not None:
+        # After the account (lock order: account, then quota). One guarded UPDATE: two
+        # submissions of the same quota's keys never both take its last share.
+        quota_state = repository.reserve_quota(session, quota.id, rho)
+        if quota_state is None:
+            left = repository.get_quota_state(session, quota.id)
+            raise BudgetExceeded(
+                requested_rho=rho,
+                remaining_rho=left.remaining_rho if left is not None else Decimal(0),
+                quota=quota_label(quota.key_id, quota.group_name),
+                limit="quota",
+            )
+        repository.append_quota_entry(
+            session, quota_id=quota.id, kind="reserve", rho=rho, job_id=job_id, actor=actor
+        )
     return state
+
+
+@dataclass(frozen=True)
+class SubmitterLimits:
+    """What limits a key's next submission on a dataset besides the dataset's remaining ρ: its
+    quota (label and rest) or, under a ``reserved`` policy, the quotas' unused shares it must
+    leave. Read without locks: for previews only."""
+
+    quota: str | None
+    quota_remaining_rho: Decimal | None
+    keep_rho: Decimal
+
+
+def submitter_limits(
+    session: Session, dataset_id: uuid.UUID, quota_key: uuid.UUID | None
+) -> SubmitterLimits:
+    quota = (
+        repository.quota_of_key(session, dataset_id, quota_key) if quota_key is not None else None
+    )
+    if quota is not None:
+        rest = quota.granted_rho - quota.reserved_rho - quota.spent_rho
+        return SubmitterLimits(quota_label(quota.key_id, quota.group_name), rest, Decimal(0))
+    policy = repository.get_policy(session, dataset_id)
+    keep = (
+        repository.quotas_unused(session, dataset_id)
+        if policy is not None and policy.mode == "reserved"
+        else Decimal(0)
+    )
+    return SubmitterLimits(None, None, keep)
+
+
+def quota_label(key_id: uuid.UUID | None, group_name: str | None) -> str:
+    """How a 409 names a quota: ``the quota of key <id>`` or ``the quota of group '<name>'``."""
+    if group_name is not None:
+        return f"the quota of group {group_name!r}"
+    return f"the quota of key {key_id}"
 
 
 def spend_reservation(
     session: Session, dataset_id: uuid.UUID, rho: Decimal, job_id: uuid.UUID, actor: str
 ) -> AccountState:
+    """At the job's first claim: reserved → spent on the account, then on its quota if any."""
     state = repository.convert_reservation(session, dataset_id, rho)
     if state is None:
         raise LedgerInconsistent(f"job {job_id}: no reservation of {rho} to spend")
     repository.append_entry(
         session, dataset_id=dataset_id, kind="spend", rho=rho, job_id=job_id, actor=actor
     )
+    quota_id = repository.quota_of_job(session, job_id)
+    if quota_id is not None:
+        if repository.convert_quota_reservation(session, quota_id, rho) is None:
+            raise LedgerInconsistent(f"job {job_id}: no quota reservation of {rho} to spend")
+        repository.append_quota_entry(
+            session, quota_id=quota_id, kind="spend", rho=rho, job_id=job_id, actor=actor
+        )
     return state
 
 
 def release_reservation(
     session: Session, dataset_id: uuid.UUID, rho: Decimal, job_id: uuid.UUID, actor: str
 ) -> AccountState:
+    """For a job that never ran: the reservation goes back to the account and to its quota."""
     state = repository.release(session, dataset_id, rho)
     if state is None:
         raise LedgerInconsistent(f"job {job_id}: no reservation of {rho} to release")
     repository.append_entry(
         session, dataset_id=dataset_id, kind="release", rho=rho, job_id=job_id, actor=actor
     )
+    quota_id = repository.quota_of_job(session, job_id)
+    if quota_id is not None:
+        if repository.release_quota_reservation(session, quota_id, rho) is None:
+            raise LedgerInconsistent(f"job {job_id}: no quota reservation of {rho} to release")
+        repository.append_quota_entry(
+            session, quota_id=quota_id, kind="release", rho=rho, job_id=job_id, actor=actor
+        )
     return state
 
 

@@ -164,6 +164,9 @@ def _detail(error: HTTPException | JSONResponse) -> str:
     else:
         body = json.loads(bytes(error.body))
         detail = body.get("detail", "")
+        if "requested_rho" in body and body.get("limit", "dataset") != "dataset":
+            # Over a quota (issue 27 §2): the API's sentence names it; no console page sets it.
+            return str(detail)
         if "requested_rho" in body:
             # The API's sentence names its route; the console's names its own button.
             needs, left = jobs_service.over_budget_terms(OverBudgetOut.model_validate(body))

@@ -9,14 +9,24 @@ from fastapi import APIRouter, Header, HTTPException, Query, status
 from fastapi.responses import JSONResponse, StreamingResponse
 from sqlalchemy.orm import Session
 
-from app.api.deps import AnalystKey, AnalystRead, Database, DatabaseDep, SettingsDep, StorageDep
+from app.api.deps import (
+    AnalystKey,
+    AnalystRead,
+    Database,
+    DatabaseDep,
+    OwnerKey,
+    SettingsDep,
+    StorageDep,
+)
 from app.api.errors import ErrorOut, error_responses
 from app.api.limits import FiniteJSONRoute
 from app.auth.service import Principal
-from app.budget.service import BudgetExceeded
-from app.jobs import preview, service
+from app.budget.service import BudgetExceeded, QuotaRequired
+from app.jobs import approvals, preview, service
 from app.jobs.export import table_download
 from app.jobs.schemas import (
+    ApprovalList,
+    ApprovalOut,
     JobList,
     JobOut,
     JobPreview,
@@ -24,6 +34,7 @@ from app.jobs.schemas import (
     MethodList,
     MethodOut,
     OverBudgetOut,
+    RejectIn,
 )
 from engine.mechanisms import MECHANISMS
 
@@ -94,6 +105,8 @@ def submit_job(
         raise HTTPException(status.HTTP_409_CONFLICT, "the dataset was deleted") from None
     except service.JobConflict as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    except QuotaRequired as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
     except BudgetExceeded as error:
         body_out = service.over_budget_out(dataset_id, body, error)
         return JSONResponse(body_out.model_dump(mode="json"), status_code=status.HTTP_409_CONFLICT)
@@ -159,6 +172,76 @@ def cancel_job(
     except service.JobConflict as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
     return service.job_out(job, principal)
+
+
+@router.get(
+    "/datasets/{dataset_id}/approvals",
+    response_model=ApprovalList,
+    tags=["approvals"],
+)
+def list_approvals(
+    dataset_id: uuid.UUID,
+    db: DatabaseDep,
+    settings: SettingsDep,
+    principal: OwnerKey,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+) -> ApprovalList:
+    """Jobs waiting for an owner's approval, oldest first, each with its dry-run cost."""
+    try:
+        with db.transaction() as session:
+            pending = approvals.list_pending(session, settings, principal, dataset_id, limit)
+            items = [
+                ApprovalOut(
+                    job=service.job_out(p.job, principal),
+                    preview=p.preview,
+                    preview_error=p.preview_error,
+                )
+                for p in pending
+            ]
+    except LookupError:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "dataset not found") from None
+    return ApprovalList(items=items)
+
+
+@router.post(
+    "/jobs/{job_id}/approve",
+    response_model=JobOut,
+    responses=error_responses(409),
+    tags=["approvals"],
+)
+def approve_job(
+    job_id: uuid.UUID, db: DatabaseDep, settings: SettingsDep, principal: OwnerKey
+) -> JobOut:
+    """Approve a job waiting for approval: it is queued (its budget is already reserved)."""
+    try:
+        with db.transaction() as session:
+            job = approvals.approve_job(session, settings, principal, job_id)
+            out = service.job_out(job, principal)
+    except service.JobNotFound:
+        raise _job_not_found() from None
+    except service.JobConflict as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    return out
+
+
+@router.post(
+    "/jobs/{job_id}/reject",
+    response_model=JobOut,
+    responses=error_responses(409),
+    tags=["approvals"],
+)
+def reject_job(job_id: uuid.UUID, body: RejectIn, db: DatabaseDep, principal: OwnerKey) -> JobOut:
+    """Reject a job waiting for approval, with a reason the analyst sees; its reservation is
+    released (it never ran)."""
+    try:
+        with db.transaction() as session:
+            job = approvals.reject_job(session, principal, job_id, body.reason)
+            out = service.job_out(job, principal)
+    except service.JobNotFound:
+        raise _job_not_found() from None
+    except service.JobConflict as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    return out
 
 
 @router.get(

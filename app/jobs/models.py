@@ -26,16 +26,28 @@ from sqlalchemy.orm import Mapped, mapped_column
 from app.db.base import Base, new_id, utcnow
 from app.db.types import Rho
 
-JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
-TERMINAL_STATUSES = ("succeeded", "failed", "cancelled")
+JOB_STATUSES = (
+    "pending_approval",
+    "queued",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "rejected",
+    "expired",
+)
+TERMINAL_STATUSES = ("succeeded", "failed", "cancelled", "rejected", "expired")
+STATUS_CHECK = "status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')"
+STATUS_CHECK_WITH_APPROVALS = (
+    "status IN ('pending_approval', 'queued', 'running', 'succeeded', 'failed', 'cancelled', "
+    "'rejected', 'expired')"
+)
 
 
 class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (
-        CheckConstraint(
-            "status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')", name="status"
-        ),
+        CheckConstraint(STATUS_CHECK_WITH_APPROVALS, name="status"),
         CheckConstraint("rho > 0", name="rho_positive"),
         CheckConstraint("attempt >= 0", name="attempt_nonnegative"),
         CheckConstraint("progress_fraction >= 0 AND progress_fraction <= 1", name="progress"),
@@ -83,6 +95,12 @@ class Job(Base):
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
+
+    # Owner approval (issue 27 §3): who decided, when, and the reason given to the analyst.
+    # The deciding key's id (no foreign key: added in place on SQLite by migration 0014).
+    decided_by: Mapped[uuid.UUID | None] = mapped_column(default=None)
+    decided_at: Mapped[datetime | None] = mapped_column(default=None)
+    decision_reason: Mapped[str | None] = mapped_column(Text, default=None)
 
     output_key: Mapped[str | None] = mapped_column(String(500), default=None)
     output_rows: Mapped[int | None] = mapped_column(BigInteger, default=None)

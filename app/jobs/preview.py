@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.service import Principal
 from app.budget import repository as budget_repository
+from app.budget import service as budget_service
 from app.config import Settings
 from app.jobs.schemas import (
     CostPredictionOut,
@@ -56,7 +57,13 @@ def preview_job(
     if account is None:  # pragma: no cover - every dataset has an account
         raise LookupError(dataset_id)
     remaining = account.remaining_rho
-    exceeds = budget.rho > remaining
+    # Quotas (issue 27 §2): the key's quota, or what a reserved policy leaves beside the shares.
+    limits = budget_service.submitter_limits(
+        session, dataset_id, None if principal.is_owner else principal.key_id
+    )
+    exceeds = budget.rho + limits.keep_rho > remaining or (
+        limits.quota_remaining_rho is not None and budget.rho > limits.quota_remaining_rho
+    )
 
     deltas = sorted({*PROFILE_DELTAS, *([budget.delta] if budget.delta is not None else [])})
     # The release uses the domain discovery published, whose δ (the ledger's spent_delta) adds
@@ -104,6 +111,8 @@ def preview_job(
         remaining_rho=remaining,
         remaining_rho_after=None if exceeds else remaining - budget.rho,
         would_exceed_budget=exceeds,
+        quota=limits.quota,
+        quota_remaining_rho=limits.quota_remaining_rho,
         first_noise=first,
         prediction=prediction,
         limits=JobLimitsOut(

@@ -29,7 +29,7 @@ from app.budget import service as budget_service
 from app.config import Settings
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
-from app.jobs import dispatch, repository
+from app.jobs import approvals, dispatch, repository
 from app.jobs.limits import time_limit_error
 from app.webhooks import outbox
 
@@ -47,6 +47,8 @@ class RecoveryReport:
     cancelled: list[uuid.UUID] = field(default_factory=list)
     resent: list[uuid.UUID] = field(default_factory=list)
     expired: list[uuid.UUID] = field(default_factory=list)
+    # Jobs that waited for an owner's approval too long (issue 27 §3): expired, released.
+    unapproved: list[uuid.UUID] = field(default_factory=list)
 
 
 LeaseKey = tuple[datetime, uuid.UUID]
@@ -127,6 +129,8 @@ def recover_jobs(settings: Settings) -> RecoveryReport:
                 outbox.record_job_ended(session, job_id, settings)
                 report.expired.append(job_id)
 
+    report.unapproved.extend(approvals.expire_pending(factory, settings))
+
     with transaction(factory) as session:
         now = utcnow()
         stale = repository.touch_stale_queued(
@@ -137,14 +141,16 @@ def recover_jobs(settings: Settings) -> RecoveryReport:
         report.resent.append(job_id)
 
     outcomes = (report.requeued, report.failed, report.timed_out, report.cancelled)
-    if any((*outcomes, report.resent, report.expired)):
+    if any((*outcomes, report.resent, report.expired, report.unapproved)):
         logger.info(
-            "recovery: requeued=%d failed=%d timed_out=%d cancelled=%d resent=%d expired=%d",
+            "recovery: requeued=%d failed=%d timed_out=%d cancelled=%d resent=%d expired=%d "
+            "unapproved=%d",
             len(report.requeued),
             len(report.failed),
             len(report.timed_out),
             len(report.cancelled),
             len(report.resent),
             len(report.expired),
+            len(report.unapproved),
         )
     return report

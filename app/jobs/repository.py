@@ -104,7 +104,10 @@ def lock_active_for_dataset(session: Session, dataset_id: uuid.UUID) -> list[Job
     return list(
         session.scalars(
             select(Job)
-            .where(Job.dataset_id == dataset_id, Job.status.in_(("queued", "running")))
+            .where(
+                Job.dataset_id == dataset_id,
+                Job.status.in_(("pending_approval", "queued", "running")),
+            )
             .order_by(Job.id)
             .with_for_update()
         )
@@ -344,7 +347,11 @@ def _queue_at_statement() -> Select[tuple[uuid.UUID, int, int, int]]:
     created_at = bindparam("created_at", type_=Job.created_at.type)
     left = Job.finished_at.is_not(None) & (Job.finished_at <= as_of)
     started = Job.started_at.is_not(None) & (Job.started_at <= as_of)
-    queued = (Job.created_at <= as_of) & ~started & ~left
+    # A job held for an owner's approval (issue 27 §3) was not queued until its decision:
+    # approved after T, or rejected, expired or cancelled after T while pending, it was not
+    # queued at T (counting it would change T's answer at the instant of the decision).
+    undecided_or_before = Job.decided_at.is_(None) | (Job.decided_at <= as_of)
+    queued = (Job.created_at <= as_of) & undecided_or_before & ~started & ~left
     running = started & ~left
     ahead_of_mine = (Job.created_at < created_at) | (
         (Job.created_at == created_at) & (Job.id < job_id)
@@ -840,6 +847,80 @@ def expired_queued(
             .limit(limit)
         )
     )
+
+
+def expired_pending(
+    session: Session, *, created_before: datetime, limit: int = 100
+) -> list[uuid.UUID]:
+    """Jobs that waited for approval since before ``created_before``."""
+    return list(
+        session.scalars(
+            select(Job.id)
+            .where(Job.status == "pending_approval", Job.created_at < created_before)
+            .order_by(Job.created_at)
+            .limit(limit)
+        )
+    )
+
+
+def pending_for_dataset(session: Session, dataset_id: uuid.UUID, *, limit: int) -> list[Job]:
+    return list(
+        session.scalars(
+            select(Job)
+            .where(Job.dataset_id == dataset_id, Job.status == "pending_approval")
+            .order_by(Job.created_at, Job.id)
+            .limit(limit)
+        )
+    )
+
+
+def approve_pending(
+    session: Session, job_id: uuid.UUID, *, now: datetime, decided_by: uuid.UUID
+) -> bool:
+    """pending_approval → queued (guarded: a concurrent rejection or expiry wins or loses)."""
+    row = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status == "pending_approval")
+        .values(
+            status="queued",
+            progress_stage="queued",
+            enqueued_at=now,
+            decided_by=decided_by,
+            decided_at=now,
+        )
+        .returning(Job.id)
+    ).one_or_none()
+    return row is not None
+
+
+def close_pending(
+    session: Session,
+    job_id: uuid.UUID,
+    *,
+    status: str,
+    now: datetime,
+    reason: str,
+    decided_by: uuid.UUID | None,
+) -> Job | None:
+    """pending_approval → rejected, expired or cancelled (guarded); the job if it was pending.
+    A pending job was never claimed, so its reservation is the caller's to release."""
+    row = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status == "pending_approval", Job.charged_at.is_(None))
+        .values(
+            status=status,
+            finished_at=now,
+            progress_stage=status,
+            detail_stage=status,
+            decided_by=decided_by,
+            decided_at=now,
+            decision_reason=reason,
+        )
+        .returning(Job.id)
+    ).one_or_none()
+    if row is None:
+        return None
+    return session.get(Job, job_id, populate_existing=True)
 
 
 def cancel_queued(

@@ -144,7 +144,16 @@ class ProgressOut(BaseModel):
     stage: str
 
 
-JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+JobStatus = Literal[
+    "pending_approval",
+    "queued",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "rejected",
+    "expired",
+]
 
 
 class QueueOut(BaseModel):
@@ -188,6 +197,14 @@ class JobOut(BaseModel):
     finished_at: datetime | None
     error: str | None
     output_rows: int | None
+    decided_at: datetime | None = Field(
+        default=None,
+        description="when an owner approved or rejected the job, or when it expired unapproved "
+        "(datasets with approval on)",
+    )
+    decision_reason: str | None = Field(
+        default=None, description="the owner's reason for a rejection, or why it expired"
+    )
     artefacts: list[str] = Field(
         default_factory=list,
         description="the release's artefacts, published with its output (GET .../report, "
@@ -223,7 +240,13 @@ class MethodList(BaseModel):
 class OverBudgetOut(BaseModel):
     detail: str = Field(description="what the request needs, what is left, and what to do")
     requested_rho: RhoOut
-    remaining_rho: RhoOut
+    remaining_rho: RhoOut = Field(description="what is left of the limit that refused")
+    limit: Literal["dataset", "quota", "unallocated"] = Field(
+        default="dataset",
+        description="the limit that refused: the dataset's remaining budget, the key's quota, "
+        "or (reserved quotas) what the dataset has left beside its quotas' shares",
+    )
+    quota: str | None = Field(default=None, description="the quota that refused, when one did")
     delta: str | None = Field(
         default=None, description="the request's δ when it gave (ε, δ): the ε below are at it"
     )
@@ -297,7 +320,15 @@ class JobPreview(BaseModel):
         description="remaining ρ after this job (null when it would exceed the budget)"
     )
     would_exceed_budget: bool = Field(
-        description="true: a submission would be refused with 409 (requested ρ > remaining ρ)"
+        description="true: a submission would be refused with 409 (requested ρ > remaining ρ, "
+        "or > what is left of the key's quota, or, with reserved quotas, > what is left beside "
+        "their shares)"
+    )
+    quota: str | None = Field(
+        default=None, description="the quota that limits this key on the dataset, if any"
+    )
+    quota_remaining_rho: RhoOut | None = Field(
+        default=None, description="what is left of that quota now"
     )
     first_noise: list[NoisePreviewOut] = Field(
         description="the first releases the method makes and their noise, from the budget split"
@@ -307,3 +338,28 @@ class JobPreview(BaseModel):
         "count is not known to the caller (give rows) or the method is not calibrated"
     )
     limits: JobLimitsOut
+
+
+class RejectIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(
+        min_length=1,
+        max_length=2000,
+        description="shown to the analyst on the job: judge the request, never the data",
+    )
+
+
+class ApprovalOut(BaseModel):
+    """A job waiting for an owner's decision, with what it would cost (the dry run's preview;
+    its ``remaining_rho`` already counts this job's reservation)."""
+
+    job: JobOut
+    preview: JobPreview | None = Field(
+        description="null when the request no longer validates (then approving it is refused)"
+    )
+    preview_error: str | None = None
+
+
+class ApprovalList(BaseModel):
+    items: list[ApprovalOut]

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from app.api.types import format_decimal
 from app.audit import service as audit
 from app.auth.service import Principal
+from app.budget import repository as budget_repository
 from app.budget import service as budget_service
 from app.config import Settings
 from app.datasets import repository as dataset_repository
@@ -112,7 +113,11 @@ def over_budget_out(
     """The 409 body: what the request needs and what is left, in the request's own terms (ε at
     its δ when it gave (ε, δ)), and who can add budget (issue 26 §7: it named neither)."""
     out = OverBudgetOut(
-        detail="", requested_rho=error.requested_rho, remaining_rho=error.remaining_rho
+        detail="",
+        requested_rho=error.requested_rho,
+        remaining_rho=error.remaining_rho,
+        limit=error.limit,
+        quota=error.quota,
     )
     if isinstance(request.budget, EpsilonDeltaBudgetIn):
         delta = request.budget.delta
@@ -126,11 +131,24 @@ def over_budget_out(
             }
         )
     needs, left = over_budget_terms(out)
-    detail = (
-        f"over the dataset's remaining privacy budget: the request needs {needs}, the dataset "
-        f"has {left} left. Ask for less, or ask an owner of the dataset to add budget "
-        f"(POST /v1/datasets/{dataset_id}/budget); nothing was reserved"
-    )
+    if error.limit == "quota":
+        detail = (
+            f"over {error.quota} on this dataset: the request needs {needs}, the quota has "
+            f"{left} left. Ask for less, or ask an owner of the dataset to raise the quota "
+            f"(PUT /v1/datasets/{dataset_id}/quotas/...); nothing was reserved"
+        )
+    elif error.limit == "unallocated":
+        detail = (
+            f"over the dataset's budget outside its reserved quotas: the request needs {needs}, "
+            f"{left} is left beside the quotas' shares. Ask for less, or ask an owner of the "
+            "dataset for a quota or more budget; nothing was reserved"
+        )
+    else:
+        detail = (
+            f"over the dataset's remaining privacy budget: the request needs {needs}, the "
+            f"dataset has {left} left. Ask for less, or ask an owner of the dataset to add "
+            f"budget (POST /v1/datasets/{dataset_id}/budget); nothing was reserved"
+        )
     return out.model_copy(update={"detail": detail})
 
 
@@ -277,6 +295,7 @@ def submit_job(
 
     now = utcnow()
     job_id = uuid.uuid4()
+    pending = needs_approval(session, principal, dataset_id)
     if idempotency_key is not None:
         request_hash = fingerprint(dataset_id, request)
         if not repository.claim_idempotency_key(
@@ -307,17 +326,25 @@ def submit_job(
             delta=decimal_text(budget.delta),
             rows=request.rows,
             seed=request.seed,
-            status="queued",
+            status="pending_approval" if pending else "queued",
             attempt=0,
             cancel_requested=False,
             progress_fraction=0.0,
-            progress_stage="queued",
+            progress_stage="pending_approval" if pending else "queued",
             submitted_by=principal.key_id,
             created_at=now,
-            enqueued_at=now,
+            enqueued_at=None if pending else now,
         ),
     )
-    state = budget_service.reserve_budget(session, dataset_id, budget.rho, job_id, principal.actor)
+    state = budget_service.reserve_budget(
+        session,
+        dataset_id,
+        budget.rho,
+        job_id,
+        principal.actor,
+        # Quotas limit analyst keys; an owner can grant itself any quota anyway.
+        quota_key=None if principal.is_owner else principal.key_id,
+    )
     outbox.record_budget_change(
         session,
         dataset_id,
@@ -341,8 +368,18 @@ def submit_job(
             "rows": request.rows,
         },
     )
-    after_commit(session, lambda: _enqueue(settings, job_id))
+    if not pending:
+        after_commit(session, lambda: _enqueue(settings, job_id))
     return job, True
+
+
+def needs_approval(session: Session, principal: Principal, dataset_id: uuid.UUID) -> bool:
+    """Whether a submission waits for an owner (issue 27 §3): the dataset's owners turned
+    approval on and the key is not an owner's. A fact the owner set, so public."""
+    if principal.is_owner:
+        return False
+    policy = budget_repository.get_policy(session, dataset_id)
+    return policy is not None and policy.approval_required
 
 
 def _enqueue(settings: Settings, job_id: uuid.UUID) -> None:
@@ -386,6 +423,19 @@ def _cancel_locked(
     """Cancel a locked live job: release its reservation if it never ran, else ask it to stop
     (its worker ends it, and records its ``job.cancelled`` event)."""
     now = utcnow()
+    if job.status == "pending_approval":
+        closed = repository.close_pending(
+            session,
+            job.id,
+            status="cancelled",
+            now=now,
+            reason=reason or "cancelled before an owner decided",
+            decided_by=None,
+        )
+        if closed is not None:
+            # Never approved, so never claimed: the reservation goes back.
+            budget_service.release_reservation(session, job.dataset_id, job.rho, job.id, actor)
+        return
     if job.status == "queued":
         cancelled = repository.cancel_queued(session, job.id, now=now, reason=reason)
         if cancelled is not None:
@@ -622,6 +672,8 @@ def job_out(job: Job, principal: Principal, queue: QueueOut | None = None) -> Jo
         finished_at=job.finished_at if exact else _coarse(job.finished_at),
         error=job.error,
         output_rows=job.output_rows,
+        decided_at=job.decided_at,
+        decision_reason=job.decision_reason,
         artefacts=visible(job.artefacts, owner=principal.is_owner),
         queue=queue,
     )

@@ -103,6 +103,8 @@ def test_over_budget_is_refused_without_ledger_change(
         f"(POST /v1/datasets/{dataset['id']}/budget); nothing was reserved",
         "requested_rho": "0.26",
         "remaining_rho": "0.25",
+        "limit": "dataset",
+        "quota": None,
         "delta": None,
         "requested_epsilon": None,
         "remaining_epsilon": None,

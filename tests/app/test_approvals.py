@@ -1,0 +1,239 @@
+"""Issue 27 §3: owner approval, per dataset. A job of an analyst key waits in
+``pending_approval`` with its budget reserved (on the dataset and its quota); an owner approves
+it (queued, then claimed and charged like any job) or rejects it with a reason the analyst sees
+(the reservation released: it never ran); undecided, it expires in the recovery pass. On
+PostgreSQL and SQLite, over HTTP against the app in this process."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.budget import repository as budget_repository
+from app.config import Settings
+from app.db.session import get_session_factory, transaction
+from app.jobs import approvals
+from app.jobs import repository as job_repository
+from app.jobs.execution import claim_and_charge
+from app.jobs.recovery import recover_jobs
+from app.main import create_app
+from tests.app.test_quotas import _dataset, _keys, bearer
+from tests.support import services
+
+pytestmark = pytest.mark.usefixtures("_services")
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
+    with services.migrated_settings(request.param, tmp_path, "approvals") as settings:
+        yield settings
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+def _submit(client: TestClient, key: str, dataset_id: uuid.UUID, rho: str) -> Any:
+    return client.post(
+        f"/v1/datasets/{dataset_id}/jobs",
+        json={"method": "independent", "budget": {"rho": rho}},
+        headers=bearer(key),
+    )
+
+
+def _account(settings: Settings, dataset_id: uuid.UUID) -> tuple[Decimal, Decimal]:
+    with transaction(get_session_factory(settings.sqlalchemy_url)) as session:
+        account = budget_repository.get_account(session, dataset_id)
+    assert account is not None
+    return account.reserved_rho, account.spent_rho
+
+
+def test_pending_jobs_reserve_and_an_owner_decides(client: TestClient, settings: Settings) -> None:
+    keys = _keys(settings, 1)
+    owner, analyst = bearer(keys.owner_key), keys.analyst_keys[0]
+    dataset_id = _dataset(settings, keys.owner, Decimal(1))
+    policy = {"mode": "shared", "approval_required": True}
+    response = client.put(f"/v1/datasets/{dataset_id}/quota-policy", json=policy, headers=owner)
+    assert response.status_code == 200 and response.json()["approval_required"] is True
+    # The quota is charged at submission too: a third job is refused at once, not at approval.
+    key_id = keys.analysts[0].key_id
+    assert (
+        client.put(
+            f"/v1/datasets/{dataset_id}/quotas/{key_id}", json={"rho": "0.5"}, headers=owner
+        ).status_code
+        == 200
+    )
+
+    first = _submit(client, analyst, dataset_id, "0.25")
+    second = _submit(client, analyst, dataset_id, "0.25")
+    assert first.status_code == second.status_code == 202
+    assert first.json()["status"] == "pending_approval"
+    assert first.json()["progress"]["stage"] == "pending_approval"
+    refused = _submit(client, analyst, dataset_id, "0.25")
+    assert refused.status_code == 409 and refused.json()["limit"] == "quota"
+    assert _account(settings, dataset_id) == (Decimal("0.5"), Decimal(0))
+
+    # A pending job is not claimable.
+    factory = get_session_factory(settings.sqlalchemy_url)
+    first_id, second_id = uuid.UUID(first.json()["id"]), uuid.UUID(second.json()["id"])
+    assert claim_and_charge(factory, settings, first_id) is None
+
+    # Owners see the pending jobs with their cost preview; analysts cannot decide.
+    listed = client.get(f"/v1/datasets/{dataset_id}/approvals", headers=owner)
+    assert listed.status_code == 200, listed.text
+    items = listed.json()["items"]
+    assert [i["job"]["id"] for i in items] == [str(first_id), str(second_id)]
+    assert items[0]["preview"]["rho"] == "0.25"
+    assert client.post(f"/v1/jobs/{first_id}/approve", headers=bearer(analyst)).status_code == 403
+
+    approved = client.post(f"/v1/jobs/{first_id}/approve", headers=owner)
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["status"] == "queued" and approved.json()["decided_at"] is not None
+    rejected = client.post(
+        f"/v1/jobs/{second_id}/reject", json={"reason": "ask for fewer columns"}, headers=owner
+    )
+    assert rejected.status_code == 200, rejected.text
+    # Deciding twice is refused.
+    assert client.post(f"/v1/jobs/{second_id}/approve", headers=owner).status_code == 409
+
+    # The analyst sees the decision and its reason.
+    seen = client.get(f"/v1/jobs/{second_id}", headers=bearer(analyst)).json()
+    assert seen["status"] == "rejected"
+    assert seen["decision_reason"] == "ask for fewer columns"
+    # The rejected job's reservation went back; the approved one is claimed and charged.
+    assert _account(settings, dataset_id) == (Decimal("0.25"), Decimal(0))
+    assert claim_and_charge(factory, settings, first_id) is not None
+    assert _account(settings, dataset_id) == (Decimal(0), Decimal("0.25"))
+    listed = client.get(f"/v1/datasets/{dataset_id}/quotas", headers=owner).json()
+    (quota,) = listed["items"]
+    assert (quota["reserved_rho"], quota["spent_rho"]) == ("0", "0.25")
+
+
+def test_undecided_jobs_expire_and_are_released(client: TestClient, settings: Settings) -> None:
+    keys = _keys(settings, 1)
+    owner, analyst = bearer(keys.owner_key), keys.analyst_keys[0]
+    dataset_id = _dataset(settings, keys.owner, Decimal(1))
+    policy = {"mode": "shared", "approval_required": True}
+    assert (
+        client.put(
+            f"/v1/datasets/{dataset_id}/quota-policy", json=policy, headers=owner
+        ).status_code
+        == 200
+    )
+    job_id = uuid.UUID(_submit(client, analyst, dataset_id, "0.5").json()["id"])
+    cancelled_id = uuid.UUID(_submit(client, analyst, dataset_id, "0.25").json()["id"])
+    # The analyst may withdraw a pending job: released at once.
+    response = client.post(f"/v1/jobs/{cancelled_id}/cancel", headers=bearer(analyst))
+    assert response.status_code == 202 and response.json()["status"] == "cancelled"
+    assert _account(settings, dataset_id) == (Decimal("0.5"), Decimal(0))
+
+    # Not yet due: nothing happens.
+    assert recover_jobs(settings).unapproved == []
+    factory = get_session_factory(settings.sqlalchemy_url)
+    with transaction(factory) as session:
+        job = job_repository.get(session, job_id)
+        assert job is not None
+        job.created_at -= timedelta(seconds=settings.approval_ttl_seconds + 1)
+    assert recover_jobs(settings).unapproved == [job_id]
+    seen = client.get(f"/v1/jobs/{job_id}", headers=bearer(analyst)).json()
+    assert seen["status"] == "expired"
+    assert seen["decision_reason"] == "no owner approved or rejected the job within 7 days"
+    assert _account(settings, dataset_id) == (Decimal(0), Decimal(0))
+    assert approvals.expire_pending(factory, settings) == []
+    # Approving an expired job is refused.
+    assert client.post(f"/v1/jobs/{job_id}/approve", headers=owner).status_code == 409
+
+
+def test_owner_jobs_need_no_approval(client: TestClient, settings: Settings) -> None:
+    keys = _keys(settings, 0)
+    owner = bearer(keys.owner_key)
+    dataset_id = _dataset(settings, keys.owner, Decimal(1))
+    policy = {"mode": "shared", "approval_required": True}
+    client.put(f"/v1/datasets/{dataset_id}/quota-policy", json=policy, headers=owner)
+    assert _submit(client, keys.owner_key, dataset_id, "0.25").json()["status"] == "queued"
+
+
+def test_the_migration_downgrades_and_upgrades(client: TestClient, settings: Settings) -> None:
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import text
+
+    import migrations
+    from app.db.session import dispose_engines
+
+    keys = _keys(settings, 1)
+    owner, analyst = bearer(keys.owner_key), keys.analyst_keys[0]
+    dataset_id = _dataset(settings, keys.owner, Decimal(1))
+    policy = {"mode": "reserved", "approval_required": True}
+    client.put(f"/v1/datasets/{dataset_id}/quota-policy", json=policy, headers=owner)
+    client.put(
+        f"/v1/datasets/{dataset_id}/quotas/{keys.analysts[0].key_id}",
+        json={"rho": "0.5"},
+        headers=owner,
+    )
+    job_id = _submit(client, analyst, dataset_id, "0.25").json()["id"]
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    config.attributes["database_url"] = settings.sqlalchemy_url
+    factory = get_session_factory(settings.sqlalchemy_url)
+    command.downgrade(config, "0013_webhooks")
+    dispose_engines()
+    with transaction(factory) as session:
+        rows = session.execute(text("SELECT status FROM jobs")).scalars().all()
+        assert rows == ["cancelled"]
+    # Its reservation was released, entry and account together.
+    assert _account(settings, dataset_id) == (Decimal(0), Decimal(0))
+    with transaction(factory) as session:
+        from app.budget.service import reconcile
+
+        assert reconcile(session, dataset_id).consistent
+    # The old status CHECK is back.
+    with pytest.raises(Exception, match=r"(?i)check"), transaction(factory) as session:
+        session.execute(text("UPDATE jobs SET status = 'pending_approval'"))
+    command.upgrade(config, "head")
+    dispose_engines()
+    with transaction(factory) as session:
+        assert session.execute(text("SELECT count(*) FROM budget_quotas")).scalar_one() == 0
+        session.execute(text("UPDATE jobs SET status = 'expired'"))
+    assert client.get(f"/v1/jobs/{job_id}", headers=bearer(analyst)).json()["status"] == "expired"
+
+
+def test_a_pending_job_is_not_in_the_queue_before_its_decision(
+    client: TestClient, settings: Settings
+) -> None:
+    """The queue place counts the queue as it stood at a past minute T: a job approved after T
+    was pending, not queued, at T (it would otherwise change T's answer when approved)."""
+    keys = _keys(settings, 1)
+    owner, analyst = bearer(keys.owner_key), keys.analyst_keys[0]
+    dataset_id = _dataset(settings, keys.owner, Decimal(1))
+    policy = {"mode": "shared", "approval_required": True}
+    client.put(f"/v1/datasets/{dataset_id}/quota-policy", json=policy, headers=owner)
+    mine = uuid.UUID(_submit(client, keys.owner_key, dataset_id, "0.25").json()["id"])
+    held = uuid.UUID(_submit(client, analyst, dataset_id, "0.25").json()["id"])
+    assert client.post(f"/v1/jobs/{held}/approve", headers=owner).status_code == 200
+    factory = get_session_factory(settings.sqlalchemy_url)
+    with transaction(factory) as session:
+        for job_id in (mine, held):
+            job = job_repository.get(session, job_id)
+            assert job is not None
+            job.created_at -= timedelta(minutes=10)
+    with transaction(factory) as session:
+        job = job_repository.get(session, mine)
+        approved = job_repository.get(session, held)
+        assert job is not None and approved is not None and approved.decided_at is not None
+
+        def queued_at(as_of: Any) -> int:
+            tenants = job_repository.queue_at(session, job.id, job.tenant_id, job.created_at, as_of)
+            return sum(t.queued for t in tenants)
+
+        assert queued_at(approved.decided_at - timedelta(minutes=5)) == 1
+        assert queued_at(approved.decided_at + timedelta(minutes=1)) == 2
