@@ -351,6 +351,17 @@ def test_webhook_form_errors_are_the_apis_words(admin: Console, admin_api: httpx
     assert bad_url.status_code == 422 and "url:" in bad_url.text
     assert admin_api.get("/v1/webhooks").json()["items"] == []
     assert admin.http.get(f"/console/webhooks/{'0' * 32}").status_code == 404
+    # With its threshold, the subscription is made; the threshold is shown as ε too.
+    made = _subscribe(
+        admin,
+        url="https://hooks.example.org/x",
+        events=["budget.below_threshold"],
+        budget_threshold_rho="0.5",
+    )
+    assert made.status_code == 200, made.text
+    epsilon = f"ε = {epsilon_text(Decimal('0.5'), Decimal('1e-6'))} at δ = 1 × 10⁻⁶"
+    listing = html.unescape(admin.http.get("/console/webhooks").text)
+    assert f"(below ρ 0.5, {epsilon})" in listing
 
 
 def test_the_audit_trail_is_paged_filtered_and_downloaded(
