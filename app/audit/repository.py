@@ -71,6 +71,26 @@ def page(
     return session.scalars(query.order_by(AuditEntry.seq).limit(limit)).all()
 
 
+def latest(
+    session: Session,
+    tenant_id: uuid.UUID,
+    *,
+    before_seq: int | None,
+    since: datetime | None,
+    until: datetime | None,
+    limit: int,
+) -> Sequence[AuditEntry]:
+    """The tenant's entries before ``before_seq`` (None: from the last), newest first."""
+    query = select(AuditEntry).where(AuditEntry.tenant_id == tenant_id)
+    if before_seq is not None:
+        query = query.where(AuditEntry.seq < before_seq)
+    if since is not None:
+        query = query.where(AuditEntry.at >= since)
+    if until is not None:
+        query = query.where(AuditEntry.at < until)
+    return session.scalars(query.order_by(AuditEntry.seq.desc()).limit(limit)).all()
+
+
 def tenant_ids(session: Session) -> list[uuid.UUID]:
     """Every tenant with an audit entry."""
     return list(session.scalars(select(AuditEntry.tenant_id).distinct()))

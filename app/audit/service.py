@@ -185,6 +185,23 @@ def export_entries(
             left -= len(fields)
 
 
+def latest_entries(
+    session: Session,
+    tenant_id: uuid.UUID,
+    *,
+    before_seq: int | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 50,
+) -> list[dict[str, Any]]:
+    """One page of the tenant's entries, newest first (the console's table; keyset pagination
+    on seq: the next page is ``before_seq`` = the last seq shown), as the export writes them."""
+    rows = repository.latest(
+        session, tenant_id, before_seq=before_seq, since=since, until=until, limit=limit
+    )
+    return [entry_fields(row) for row in rows]
+
+
 def verify_tenant(factory: sessionmaker[Session], tenant_id: uuid.UUID) -> ChainHead | None:
     """Verify the tenant's whole chain in the database; its head (None: no entries). Raises
     :class:`rhosynth.audit.AuditChainBroken` at the first entry that does not follow."""
@@ -216,6 +233,7 @@ __all__ = [
     "entry_fields",
     "export_entries",
     "find_tenant",
+    "latest_entries",
     "record",
     "record_as",
     "verify_tenant",

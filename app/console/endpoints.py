@@ -27,6 +27,8 @@ from app.api.deps import (
     SettingsDep,
     StorageDep,
     client_address,
+    require_admin,
+    require_data_key,
     require_owner,
     resources,
     throttled,
@@ -99,6 +101,40 @@ def _signed_in(request: Request, db: DatabaseDep) -> service.SignedIn:
 
 
 SignedInDep = Annotated[service.SignedIn, Depends(_signed_in)]
+
+
+def _refused(error: HTTPException) -> Refused:
+    return Refused(error.status_code, str(error.detail))
+
+
+def _data_key(signed: SignedInDep) -> service.SignedIn:
+    """The session of an owner or analyst key: the API's ``AnalystKey`` rule
+    (``require_data_key``), so an admin key gets the API's 403 on every data page and action."""
+    try:
+        require_data_key(signed.principal)
+    except HTTPException as error:
+        raise _refused(error) from None
+    return signed
+
+
+def _admin_key(signed: SignedInDep) -> service.SignedIn:
+    """The session of an admin key: the API's ``AdminKey`` rule (``require_admin``), which the
+    key, webhook and audit route functions rely on (their dependency is not resolved when the
+    console calls them directly)."""
+    try:
+        require_admin(signed.principal)
+    except HTTPException as error:
+        raise _refused(error) from None
+    return signed
+
+
+DataKeyDep = Annotated[service.SignedIn, Depends(_data_key)]
+AdminSessionDep = Annotated[service.SignedIn, Depends(_admin_key)]
+
+
+def home_path(signed: service.SignedIn) -> str:
+    """Where a signed-in key starts: admin keys on the keys page, the others on the datasets."""
+    return f"{PREFIX}/keys" if signed.principal.is_admin else f"{PREFIX}/datasets"
 
 
 def _public_origin(request: Request) -> str | None:
@@ -249,7 +285,11 @@ def upload_words(message: str) -> str:
 
 def error_summary(context: dict[str, Any]) -> dict[str, str] | None:
     """The page's error, repeated at the top of the page with a link to its field (the inline
-    message sits next to its form, which can be thousands of pixels down)."""
+    message sits next to its form, which can be thousands of pixels down). A page that knows
+    which form its error concerns passes it as ``summary``."""
+    if context.get("summary"):
+        summary: dict[str, str] = context["summary"]
+        return summary
     for key, word, target, label in _ERROR_FIELDS:
         text = context.get(key)
         if text and word in str(text):
@@ -298,6 +338,16 @@ def epsilon_text(rho: Decimal, delta: Decimal) -> str:
     return format_decimal(epsilon.quantize(quantum, rounding=ROUND_CEILING))
 
 
+def as_epsilon(rho: Decimal | str) -> str:
+    """A release's ρ as (ε, δ)-DP at :data:`GAUGE_CONVERSION_DELTA` (issue 27 §6: ε beside ρ
+    wherever a budget is shown). The release's own ρ only: discovery's δ is the dataset's."""
+    delta = format_scientific(GAUGE_CONVERSION_DELTA)
+    return f"ε = {epsilon_text(Decimal(rho), GAUGE_CONVERSION_DELTA)} at δ = {delta}"
+
+
+templates.env.filters["as_epsilon"] = as_epsilon
+
+
 def gauge(budget: BudgetOut) -> dict[str, Any]:
     """The budget gauge's numbers: ρ total, spent, reserved, remaining and the used share, and
     the total and remaining ρ as ε at :data:`GAUGE_CONVERSION_DELTA` plus the dataset's
@@ -344,7 +394,7 @@ def spent_epsilons(entries: list[LedgerEntryOut]) -> dict[int, str]:
 def home(request: Request, db: DatabaseDep) -> RedirectResponse:
     with db.transaction() as session:
         signed = service.resolve(session, request.cookies.get(service.COOKIE))
-    return _redirect(f"{PREFIX}/datasets" if signed else f"{PREFIX}/login")
+    return _redirect(home_path(signed) if signed else f"{PREFIX}/login")
 
 
 def _login_page(request: Request, error: str | None, status_code: int = 200) -> HTMLResponse:
@@ -393,19 +443,12 @@ async def login(request: Request, db: DatabaseDep) -> Response:
             service.sign_out(session, request.cookies.get(service.COOKIE))
             return service.sign_in(session, resources(request).secret, key)
 
-    try:
-        created = await run_in_threadpool(create)
-    except service.AdminKeyRefused:
-        return _login_page(
-            request,
-            "admin keys manage keys over the API (/v1/keys); sign in with an owner or analyst key",
-            status.HTTP_403_FORBIDDEN,
-        )
+    created = await run_in_threadpool(create)
     if created is None:
         request.app.state.auth_throttle.failed(client_address(request))
         return _login_page(request, "invalid API key", status.HTTP_401_UNAUTHORIZED)
-    token, _signed = created
-    response = _redirect(f"{PREFIX}/datasets")
+    token, signed = created
+    response = _redirect(home_path(signed))
     response.delete_cookie(service.LOGIN_COOKIE, path=f"{PREFIX}/login")
     response.set_cookie(
         service.COOKIE,
@@ -536,7 +579,7 @@ def _datasets_page(
 
 
 @router.get("/datasets", response_class=HTMLResponse)
-def datasets_page(request: Request, db: DatabaseDep, signed: SignedInDep) -> HTMLResponse:
+def datasets_page(request: Request, db: DatabaseDep, signed: DataKeyDep) -> HTMLResponse:
     return _datasets_page(request, db, signed)
 
 
@@ -546,7 +589,7 @@ async def upload(
     db: DatabaseDep,
     settings: SettingsDep,
     storage: StorageDep,
-    signed: SignedInDep,
+    signed: DataKeyDep,
 ) -> Response:
     """Upload a table (``action=upload``) or draft its schema (``action=draft``): the API's
     ``POST /v1/datasets`` and ``POST /v1/schema-drafts`` handlers, on the form parsed here.
@@ -720,7 +763,7 @@ def dataset_page(
     request: Request,
     dataset_id: uuid.UUID,
     db: DatabaseDep,
-    signed: SignedInDep,
+    signed: DataKeyDep,
     method: Annotated[str | None, Query(max_length=64)] = None,
 ) -> HTMLResponse:
     return _dataset_page(request, db, signed, dataset_id, method=method)
@@ -741,7 +784,7 @@ def _all_ledger_entries(
 
 
 @router.get("/datasets/{dataset_id}/ledger.png", response_model=None)
-def ledger_plot(dataset_id: uuid.UUID, db: DatabaseDep, signed: SignedInDep) -> Response:
+def ledger_plot(dataset_id: uuid.UUID, db: DatabaseDep, signed: DataKeyDep) -> Response:
     """The ledger as a timeline (owner keys, like ``GET /v1/datasets/{id}/ledger``)."""
     _owner(signed)
     try:
@@ -757,7 +800,7 @@ async def grant(
     dataset_id: uuid.UUID,
     db: DatabaseDep,
     settings: SettingsDep,
-    signed: SignedInDep,
+    signed: DataKeyDep,
 ) -> Response:
     form = _texts(await _checked_form(request, signed))
     _owner(signed)
@@ -799,7 +842,7 @@ async def delete(
     dataset_id: uuid.UUID,
     db: DatabaseDep,
     storage: StorageDep,
-    signed: SignedInDep,
+    signed: DataKeyDep,
 ) -> Response:
     form = _texts(await _checked_form(request, signed))
     _owner(signed)
@@ -851,7 +894,7 @@ async def submit(
     dataset_id: uuid.UUID,
     db: DatabaseDep,
     settings: SettingsDep,
-    signed: SignedInDep,
+    signed: DataKeyDep,
 ) -> Response:
     """Preview the cost (``action=preview``: the API's dry run) or submit the job."""
     form = _texts(await _checked_form(request, signed))
@@ -944,7 +987,7 @@ def _job_page(
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 def job_page(
-    request: Request, job_id: uuid.UUID, db: DatabaseDep, signed: SignedInDep
+    request: Request, job_id: uuid.UUID, db: DatabaseDep, signed: DataKeyDep
 ) -> HTMLResponse:
     return _job_page(request, db, signed, job_id)
 
@@ -955,7 +998,7 @@ async def draw_sample(
     job_id: uuid.UUID,
     db: DatabaseDep,
     settings: SettingsDep,
-    signed: SignedInDep,
+    signed: DataKeyDep,
 ) -> Response:
     """More rows from the job's fitted model (``POST /v1/jobs/{id}/samples``): no ρ."""
     form = _texts(await _checked_form(request, signed))
@@ -1005,7 +1048,7 @@ def sample_download(
     sample_id: uuid.UUID,
     db: DatabaseDep,
     storage: StorageDep,
-    signed: SignedInDep,
+    signed: DataKeyDep,
     format: Annotated[Literal["csv", "parquet"], Query()] = "csv",
 ) -> Response:
     """The API's sample download (``GET /v1/samples/{id}/output``), cookie-authenticated."""
@@ -1019,7 +1062,7 @@ def measurements(
     job_id: uuid.UUID,
     db: DatabaseDep,
     storage: StorageDep,
-    signed: SignedInDep,
+    signed: DataKeyDep,
     format: Annotated[Literal["json", "parquet"], Query()] = "json",
 ) -> Response:
     """The noisy measurements (``GET /v1/jobs/{id}/measurements``), cookie-authenticated."""
@@ -1034,7 +1077,7 @@ async def cancel(
     job_id: uuid.UUID,
     db: DatabaseDep,
     settings: SettingsDep,
-    signed: SignedInDep,
+    signed: DataKeyDep,
 ) -> Response:
     await _checked_form(request, signed)
 
@@ -1053,7 +1096,7 @@ def download(
     job_id: uuid.UUID,
     db: DatabaseDep,
     storage: StorageDep,
-    signed: SignedInDep,
+    signed: DataKeyDep,
     format: Annotated[Literal["csv", "parquet"], Query()] = "csv",
 ) -> Response:
     """The API's download handler (``GET /v1/jobs/{id}/output``), cookie-authenticated."""
@@ -1066,7 +1109,7 @@ def report(
     job_id: uuid.UUID,
     db: DatabaseDep,
     storage: StorageDep,
-    signed: SignedInDep,
+    signed: DataKeyDep,
     tier: Annotated[Literal["release", "owner"], Query()] = "release",
 ) -> Response:
     """The HTML report through the API's handler: the owner tier for owner keys only. While the
@@ -1095,7 +1138,10 @@ def report(
 
 def install(app: FastAPI) -> None:
     """Serve the console on ``app``: its pages, its stylesheet, its headers and error pages."""
+    from app.console import governance  # it builds on this module's helpers
+
     app.include_router(router)
+    app.include_router(governance.router)
     app.mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="console-static")
     app.add_middleware(ConsoleHeadersMiddleware)
 

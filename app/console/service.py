@@ -49,18 +49,13 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-class AdminKeyRefused(Exception):
-    """Admin keys manage keys over the API; the console is for owner and analyst keys."""
-
-
 def sign_in(session: Session, secret: bytes, presented_key: str) -> tuple[str, SignedIn] | None:
-    """A new session for a usable owner or analyst key: (cookie token, session), or None.
-    Raises AdminKeyRefused for an admin key. Flushes."""
+    """A new session for a usable key: (cookie token, session), or None. Admin keys sign in
+    too; the pages then check the role as the API's routes do (admin keys see the key, webhook
+    and audit pages only). Flushes."""
     principal = authenticate(session, secret, presented_key.strip())
     if principal is None:
         return None
-    if principal.is_admin:
-        raise AdminKeyRefused
     now = utcnow()
     # Expired sessions of this key are removed as it signs in again; nothing else accumulates.
     session.execute(

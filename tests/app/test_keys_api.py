@@ -505,7 +505,7 @@ def test_the_migration_downgrades_and_upgrades(settings: Settings) -> None:
         assert authenticate(session, settings.secret_key_bytes(), tenant.admin) is None
 
 
-def test_the_console_refuses_admin_keys_and_ends_sessions_of_expired_keys(
+def test_the_console_keeps_admin_keys_to_admin_pages_and_ends_sessions_of_expired_keys(
     client: TestClient, tenant: Tenant, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from app.console import service as console_service
@@ -513,10 +513,14 @@ def test_the_console_refuses_admin_keys_and_ends_sessions_of_expired_keys(
 
     monkeypatch.setattr(console_service, "utcnow", clock)
     client.follow_redirects = False
-    refused = post_login(client, tenant.admin)
-    assert refused.status_code == 403, refused.text
-    assert "admin keys manage keys over the API" in refused.text
-    assert "rhosynth_console" not in refused.cookies
+    # Issue 27 §6: admin keys sign in, to the key, webhook and audit pages only.
+    admin = post_login(client, tenant.admin)
+    assert admin.status_code == 303, admin.text
+    assert admin.headers["location"] == "/console/keys"
+    assert client.get("/console/keys").status_code == 200
+    refused = client.get("/console/datasets")
+    assert refused.status_code == 403
+    assert "admin keys manage keys only" in refused.text
 
     expiring = _new_key(
         client, tenant.admin, expires_at=(clock.now + timedelta(minutes=10)).isoformat()

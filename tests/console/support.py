@@ -21,8 +21,13 @@ class Console:
     http: httpx.Client
     sign_in_response: httpx.Response
 
-    def token(self, path: str = "/console/datasets") -> str:
-        page = self.http.get(path)
+    @property
+    def home(self) -> str:
+        """The page sign-in led to: the datasets, or for an admin key the keys."""
+        return self.sign_in_response.headers["location"]
+
+    def token(self, path: str | None = None) -> str:
+        page = self.http.get(path or self.home)
         assert page.status_code == 200, page.text
         found = TOKEN.search(page.text)
         assert found, "every signed-in page carries the form token"
