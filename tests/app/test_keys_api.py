@@ -7,6 +7,7 @@ built by the migrations."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -527,3 +528,46 @@ def test_the_console_refuses_admin_keys_and_ends_sessions_of_expired_keys(
     clock.advance(600)
     ended = client.get("/console/datasets")
     assert ended.status_code == 303 and ended.headers["location"].endswith("/console/login")
+
+
+def test_a_key_change_and_another_audited_action_of_the_tenant_do_not_deadlock(
+    settings: Settings, tenant: Tenant
+) -> None:
+    """A key change locks the tenant's row (lock_tenant_keys) and then the audit chain; an
+    action that takes the chain's lock first then inserts its entry, whose foreign key to the
+    tenant takes FOR KEY SHARE on that row. Under FOR UPDATE the insert waited for the key
+    change, which waited for the chain's lock: a deadlock PostgreSQL broke by failing one."""
+    if settings.embedded:
+        pytest.skip("SQLite serialises writers")
+    from app.audit import service as audit_service
+    from app.auth import repository as auth_repository
+
+    factory = get_session_factory(settings.sqlalchemy_url)
+    key_change = factory()
+    other_done = threading.Event()
+    errors: list[BaseException] = []
+
+    def other_action() -> None:
+        try:
+            with transaction(factory) as session:
+                audit_service.record(
+                    session, tenant.owner_principal, "job.cancel", "job", uuid.uuid4()
+                )
+        except BaseException as error:  # reported below
+            errors.append(error)
+        finally:
+            other_done.set()
+
+    try:
+        auth_repository.lock_tenant_keys(key_change, tenant.owner_principal.tenant_id)
+        thread = threading.Thread(target=other_action)
+        thread.start()
+        # The other action must not wait for the key change's tenant lock: only the key
+        # change's own audit entry (below) would make it wait, on the chain's lock.
+        finished = other_done.wait(timeout=30)
+        audit_service.record(key_change, tenant.owner_principal, "key.revoke", "key", uuid.uuid4())
+        key_change.commit()
+    finally:
+        key_change.close()
+        thread.join()
+    assert finished and not errors, errors
