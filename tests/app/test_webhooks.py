@@ -750,3 +750,44 @@ def test_two_delivery_passes_at_once_send_each_delivery_once(
     assert sorted(r.event["data"]["job"]["id"] for r in receiver.received) == sorted(jobs)
     log = _deliveries(client, tenant, created["id"])
     assert {(d["status"], d["attempts"]) for d in log} == {("delivered", 1)}
+
+
+def test_a_pass_does_not_send_a_claimed_delivery_whose_lease_ran_out_meanwhile(
+    client: TestClient, settings: Settings, tenant: Tenant, receiver: Receiver, clock: Clock
+) -> None:
+    """A pass claims a batch and sends it one by one. When a slow receiver keeps it past the
+    claim's lease, the batch's later deliveries are due again and another pass sends them: the
+    first pass must then leave them, not send them a second time."""
+    _subscribe(client, tenant, receiver.url, ["job.cancelled"])
+    dataset = _dataset(settings, tenant)
+    for job in [_submit(client, tenant, dataset) for _ in range(2)]:
+        _cancel(client, tenant, job)
+    first: list[str] = []
+    second_in_flight = threading.Event()
+    first_pass_done = threading.Event()
+    other: list[threading.Thread] = []
+
+    def decide(got: Received) -> int:
+        delivery_id = got.headers["Rhosynth-Delivery-Id"]
+        if not first:
+            first.append(delivery_id)
+            # This answer takes longer than the claim's lease; another pass starts meanwhile
+            # and is sending the batch's second delivery when this one is answered.
+            clock.advance(delivery.CLAIM_LEASE_SECONDS + 1)
+            other.append(threading.Thread(target=delivery.deliver_due, args=(settings,)))
+            other[0].start()
+            assert second_in_flight.wait(30)
+        elif delivery_id != first[0] and not second_in_flight.is_set():
+            second_in_flight.set()
+            first_pass_done.wait(30)
+        return 200
+
+    receiver.decide = decide
+    delivery.deliver_due(settings)
+    first_pass_done.set()
+    other[0].join(60)
+    sent = [r.headers["Rhosynth-Delivery-Id"] for r in receiver.received]
+    # The first one was sent again by the other pass (its lease had run out: at least once);
+    # the second only by the other pass, which held it.
+    assert sent.count(first[0]) == 2
+    assert len(sent) == 3, sent
