@@ -142,6 +142,11 @@ def _send_one(
         if found is None or found[0].status != "pending":
             return
         delivery, event, subscription = found
+        if subscription.deleted_at is not None:
+            # Written by a transaction that read the subscription before its deletion committed
+            # (the deletion discards only the deliveries it can see): owed to no one now.
+            repository.discard(session, delivery_id)
+            return
         signing = [subscription.secret]
         until = subscription.previous_secret_until
         if subscription.previous_secret is not None and until is not None and utcnow() < until:

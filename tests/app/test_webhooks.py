@@ -791,3 +791,33 @@ def test_a_pass_does_not_send_a_claimed_delivery_whose_lease_ran_out_meanwhile(
     # the second only by the other pass, which held it.
     assert sent.count(first[0]) == 2
     assert len(sent) == 3, sent
+
+
+def test_nothing_is_sent_for_a_deleted_subscription_and_pages_are_bounded(
+    client: TestClient, settings: Settings, tenant: Tenant, receiver: Receiver
+) -> None:
+    """An event written by a transaction that read the subscription before its deletion
+    committed leaves a pending delivery the deletion could not see (it discards only the
+    committed ones): the pass must not send it to a deleted subscription."""
+    created = _subscribe(client, tenant, receiver.url, ["job.cancelled"])
+    dataset = _dataset(settings, tenant)
+    _cancel(client, tenant, _submit(client, tenant, dataset))
+    with transaction(get_session_factory(settings.sqlalchemy_url)) as session:
+        webhook_repository.delete_subscription(session, uuid.UUID(created["id"]), datetime.now(UTC))
+        # The late event's delivery, as the race leaves it.
+        session.execute(
+            WebhookDelivery.__table__.update()
+            .where(WebhookDelivery.subscription_id == uuid.UUID(created["id"]))
+            .values(status="pending")
+        )
+    assert delivery.deliver_due(settings).delivered == 0
+    assert receiver.received == []
+
+    live = _subscribe(client, tenant, receiver.url, ["job.cancelled"])
+    for offset in (2**31 + 1, 10**30):
+        response = client.get(
+            f"/v1/webhooks/{live['id']}/deliveries",
+            params={"offset": offset},
+            headers=bearer(tenant.admin),
+        )
+        assert response.status_code == 422, (offset, response.text)
