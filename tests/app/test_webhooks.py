@@ -821,3 +821,41 @@ def test_nothing_is_sent_for_a_deleted_subscription_and_pages_are_bounded(
             headers=bearer(tenant.admin),
         )
         assert response.status_code == 422, (offset, response.text)
+
+
+def test_a_finish_that_lost_the_race_writes_no_second_event(
+    client: TestClient, settings: Settings, tenant: Tenant, receiver: Receiver
+) -> None:
+    """The worker ends an attempt it could not publish (cancelled meanwhile); when the recovery
+    loop has ended the attempt first (its guarded UPDATE won, with its event), the worker's
+    finish changes nothing and must not write the job's end event a second time."""
+    if settings.embedded:
+        pytest.skip("SQLite serialises writers: the two finishes cannot interleave")
+    from app.jobs import repository as job_repository
+
+    _subscribe(client, tenant, receiver.url, ["job.cancelled", "job.failed"])
+    job_id = uuid.UUID(_submit(client, tenant, _dataset(settings, tenant)))
+    factory = get_session_factory(settings.sqlalchemy_url)
+    claim = execution.claim_and_charge(factory, settings, job_id)
+    assert claim is not None
+    with transaction(factory) as session:
+        job_repository.request_cancel(session, job_id)
+    real_finish = job_repository.finish
+
+    def recovery_wins(session: Any, *args: Any, **kwargs: Any) -> bool:
+        with transaction(factory) as other:
+            assert real_finish(
+                other,
+                job_id,
+                claim.attempt,
+                status="failed",
+                error="lease lost",
+                now=datetime.now(UTC),
+            )
+            outbox.record_job_ended(other, job_id)
+        return real_finish(session, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(execution.repository, "finish", recovery_wins)
+        execution._finish_unpublished(factory, settings, claim)
+    assert _outbox_counts(settings) == (1, 1)
