@@ -859,3 +859,34 @@ def test_a_finish_that_lost_the_race_writes_no_second_event(
         patch.setattr(execution.repository, "finish", recovery_wins)
         execution._finish_unpublished(factory, settings, claim)
     assert _outbox_counts(settings) == (1, 1)
+
+
+def test_webhook_changes_are_in_the_audit_trail(
+    client: TestClient, settings: Settings, tenant: Tenant, receiver: Receiver
+) -> None:
+    """Pointing the tenant's events at a URL is a privileged action like a key change: each
+    subscription change and replay is an audit entry of the admin who made it."""
+    from rhosynth.audit import verify_audit_chain
+
+    created = _subscribe(client, tenant, receiver.url, ["job.cancelled"])
+    _cancel(client, tenant, _submit(client, tenant, _dataset(settings, tenant)))
+    delivery_id = _deliveries(client, tenant, created["id"])[0]["id"]
+    admin = bearer(tenant.admin)
+    assert client.post(f"/v1/webhooks/{created['id']}/rotate-secret", headers=admin).is_success
+    assert client.post(f"/v1/webhooks/deliveries/{delivery_id}/replay", headers=admin).is_success
+    assert client.delete(f"/v1/webhooks/{created['id']}", headers=admin).status_code == 204
+    response = client.get("/v1/audit", headers=admin)
+    assert response.status_code == 200
+    entries = [json.loads(line) for line in response.text.splitlines()]
+    verify_audit_chain(entries)
+    webhook = [e for e in entries if e["action"].startswith("webhook.")]
+    assert [(e["action"], e["object_id"]) for e in webhook] == [
+        ("webhook.create", created["id"]),
+        ("webhook.rotate_secret", created["id"]),
+        ("webhook.replay", created["id"]),
+        ("webhook.delete", created["id"]),
+    ]
+    assert webhook[0]["details"] == {"url": receiver.url, "events": ["job.cancelled"]}
+    assert webhook[2]["details"] == {"delivery_id": delivery_id}
+    assert all(e["actor_name"] == "admin" for e in webhook)
+    assert created["secret"] not in response.text
