@@ -890,3 +890,13 @@ def test_webhook_changes_are_in_the_audit_trail(
     assert webhook[2]["details"] == {"delivery_id": delivery_id}
     assert all(e["actor_name"] == "admin" for e in webhook)
     assert created["secret"] not in response.text
+
+
+def test_a_forged_header_with_non_ascii_text_is_refused_as_unverified() -> None:
+    """A receiver catches WebhookVerificationError; a header from anyone on the network must
+    not raise anything else (hmac.compare_digest refuses non-ASCII str with a TypeError)."""
+    body = b'{"id":"x"}'
+    now = 1_800_000_000
+    for header in (f"t={now},v1=\u00e9", f"t={now},v1=\u0661\u0662"):
+        with pytest.raises(WebhookVerificationError):
+            verify_webhook("whsec_x", body, header, now=now)
