@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import text, update
 
 from app.auth import service as auth_service
-from app.auth.models import ApiKeyDataset
+from app.auth.models import ApiKey, ApiKeyDataset
 from app.auth.service import Principal, authenticate, create_key
 from app.cli import main
 from app.config import Settings, get_settings
@@ -469,6 +469,21 @@ def test_the_migration_downgrades_and_upgrades(settings: Settings) -> None:
         admin = authenticate(session, settings.secret_key_bytes(), tenant.admin)
         analyst = authenticate(session, settings.secret_key_bytes(), analyst_key)
         assert admin is not None and analyst is not None
+    # Keys whose limits the old schema cannot hold: an expired one, one retired by a rotation
+    # and one that expires later. Kept, they would work again, without their end.
+    ending = [
+        ("expires_at", datetime.now(UTC) - timedelta(days=1)),
+        ("retires_at", datetime.now(UTC) - timedelta(hours=1)),
+        ("expires_at", datetime.now(UTC) + timedelta(days=1)),
+    ]
+    ending_ids: list[uuid.UUID] = []
+    for column, at in ending:
+        key = _cli_key(settings, tenant.name, "owner", f"ends {column}")
+        with transaction(factory) as session:
+            found = authenticate(session, settings.secret_key_bytes(), key)
+            assert found is not None
+            ending_ids.append(found.key_id)
+            session.execute(update(ApiKey).where(ApiKey.id == found.key_id).values({column: at}))
     with transaction(factory) as session:
         dataset = add_tableless_dataset(session, tenant.owner_principal, Decimal(1))
         session.add(ApiKeyDataset(key_id=analyst.key_id, dataset_id=dataset))
@@ -479,11 +494,14 @@ def test_the_migration_downgrades_and_upgrades(settings: Settings) -> None:
             text("SELECT id, role, revoked_at IS NOT NULL AS revoked FROM api_keys")
         ).all()
         found = {uuid.UUID(str(row.id)): (row.role, bool(row.revoked)) for row in rows}
-        # The admin key is kept (ledgers may name it) as a revoked analyst key.
+        # The admin key is kept (ledgers may name it) as a revoked analyst key; a dataset-limited
+        # key, which would see every dataset of its tenant, and keys with an end (expiry,
+        # retirement), which would work for ever, are revoked too.
         assert found == {
             admin.key_id: ("analyst", True),
             tenant.owner_principal.key_id: ("owner", False),
-            analyst.key_id: ("analyst", False),
+            analyst.key_id: ("analyst", True),
+            **{key_id: ("owner", True) for key_id in ending_ids},
         }
     # The old CHECK constraint is back.
     with pytest.raises(Exception, match=r"(?i)check"), transaction(factory) as session:
@@ -500,7 +518,7 @@ def test_the_migration_downgrades_and_upgrades(settings: Settings) -> None:
                     "SELECT count(*) FROM api_keys WHERE expires_at IS NULL AND retires_at IS NULL"
                 )
             ).scalar_one()
-            == 4
+            == 7
         )
         assert authenticate(session, settings.secret_key_bytes(), new_admin) is not None
         assert authenticate(session, settings.secret_key_bytes(), tenant.admin) is None
