@@ -49,8 +49,12 @@ def verify_webhook(
     if abs(current - timestamp) > tolerance:
         raise WebhookVerificationError("the signature's timestamp is outside the tolerance")
     signed = f"{timestamp}.".encode() + body
-    expected = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
-    if not any(hmac.compare_digest(expected, candidate) for candidate in signatures):
+    expected = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest().encode()
+    # As bytes: compare_digest raises TypeError on a str with non-ASCII text (a forged header).
+    if not any(
+        hmac.compare_digest(expected, candidate.encode("utf-8", "replace"))
+        for candidate in signatures
+    ):
         raise WebhookVerificationError("the signature does not match the body")
     try:
         event: dict[str, Any] = json.loads(body)

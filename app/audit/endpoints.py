@@ -16,6 +16,7 @@ from app.api.deps import AdminKey, DatabaseDep
 from app.api.errors import error_responses
 from app.audit import service
 from app.audit.schemas import CSV_COLUMNS, AuditEntryOut
+from engine.columns.spreadsheet import escape_cell
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
@@ -30,6 +31,11 @@ def _cell(entry: dict[str, Any], column: str) -> object:
     if column == "details":
         # The canonical JSON of the details (sorted keys, no spaces), as the hash reads them.
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if isinstance(value, str):
+        # Key names are the tenant's words and request ids the client's: a cell a spreadsheet
+        # would run as a formula gets a leading ' (OWASP CSV injection; as the table's CSV).
+        # The chain is verified on the JSON Lines export, which keeps every value as it is.
+        return escape_cell(value)
     return "" if value is None else value
 
 

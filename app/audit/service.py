@@ -41,6 +41,10 @@ ACTIONS = (
     "sample.create",
     "sample.delete",
     "sample.download",
+    "webhook.create",
+    "webhook.rotate_secret",
+    "webhook.replay",
+    "webhook.delete",
 )
 """Every action the trail records (docs/api.md, "Audit trail", says what each one's details are)."""
 

@@ -121,10 +121,13 @@ def get_key(session: Session, tenant_id: uuid.UUID, key_id: uuid.UUID) -> ApiKey
 
 def lock_tenant_keys(session: Session, tenant_id: uuid.UUID) -> None:
     """Serialise the changes to one tenant's keys until the transaction ends."""
-    # FOR UPDATE on the tenant row: two admins revoking each other's keys at once must not both
-    # see the other key still active and leave the tenant without an admin; two rotations of
-    # one key must not both make a successor. (SQLite serialises every writer anyway.)
-    session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update())
+    # FOR NO KEY UPDATE on the tenant row: two admins revoking each other's keys at once must
+    # not both see the other key still active and leave the tenant without an admin; two
+    # rotations of one key must not both make a successor. Not FOR UPDATE: that also blocks the
+    # FOR KEY SHARE of every insert referencing the tenant, among them an audit entry written
+    # under the chain's lock, which this transaction takes next (app/audit/repository.py): a
+    # deadlock. (SQLite serialises every writer anyway.)
+    session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update(key_share=True))
 
 
 def count_lasting_admins(

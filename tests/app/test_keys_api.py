@@ -7,6 +7,7 @@ built by the migrations."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,10 +19,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import text, update
 
 from app.auth import service as auth_service
-from app.auth.models import ApiKeyDataset
+from app.auth.models import ApiKey, ApiKeyDataset
 from app.auth.service import Principal, authenticate, create_key
 from app.cli import main
 from app.config import Settings, get_settings
@@ -468,6 +469,21 @@ def test_the_migration_downgrades_and_upgrades(settings: Settings) -> None:
         admin = authenticate(session, settings.secret_key_bytes(), tenant.admin)
         analyst = authenticate(session, settings.secret_key_bytes(), analyst_key)
         assert admin is not None and analyst is not None
+    # Keys whose limits the old schema cannot hold: an expired one, one retired by a rotation
+    # and one that expires later. Kept, they would work again, without their end.
+    ending = [
+        ("expires_at", datetime.now(UTC) - timedelta(days=1)),
+        ("retires_at", datetime.now(UTC) - timedelta(hours=1)),
+        ("expires_at", datetime.now(UTC) + timedelta(days=1)),
+    ]
+    ending_ids: list[uuid.UUID] = []
+    for column, at in ending:
+        key = _cli_key(settings, tenant.name, "owner", f"ends {column}")
+        with transaction(factory) as session:
+            found = authenticate(session, settings.secret_key_bytes(), key)
+            assert found is not None
+            ending_ids.append(found.key_id)
+            session.execute(update(ApiKey).where(ApiKey.id == found.key_id).values({column: at}))
     with transaction(factory) as session:
         dataset = add_tableless_dataset(session, tenant.owner_principal, Decimal(1))
         session.add(ApiKeyDataset(key_id=analyst.key_id, dataset_id=dataset))
@@ -478,11 +494,14 @@ def test_the_migration_downgrades_and_upgrades(settings: Settings) -> None:
             text("SELECT id, role, revoked_at IS NOT NULL AS revoked FROM api_keys")
         ).all()
         found = {uuid.UUID(str(row.id)): (row.role, bool(row.revoked)) for row in rows}
-        # The admin key is kept (ledgers may name it) as a revoked analyst key.
+        # The admin key is kept (ledgers may name it) as a revoked analyst key; a dataset-limited
+        # key, which would see every dataset of its tenant, and keys with an end (expiry,
+        # retirement), which would work for ever, are revoked too.
         assert found == {
             admin.key_id: ("analyst", True),
             tenant.owner_principal.key_id: ("owner", False),
-            analyst.key_id: ("analyst", False),
+            analyst.key_id: ("analyst", True),
+            **{key_id: ("owner", True) for key_id in ending_ids},
         }
     # The old CHECK constraint is back.
     with pytest.raises(Exception, match=r"(?i)check"), transaction(factory) as session:
@@ -499,7 +518,7 @@ def test_the_migration_downgrades_and_upgrades(settings: Settings) -> None:
                     "SELECT count(*) FROM api_keys WHERE expires_at IS NULL AND retires_at IS NULL"
                 )
             ).scalar_one()
-            == 4
+            == 7
         )
         assert authenticate(session, settings.secret_key_bytes(), new_admin) is not None
         assert authenticate(session, settings.secret_key_bytes(), tenant.admin) is None
@@ -531,3 +550,46 @@ def test_the_console_keeps_admin_keys_to_admin_pages_and_ends_sessions_of_expire
     clock.advance(600)
     ended = client.get("/console/datasets")
     assert ended.status_code == 303 and ended.headers["location"].endswith("/console/login")
+
+
+def test_a_key_change_and_another_audited_action_of_the_tenant_do_not_deadlock(
+    settings: Settings, tenant: Tenant
+) -> None:
+    """A key change locks the tenant's row (lock_tenant_keys) and then the audit chain; an
+    action that takes the chain's lock first then inserts its entry, whose foreign key to the
+    tenant takes FOR KEY SHARE on that row. Under FOR UPDATE the insert waited for the key
+    change, which waited for the chain's lock: a deadlock PostgreSQL broke by failing one."""
+    if settings.embedded:
+        pytest.skip("SQLite serialises writers")
+    from app.audit import service as audit_service
+    from app.auth import repository as auth_repository
+
+    factory = get_session_factory(settings.sqlalchemy_url)
+    key_change = factory()
+    other_done = threading.Event()
+    errors: list[BaseException] = []
+
+    def other_action() -> None:
+        try:
+            with transaction(factory) as session:
+                audit_service.record(
+                    session, tenant.owner_principal, "job.cancel", "job", uuid.uuid4()
+                )
+        except BaseException as error:  # reported below
+            errors.append(error)
+        finally:
+            other_done.set()
+
+    try:
+        auth_repository.lock_tenant_keys(key_change, tenant.owner_principal.tenant_id)
+        thread = threading.Thread(target=other_action)
+        thread.start()
+        # The other action must not wait for the key change's tenant lock: only the key
+        # change's own audit entry (below) would make it wait, on the chain's lock.
+        finished = other_done.wait(timeout=30)
+        audit_service.record(key_change, tenant.owner_principal, "key.revoke", "key", uuid.uuid4())
+        key_change.commit()
+    finally:
+        key_change.close()
+        thread.join()
+    assert finished and not errors, errors

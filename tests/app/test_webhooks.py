@@ -750,3 +750,153 @@ def test_two_delivery_passes_at_once_send_each_delivery_once(
     assert sorted(r.event["data"]["job"]["id"] for r in receiver.received) == sorted(jobs)
     log = _deliveries(client, tenant, created["id"])
     assert {(d["status"], d["attempts"]) for d in log} == {("delivered", 1)}
+
+
+def test_a_pass_does_not_send_a_claimed_delivery_whose_lease_ran_out_meanwhile(
+    client: TestClient, settings: Settings, tenant: Tenant, receiver: Receiver, clock: Clock
+) -> None:
+    """A pass claims a batch and sends it one by one. When a slow receiver keeps it past the
+    claim's lease, the batch's later deliveries are due again and another pass sends them: the
+    first pass must then leave them, not send them a second time."""
+    _subscribe(client, tenant, receiver.url, ["job.cancelled"])
+    dataset = _dataset(settings, tenant)
+    for job in [_submit(client, tenant, dataset) for _ in range(2)]:
+        _cancel(client, tenant, job)
+    first: list[str] = []
+    second_in_flight = threading.Event()
+    first_pass_done = threading.Event()
+    other: list[threading.Thread] = []
+
+    def decide(got: Received) -> int:
+        delivery_id = got.headers["Rhosynth-Delivery-Id"]
+        if not first:
+            first.append(delivery_id)
+            # This answer takes longer than the claim's lease; another pass starts meanwhile
+            # and is sending the batch's second delivery when this one is answered.
+            clock.advance(delivery.CLAIM_LEASE_SECONDS + 1)
+            other.append(threading.Thread(target=delivery.deliver_due, args=(settings,)))
+            other[0].start()
+            assert second_in_flight.wait(30)
+        elif delivery_id != first[0] and not second_in_flight.is_set():
+            second_in_flight.set()
+            first_pass_done.wait(30)
+        return 200
+
+    receiver.decide = decide
+    delivery.deliver_due(settings)
+    first_pass_done.set()
+    other[0].join(60)
+    sent = [r.headers["Rhosynth-Delivery-Id"] for r in receiver.received]
+    # The first one was sent again by the other pass (its lease had run out: at least once);
+    # the second only by the other pass, which held it.
+    assert sent.count(first[0]) == 2
+    assert len(sent) == 3, sent
+
+
+def test_nothing_is_sent_for_a_deleted_subscription_and_pages_are_bounded(
+    client: TestClient, settings: Settings, tenant: Tenant, receiver: Receiver
+) -> None:
+    """An event written by a transaction that read the subscription before its deletion
+    committed leaves a pending delivery the deletion could not see (it discards only the
+    committed ones): the pass must not send it to a deleted subscription."""
+    created = _subscribe(client, tenant, receiver.url, ["job.cancelled"])
+    dataset = _dataset(settings, tenant)
+    _cancel(client, tenant, _submit(client, tenant, dataset))
+    with transaction(get_session_factory(settings.sqlalchemy_url)) as session:
+        webhook_repository.delete_subscription(session, uuid.UUID(created["id"]), datetime.now(UTC))
+        # The late event's delivery, as the race leaves it.
+        session.execute(
+            WebhookDelivery.__table__.update()
+            .where(WebhookDelivery.subscription_id == uuid.UUID(created["id"]))
+            .values(status="pending")
+        )
+    assert delivery.deliver_due(settings).delivered == 0
+    assert receiver.received == []
+
+    live = _subscribe(client, tenant, receiver.url, ["job.cancelled"])
+    for offset in (2**31 + 1, 10**30):
+        response = client.get(
+            f"/v1/webhooks/{live['id']}/deliveries",
+            params={"offset": offset},
+            headers=bearer(tenant.admin),
+        )
+        assert response.status_code == 422, (offset, response.text)
+
+
+def test_a_finish_that_lost_the_race_writes_no_second_event(
+    client: TestClient, settings: Settings, tenant: Tenant, receiver: Receiver
+) -> None:
+    """The worker ends an attempt it could not publish (cancelled meanwhile); when the recovery
+    loop has ended the attempt first (its guarded UPDATE won, with its event), the worker's
+    finish changes nothing and must not write the job's end event a second time."""
+    if settings.embedded:
+        pytest.skip("SQLite serialises writers: the two finishes cannot interleave")
+    from app.jobs import repository as job_repository
+
+    _subscribe(client, tenant, receiver.url, ["job.cancelled", "job.failed"])
+    job_id = uuid.UUID(_submit(client, tenant, _dataset(settings, tenant)))
+    factory = get_session_factory(settings.sqlalchemy_url)
+    claim = execution.claim_and_charge(factory, settings, job_id)
+    assert claim is not None
+    with transaction(factory) as session:
+        job_repository.request_cancel(session, job_id)
+    real_finish = job_repository.finish
+
+    def recovery_wins(session: Any, *args: Any, **kwargs: Any) -> bool:
+        with transaction(factory) as other:
+            assert real_finish(
+                other,
+                job_id,
+                claim.attempt,
+                status="failed",
+                error="lease lost",
+                now=datetime.now(UTC),
+            )
+            outbox.record_job_ended(other, job_id)
+        return real_finish(session, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(execution.repository, "finish", recovery_wins)
+        execution._finish_unpublished(factory, settings, claim)
+    assert _outbox_counts(settings) == (1, 1)
+
+
+def test_webhook_changes_are_in_the_audit_trail(
+    client: TestClient, settings: Settings, tenant: Tenant, receiver: Receiver
+) -> None:
+    """Pointing the tenant's events at a URL is a privileged action like a key change: each
+    subscription change and replay is an audit entry of the admin who made it."""
+    from rhosynth.audit import verify_audit_chain
+
+    created = _subscribe(client, tenant, receiver.url, ["job.cancelled"])
+    _cancel(client, tenant, _submit(client, tenant, _dataset(settings, tenant)))
+    delivery_id = _deliveries(client, tenant, created["id"])[0]["id"]
+    admin = bearer(tenant.admin)
+    assert client.post(f"/v1/webhooks/{created['id']}/rotate-secret", headers=admin).is_success
+    assert client.post(f"/v1/webhooks/deliveries/{delivery_id}/replay", headers=admin).is_success
+    assert client.delete(f"/v1/webhooks/{created['id']}", headers=admin).status_code == 204
+    response = client.get("/v1/audit", headers=admin)
+    assert response.status_code == 200
+    entries = [json.loads(line) for line in response.text.splitlines()]
+    verify_audit_chain(entries)
+    webhook = [e for e in entries if e["action"].startswith("webhook.")]
+    assert [(e["action"], e["object_id"]) for e in webhook] == [
+        ("webhook.create", created["id"]),
+        ("webhook.rotate_secret", created["id"]),
+        ("webhook.replay", created["id"]),
+        ("webhook.delete", created["id"]),
+    ]
+    assert webhook[0]["details"] == {"url": receiver.url, "events": ["job.cancelled"]}
+    assert webhook[2]["details"] == {"delivery_id": delivery_id}
+    assert all(e["actor_name"] == "admin" for e in webhook)
+    assert created["secret"] not in response.text
+
+
+def test_a_forged_header_with_non_ascii_text_is_refused_as_unverified() -> None:
+    """A receiver catches WebhookVerificationError; a header from anyone on the network must
+    not raise anything else (hmac.compare_digest refuses non-ASCII str with a TypeError)."""
+    body = b'{"id":"x"}'
+    now = 1_800_000_000
+    for header in (f"t={now},v1=\u00e9", f"t={now},v1=\u0661\u0662"):
+        with pytest.raises(WebhookVerificationError):
+            verify_webhook("whsec_x", body, header, now=now)
