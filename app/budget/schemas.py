@@ -13,6 +13,11 @@ from app.api.types import RhoIn, RhoOut, check_rho_scale
 GROUP_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
 
 
+MAX_QUOTA_RHO = Decimal(9_000_000)
+"""No dataset's budget can pass this (the largest ``max_budget_rho`` settings allow), so no
+quota needs more; larger amounts would not fit the ledger's columns either."""
+
+
 class QuotaIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -21,6 +26,8 @@ class QuotaIn(BaseModel):
     @field_validator("rho")
     @classmethod
     def _scale(cls, value: Decimal) -> Decimal:
+        if value > MAX_QUOTA_RHO:
+            raise ValueError(f"a quota is at most ρ = {MAX_QUOTA_RHO}")
         return check_rho_scale(value)
 
 
