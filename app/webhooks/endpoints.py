@@ -9,6 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from app.api.deps import AdminKey, DatabaseDep, SettingsDep
 from app.api.errors import error_responses
+from app.api.limits import FiniteJSONRoute
 from app.webhooks import service
 from app.webhooks.delivery import ring
 from app.webhooks.models import WebhookDelivery, WebhookEvent, WebhookSubscription
@@ -21,7 +22,13 @@ from app.webhooks.schemas import (
     WebhookOut,
 )
 
-router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
+router = APIRouter(
+    prefix="/v1/webhooks",
+    tags=["webhooks"],
+    # The common answers of every /v1 router: a body that is not JSON (400), too large (413).
+    responses=error_responses(400, 401, 403, 404, 413, 422),
+    route_class=FiniteJSONRoute,
+)
 
 
 def _out(subscription: WebhookSubscription) -> WebhookOut:
