@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Request, status
@@ -93,7 +94,7 @@ def _quota_action(
     dataset_id: uuid.UUID,
     values: dict[str, str],
     at: str,
-    call: Any,
+    call: Callable[[], object],
 ) -> Response:
     """Run one quota route function; its refusal is shown beside the form it came from."""
     try:
@@ -191,7 +192,7 @@ def _delete_quota(
     *,
     label: str,
     action: str,
-    remove: Any,
+    remove: Callable[[], object],
 ) -> Response:
     if form.get("confirm") != "yes":
         return _confirm_page(
@@ -318,7 +319,7 @@ def _decision(
     settings: SettingsDep,
     signed: service.SignedIn,
     job_id: uuid.UUID,
-    decide: Any,
+    decide: Callable[[], object],
     reason: str = "",
 ) -> Response:
     try:

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Tenant
+from tests.conftest import Tenant, make_tenant
 from tests.console.support import Console, sign_in
 from tests.support.api import upload
 from tests.support.stack import Stack
@@ -169,12 +169,14 @@ def test_the_apis_refusals_are_shown_beside_the_quota_forms(
     assert twice.status_code == 409 and 'href="#group_quota"' in twice.text
     huge = owner.post(f"{base}/quotas", {"key_id": analyst.key_id, "rho": "1000"})
     assert huge.is_redirect, "shared quotas may add up past the budget"
-    reserved = owner.post(f"{base}/quota-policy", {"mode": "reserved"})
+    reserved = owner.post(f"{base}/quota-policy", {"mode": "reserved", "approval_required": "yes"})
     assert reserved.status_code == 409
     assert "the dataset's quotas are reserved" in _text(reserved)
     assert 'href="#quota_policy"' in reserved.text
     assert 'id="mode_reserved" name="mode" value="reserved" checked' in reserved.text
-    assert _quotas(tenant, dataset["id"])["policy"]["mode"] == "shared"
+    assert 'id="approval_required" name="approval_required" value="yes" checked>' in reserved.text
+    policy = _quotas(tenant, dataset["id"])["policy"]
+    assert policy["mode"] == "shared" and policy["approval_required"] is False
     # A quota that is not there: the API's 404, on a page of its own.
     missing = owner.post(f"{base}/quota-groups/nobody/delete", {"confirm": "yes"})
     assert missing.status_code == 404
@@ -288,3 +290,30 @@ def test_an_analyst_sees_their_quota_in_the_cost_preview(
         f"{base}/jobs", {"method": "independent", "budget_kind": "rho", "rho": "0.5"}
     )
     assert over.status_code == 409 and "over the quota" in _text(over)
+
+
+def test_another_tenants_owner_gets_404_for_the_quota_forms_and_the_decisions(
+    api_stack: Stack, tenant: Tenant, analyst: Analyst, dataset: dict[str, Any]
+) -> None:
+    _approval_on(tenant, dataset["id"])
+    job = _submit(analyst.api, dataset["id"], "0.1")
+    stranger_tenant = make_tenant(api_stack)
+    stranger = sign_in(api_stack, api_stack.create_key(stranger_tenant.name, "owner", "other"))
+    try:
+        base = f"/console/datasets/{dataset['id']}"
+        for path, data in (
+            (f"{base}/quota-policy", {"mode": "reserved"}),
+            (f"{base}/quotas", {"key_id": analyst.key_id, "rho": "1"}),
+            (f"{base}/quotas/{analyst.key_id}/delete", {"confirm": "yes"}),
+            (f"/console/jobs/{job['id']}/approve", {}),
+            (f"/console/jobs/{job['id']}/reject", {"reason": "no"}),
+        ):
+            answer = stranger.post(path, data)
+            assert answer.status_code == 404, path
+        queue = stranger.http.get("/console/approvals")
+        assert queue.status_code == 200 and job["id"] not in queue.text
+    finally:
+        stranger.close()
+        stranger_tenant.close()
+    assert _quotas(tenant, dataset["id"])["items"] == []
+    assert tenant.owner.get(f"/v1/jobs/{job['id']}").json()["status"] == "pending_approval"
