@@ -35,6 +35,8 @@ from app.api.deps import (
 )
 from app.api.types import format_decimal, format_scientific, public_location
 from app.api.uploads import storage_unavailable
+from app.budget import endpoints as quotas_api
+from app.budget.schemas import QuotaList
 from app.console import service, staging
 from app.console.domains import column_domain
 from app.console.forms import ParamError, param_fields, parse_params
@@ -201,7 +203,8 @@ def _detail(error: HTTPException | JSONResponse) -> str:
         body = json.loads(bytes(error.body))
         detail = body.get("detail", "")
         if "requested_rho" in body and body.get("limit", "dataset") != "dataset":
-            # Over a quota (issue 27 §2): the API's sentence names it; no console page sets it.
+            # Over a quota (issue 27 §2): the API's sentence names the quota (owners set it
+            # on the dataset's page).
             return str(detail)
         if "requested_rho" in body:
             # The API's sentence names its route; the console's names its own button.
@@ -368,6 +371,22 @@ def gauge(budget: BudgetOut) -> dict[str, Any]:
         "max": float(total) if total > 0 else 1.0,
         "percent": round(float(used / total * 100), 1) if total > 0 else 0.0,
     }
+
+
+def quota_rows(listing: QuotaList) -> list[dict[str, Any]]:
+    """The quotas as the dataset page lists them (issue 27 §6): ρ, with ε at
+    :data:`GAUGE_CONVERSION_DELTA` beside the granted, remaining and available ρ (ε does not add
+    up as ρ does, so reserved and spent stay in ρ)."""
+    return [
+        {
+            "quota": q,
+            "label": f"group “{q.group}”" if q.kind == "group" else f"key {q.key_id}",
+            "granted_epsilon": as_epsilon(Decimal(q.granted_rho)),
+            "remaining_epsilon": as_epsilon(Decimal(q.remaining_rho)),
+            "available_epsilon": as_epsilon(Decimal(q.available_rho)),
+        }
+        for q in listing.items
+    ]
 
 
 def spent_epsilons(entries: list[LedgerEntryOut]) -> dict[int, str]:
@@ -717,6 +736,9 @@ def _dataset_page(
     job_error: str | None = None,
     preview: dict[str, Any] | None = None,
     grant_error: str | None = None,
+    quota_error: str | None = None,
+    quota_at: str = "quotas",
+    quota_values: dict[str, str] | None = None,
     status_code: int = 200,
 ) -> HTMLResponse:
     principal = signed.principal
@@ -725,6 +747,12 @@ def _dataset_page(
         ledger = (
             datasets_api.get_ledger(dataset_id, db, principal, limit=1000, after=None)
             if principal.is_owner
+            else None
+        )
+        # Quotas and their policy (issue 27 §2): owner keys only, as GET .../quotas.
+        quotas = (
+            quotas_api.list_quotas(dataset_id, db, principal)
+            if principal.is_owner and dataset.deleted_at is None
             else None
         )
         jobs = jobs_api.list_jobs(dataset_id, db, principal, limit=1000, offset=0)
@@ -752,6 +780,14 @@ def _dataset_page(
             "job_error": job_error,
             "preview": preview,
             "grant_error": grant_error,
+            "quotas": quotas,
+            "quota_rows": quota_rows(quotas) if quotas else [],
+            "quota_error": quota_error,
+            "quota_at": quota_at,
+            "quota_values": quota_values or {},
+            "summary": {"text": quota_error, "target": quota_at, "label": "the quota form"}
+            if quota_error
+            else None,
             "idempotency_key": str(uuid.uuid4()),
         },
         status_code=status_code,
@@ -1138,10 +1174,11 @@ def report(
 
 def install(app: FastAPI) -> None:
     """Serve the console on ``app``: its pages, its stylesheet, its headers and error pages."""
-    from app.console import governance  # it builds on this module's helpers
+    from app.console import governance, quotas  # they build on this module's helpers
 
     app.include_router(router)
     app.include_router(governance.router)
+    app.include_router(quotas.router)
     app.mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="console-static")
     app.add_middleware(ConsoleHeadersMiddleware)
 
