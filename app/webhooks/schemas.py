@@ -20,8 +20,7 @@ EMITTED_EVENTS = (
     "approval.requested",
     "approval.decided",
 )
-RESERVED_EVENTS: tuple[str, ...] = ()
-EVENT_NAMES = EMITTED_EVENTS + RESERVED_EVENTS
+EVENT_NAMES = EMITTED_EVENTS
 
 EventName = Literal[
     "job.succeeded",
