@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -364,6 +366,311 @@ def methods(ctx: click.Context) -> None:
     """List the synthesis methods and their params' JSON schemas."""
     with _client(ctx) as client:
         _echo_json(client.methods())
+
+
+# -- keys, quotas, approvals, webhooks, audit (issue 27) -----------------------------------------
+
+
+def _instant(text: str | None, name: str) -> datetime | None:
+    """An ISO 8601 instant with its time zone (``2026-12-04T18:00:00+00:00``), or None."""
+    if text is None:
+        return None
+    try:
+        instant = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not an ISO 8601 instant", param_hint=name) from None
+    if instant.tzinfo is None:
+        raise click.BadParameter("give a time zone (e.g. +00:00)", param_hint=name)
+    return instant
+
+
+@remote.group()
+def keys() -> None:
+    """The tenant's API keys (admin keys)."""
+
+
+@keys.command("create")
+@click.argument("name")
+@click.option(
+    "--role", type=click.Choice(["owner", "analyst", "admin"]), default="analyst", show_default=True
+)
+@click.option("--expires-at", default=None, help="ISO 8601 instant with a time zone")
+@click.option("--dataset", "datasets", multiple=True, help="limit the key to this dataset (repeat)")
+@click.pass_context
+def keys_create(
+    ctx: click.Context, name: str, role: str, expires_at: str | None, datasets: tuple[str, ...]
+) -> None:
+    """Create a key; prints it with its secret (``key``), shown this once."""
+    role_ = cast(Literal["owner", "analyst", "admin"], role)
+    with _client(ctx) as client:
+        _echo_json(
+            client.create_key(
+                name,
+                role_,
+                expires_at=_instant(expires_at, "--expires-at"),
+                datasets=list(datasets) or None,
+            )
+        )
+
+
+@keys.command("list")
+@click.pass_context
+def keys_list(ctx: click.Context) -> None:
+    """Every key of the tenant (no secrets)."""
+    with _client(ctx) as client:
+        _echo_json(client.list_keys())
+
+
+@keys.command("rotate")
+@click.argument("key")
+@click.option("--overlap-seconds", type=int, default=3600, show_default=True)
+@click.pass_context
+def keys_rotate(ctx: click.Context, key: str, overlap_seconds: int) -> None:
+    """A new key in place of KEY; the old secret keeps working for the overlap."""
+    with _client(ctx) as client:
+        _echo_json(client.rotate_key(key, overlap_seconds=overlap_seconds))
+
+
+@keys.command("revoke")
+@click.argument("key")
+@click.pass_context
+def keys_revoke(ctx: click.Context, key: str) -> None:
+    """Revoke KEY at once."""
+    with _client(ctx) as client:
+        _echo_json(client.revoke_key(key))
+
+
+@keys.command("expire")
+@click.argument("key")
+@click.argument("at", required=False)
+@click.pass_context
+def keys_expire(ctx: click.Context, key: str, at: str | None) -> None:
+    """Set KEY's expiry to AT (ISO 8601 with a time zone), or clear it (no AT)."""
+    with _client(ctx) as client:
+        _echo_json(client.set_key_expiry(key, _instant(at, "AT")))
+
+
+@remote.group()
+def quotas() -> None:
+    """Quotas of analyst keys on a dataset, and its quota policy (owner keys)."""
+
+
+@quotas.command("list")
+@click.argument("dataset")
+@click.pass_context
+def quotas_list(ctx: click.Context, dataset: str) -> None:
+    """The dataset's policy and live quotas."""
+    with _client(ctx) as client:
+        _echo_json(client.quotas(dataset))
+
+
+@quotas.command("set")
+@click.argument("dataset")
+@click.argument("rho")
+@click.option("--key", "key_id", default=None, help="the analyst key's id")
+@click.option("--group", default=None, help="a group's name (with --member)")
+@click.option("--member", "members", multiple=True, help="a key id of the group (repeat)")
+@click.pass_context
+def quotas_set(
+    ctx: click.Context,
+    dataset: str,
+    rho: str,
+    key_id: str | None,
+    group: str | None,
+    members: tuple[str, ...],
+) -> None:
+    """Give a key (--key) or a group of keys (--group, --member …) a quota of RHO."""
+    if (key_id is None) == (group is None):
+        raise click.UsageError("give --key or --group")
+    with _client(ctx) as client:
+        if key_id is not None:
+            _echo_json(client.set_quota(dataset, key_id, rho))
+        else:
+            assert group is not None
+            _echo_json(client.set_group_quota(dataset, group, rho, list(members)))
+
+
+@quotas.command("delete")
+@click.argument("dataset")
+@click.option("--key", "key_id", default=None, help="the analyst key's id")
+@click.option("--group", default=None, help="a group's name")
+@click.pass_context
+def quotas_delete(ctx: click.Context, dataset: str, key_id: str | None, group: str | None) -> None:
+    """Remove a key's (--key) or a group's (--group) quota."""
+    if (key_id is None) == (group is None):
+        raise click.UsageError("give --key or --group")
+    with _client(ctx) as client:
+        if key_id is not None:
+            client.delete_quota(dataset, key_id)
+        else:
+            assert group is not None
+            client.delete_group_quota(dataset, group)
+    click.echo("removed", err=True)
+
+
+@quotas.command("policy")
+@click.argument("dataset")
+@click.option("--mode", type=click.Choice(["shared", "reserved"]), default=None)
+@click.option("--quota-required/--no-quota-required", default=None)
+@click.option("--approval-required/--no-approval-required", default=None)
+@click.pass_context
+def quotas_policy(
+    ctx: click.Context,
+    dataset: str,
+    mode: str | None,
+    quota_required: bool | None,
+    approval_required: bool | None,
+) -> None:
+    """Show the dataset's quota policy, or change the parts given (the rest stay)."""
+    with _client(ctx) as client:
+        current = client.quotas(dataset).policy
+        if mode is None and quota_required is None and approval_required is None:
+            _echo_json(current)
+            return
+        _echo_json(
+            client.set_quota_policy(
+                dataset,
+                cast(Literal["shared", "reserved"], mode or current.mode),
+                quota_required=(
+                    current.quota_required if quota_required is None else quota_required
+                ),
+                approval_required=(
+                    current.approval_required if approval_required is None else approval_required
+                ),
+            )
+        )
+
+
+@remote.group()
+def approvals() -> None:
+    """Jobs waiting for an owner's approval (owner keys)."""
+
+
+@approvals.command("list")
+@click.argument("dataset")
+@click.pass_context
+def approvals_list(ctx: click.Context, dataset: str) -> None:
+    """The dataset's pending jobs, oldest first, each with its dry-run preview."""
+    with _client(ctx) as client:
+        _echo_json(client.approvals(dataset))
+
+
+@approvals.command("approve")
+@click.argument("job")
+@click.pass_context
+def approvals_approve(ctx: click.Context, job: str) -> None:
+    """Approve JOB: it is queued."""
+    with _client(ctx) as client:
+        _echo_json(client.approve(job))
+
+
+@approvals.command("reject")
+@click.argument("job")
+@click.option("--reason", required=True, help="shown to the analyst")
+@click.pass_context
+def approvals_reject(ctx: click.Context, job: str, reason: str) -> None:
+    """Reject JOB with a reason; its reservation is released."""
+    with _client(ctx) as client:
+        _echo_json(client.reject(job, reason))
+
+
+@remote.group()
+def webhooks() -> None:
+    """Webhook subscriptions and their deliveries (admin keys)."""
+
+
+@webhooks.command("create")
+@click.argument("url")
+@click.option("--event", "events", multiple=True, required=True, help="an event name (repeat)")
+@click.option("--description", default="")
+@click.option("--disabled", is_flag=True)
+@click.option("--budget-threshold-rho", default=None, help="for budget.below_threshold")
+@click.pass_context
+def webhooks_create(
+    ctx: click.Context,
+    url: str,
+    events: tuple[str, ...],
+    description: str,
+    disabled: bool,
+    budget_threshold_rho: str | None,
+) -> None:
+    """Subscribe URL; prints the subscription with its signing secret, shown this once."""
+    with _client(ctx) as client:
+        _echo_json(
+            client.create_webhook(
+                url,
+                cast(Any, list(events)),
+                description=description,
+                enabled=not disabled,
+                budget_threshold_rho=budget_threshold_rho,
+            )
+        )
+
+
+@webhooks.command("list")
+@click.pass_context
+def webhooks_list(ctx: click.Context) -> None:
+    """The tenant's subscriptions."""
+    with _client(ctx) as client:
+        _echo_json(client.webhooks())
+
+
+@webhooks.command("delete")
+@click.argument("webhook")
+@click.pass_context
+def webhooks_delete(ctx: click.Context, webhook: str) -> None:
+    """Delete WEBHOOK; its pending deliveries are discarded."""
+    with _client(ctx) as client:
+        client.delete_webhook(webhook)
+    click.echo("deleted", err=True)
+
+
+@webhooks.command("deliveries")
+@click.argument("webhook")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--offset", type=int, default=0)
+@click.pass_context
+def webhooks_deliveries(ctx: click.Context, webhook: str, limit: int, offset: int) -> None:
+    """A page of WEBHOOK's delivery log, newest event first."""
+    with _client(ctx) as client:
+        _echo_json(client.webhook_deliveries(webhook, limit=limit, offset=offset))
+
+
+@webhooks.command("replay")
+@click.argument("delivery")
+@click.pass_context
+def webhooks_replay(ctx: click.Context, delivery: str) -> None:
+    """Send DELIVERY again."""
+    with _client(ctx) as client:
+        _echo_json(client.replay_delivery(delivery))
+
+
+@remote.group()
+def audit() -> None:
+    """The tenant's audit trail (admin keys)."""
+
+
+@audit.command("export")
+@click.option("--format", "format_", type=click.Choice(["jsonl", "csv"]), default="jsonl")
+@click.option("--since", default=None, help="ISO 8601 instant with a time zone")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.pass_context
+def audit_export(ctx: click.Context, format_: str, since: str | None, output: Path | None) -> None:
+    """Export the trail (to standard output, or to --output); ``rhosynth audit verify --file``
+    checks a JSON Lines export offline."""
+    start = _instant(since, "--since")
+    fmt = cast(Literal["jsonl", "csv"], format_)
+    with _client(ctx) as client:
+        if output is not None:
+            client.download_audit(output, format=fmt, since=start)
+            click.echo(f"wrote {output}", err=True)
+        elif fmt == "jsonl":
+            for line in client.audit_lines(since=start):
+                click.echo(line)
+        else:
+            with tempfile.TemporaryDirectory() as folder:
+                path = client.download_audit(Path(folder) / "audit.csv", format="csv", since=start)
+                click.echo(path.read_text(encoding="utf-8"), nl=False)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,13 @@ ACTIONS = (
     "dataset.create",
     "dataset.delete",
     "budget.grant",
+    "quota.set",
+    "quota.remove",
+    "quota.policy",
     "job.submit",
+    "job.approve",
+    "job.reject",
+    "job.expire",
     "job.cancel",
     "job.download",
     "sample.create",
@@ -50,6 +56,9 @@ ACTIONS = (
 
 CLI_ACTOR = "cli"
 """The actor of a key made on the server's shell (``rhosynth keys create``)."""
+
+SYSTEM_ACTOR = "system"
+"""The actor of the service's own decisions that the trail records (a pending job expiring)."""
 
 DetailValue = str | int | bool | None | list[str]
 

@@ -20,6 +20,7 @@ from decimal import Decimal
 from sqlalchemy.orm import Session
 
 from app.api.types import format_decimal
+from app.audit import service as audit
 from app.auth import repository as key_repository
 from app.auth.service import Principal
 from app.budget import repository
@@ -169,7 +170,23 @@ def _put(
         session, quota_id=quota.id, kind="set", rho=rho, job_id=None, actor=principal.actor
     )
     session.refresh(quota)
-    return _view(session, quota, account)
+    view = _view(session, quota, account)
+    # The audit entry last: its per-tenant lock is then held only until the commit.
+    audit.record(
+        session,
+        principal,
+        "quota.set",
+        "quota",
+        quota.id,
+        {
+            "dataset_id": str(dataset_id),
+            "key_id": audit.text_of(key_id),
+            "group_name": group_name,
+            "members": [str(k) for k in key_ids],
+            "granted_rho": format_decimal(rho),
+        },
+    )
+    return view
 
 
 def set_key_quota(
@@ -226,6 +243,14 @@ def remove_quota(
         job_id=None,
         actor=principal.actor,
     )
+    audit.record(  # last (see _put)
+        session,
+        principal,
+        "quota.remove",
+        "quota",
+        quota.id,
+        {"dataset_id": str(dataset_id), "key_id": audit.text_of(key_id), "group_name": group_name},
+    )
 
 
 def list_quotas(session: Session, principal: Principal, dataset_id: uuid.UUID) -> list[QuotaView]:
@@ -279,6 +304,14 @@ def set_policy(
         _check_reserved(session, dataset_id, account, Decimal(0))
     repository.set_policy(session, dataset_id, mode, quota_required, approval_required)
     unused = repository.quotas_unused(session, dataset_id)
+    audit.record(  # last (see _put)
+        session,
+        principal,
+        "quota.policy",
+        "dataset",
+        dataset_id,
+        {"mode": mode, "quota_required": quota_required, "approval_required": approval_required},
+    )
     return PolicyView(mode, quota_required, approval_required, unused, account)
 
 

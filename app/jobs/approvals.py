@@ -21,6 +21,7 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.audit import service as audit
 from app.auth.service import Principal
 from app.budget import service as budget_service
 from app.config import Settings
@@ -37,6 +38,7 @@ from app.jobs.service import (
     JobConflict,
     JobNotFound,
 )
+from app.webhooks import outbox
 
 
 @dataclass(frozen=True)
@@ -99,11 +101,22 @@ def approve_job(
     if not repository.approve_pending(session, job.id, now=utcnow(), decided_by=principal.key_id):
         raise JobConflict("the job is not waiting for approval")  # pragma: no cover - locked
     after_commit(session, lambda: dispatch.ring(settings, job.id))
+    outbox.record_approval(session, job.id, settings)
     session.refresh(job)
+    # The audit entry last: its per-tenant lock is then held only until the commit.
+    audit.record(
+        session, principal, "job.approve", "job", job.id, {"dataset_id": str(job.dataset_id)}
+    )
     return job
 
 
-def reject_job(session: Session, principal: Principal, job_id: uuid.UUID, reason: str) -> Job:
+def reject_job(
+    session: Session,
+    principal: Principal,
+    job_id: uuid.UUID,
+    reason: str,
+    settings: Settings | None = None,
+) -> Job:
     """pending_approval → rejected with ``reason``; the job never ran, its reservation goes
     back to the dataset and its quota."""
     job = _locked_pending(session, principal, job_id)
@@ -118,6 +131,12 @@ def reject_job(session: Session, principal: Principal, job_id: uuid.UUID, reason
     if closed is None:  # pragma: no cover - the row is locked and pending
         raise JobConflict("the job is not waiting for approval")
     budget_service.release_reservation(session, job.dataset_id, job.rho, job.id, principal.actor)
+    outbox.record_approval(session, job.id, settings)
+    # Last (see approve_job). The reason is the owner's free text, shown to the tenant's keys
+    # with the job; the trail keeps ids and public parameters only, so it is left out.
+    audit.record(
+        session, principal, "job.reject", "job", job.id, {"dataset_id": str(job.dataset_id)}
+    )
     return closed
 
 
@@ -143,6 +162,18 @@ def expire_pending(factory: sessionmaker[Session], settings: Settings) -> list[u
             if job is not None:
                 budget_service.release_reservation(
                     session, job.dataset_id, job.rho, job.id, SYSTEM_ACTOR
+                )
+                outbox.record_approval(session, job.id, settings)
+                # Last (see approve_job): the service's own decision, by no key.
+                audit.record_as(
+                    session,
+                    job.tenant_id,
+                    SYSTEM_ACTOR,
+                    None,
+                    "job.expire",
+                    "job",
+                    job.id,
+                    {"dataset_id": str(job.dataset_id), "ttl_seconds": ttl},
                 )
                 expired.append(job_id)
     return expired

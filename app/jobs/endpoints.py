@@ -230,12 +230,18 @@ def approve_job(
     responses=error_responses(409),
     tags=["approvals"],
 )
-def reject_job(job_id: uuid.UUID, body: RejectIn, db: DatabaseDep, principal: OwnerKey) -> JobOut:
+def reject_job(
+    job_id: uuid.UUID,
+    body: RejectIn,
+    db: DatabaseDep,
+    settings: SettingsDep,
+    principal: OwnerKey,
+) -> JobOut:
     """Reject a job waiting for approval, with a reason the analyst sees; its reservation is
     released (it never ran)."""
     try:
         with db.transaction() as session:
-            job = approvals.reject_job(session, principal, job_id, body.reason)
+            job = approvals.reject_job(session, principal, job_id, body.reason, settings)
             out = service.job_out(job, principal)
     except service.JobNotFound:
         raise _job_not_found() from None

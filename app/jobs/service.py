@@ -352,6 +352,8 @@ def submit_job(
         after=state.remaining_rho,
         settings=settings,
     )
+    if pending:
+        outbox.record_approval(session, job_id, settings)
     # The audit entry last: its per-tenant lock is then held only until the commit.
     audit.record(
         session,

@@ -112,6 +112,43 @@ def record_job_ended(
     )
 
 
+APPROVAL_DECISIONS = ("queued", "rejected", "expired")
+"""The states an owner's decision (or its absence) leaves a pending job in."""
+
+
+def record_approval(
+    session: Session, job_id: uuid.UUID, settings: Settings | None = None
+) -> WebhookEvent | None:
+    """After a job entered ``pending_approval`` (``approval.requested``) or left it by an
+    approval, a rejection or an expiry (``approval.decided``) in ``session``: its event, ordered
+    with the job's other events. The payload is the analyst's job view, which carries the
+    decision (its status, ``decided_at`` and ``decision_reason``)."""
+    session.flush()
+    job = job_repository.get(session, job_id)
+    if job is None:
+        return None
+    session.refresh(job)
+    if job.status == "pending_approval":
+        event_type = "approval.requested"
+    elif job.status in APPROVAL_DECISIONS and job.decided_at is not None:
+        event_type = "approval.decided"
+    else:
+        return None
+    from app.jobs.service import job_out  # see record_job_ended
+
+    subscribers = repository.subscribers(session, job.tenant_id, event_type)
+    view = job_out(job, _analyst_view(job))
+    return _write(
+        session,
+        settings,
+        tenant_id=job.tenant_id,
+        event_type=event_type,
+        ordering_key=job.id,
+        data={"job": view.model_dump(mode="json"), "links": job_links(job.id, False)},
+        subscription_ids=[s.id for s in subscribers],
+    )
+
+
 def record_sample_ready(
     session: Session, sample_id: uuid.UUID, settings: Settings | None = None
 ) -> WebhookEvent | None:

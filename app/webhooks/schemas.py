@@ -10,17 +10,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.types import RhoIn, RhoOut
 
-# What the service emits today, plus the names reserved for the approvals feature (accepted in
-# subscriptions; nothing emits them yet).
+# Every event the service emits.
 EMITTED_EVENTS = (
     "job.succeeded",
     "job.failed",
     "job.cancelled",
     "sample.ready",
     "budget.below_threshold",
+    "approval.requested",
+    "approval.decided",
 )
-RESERVED_EVENTS = ("approval.requested", "approval.decided")
-EVENT_NAMES = EMITTED_EVENTS + RESERVED_EVENTS
+EVENT_NAMES = EMITTED_EVENTS
 
 EventName = Literal[
     "job.succeeded",

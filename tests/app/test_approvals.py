@@ -237,3 +237,160 @@ def test_a_pending_job_is_not_in_the_queue_before_its_decision(
 
         assert queued_at(approved.decided_at - timedelta(minutes=5)) == 1
         assert queued_at(approved.decided_at + timedelta(minutes=1)) == 2
+
+
+def _trail(settings: Settings, tenant_id: uuid.UUID) -> list[dict[str, Any]]:
+    from app.audit import service as audit_service
+
+    factory = get_session_factory(settings.sqlalchemy_url)
+    return list(audit_service.export_entries(factory, tenant_id))
+
+
+def test_quota_changes_and_decisions_are_audited(client: TestClient, settings: Settings) -> None:
+    keys = _keys(settings, 2)
+    owner = bearer(keys.owner_key)
+    owner_actor = f"key:{keys.owner.key_id}"
+    first, second = (a.key_id for a in keys.analysts)
+    dataset_id = _dataset(settings, keys.owner, Decimal(1))
+    policy = {"mode": "shared", "quota_required": True, "approval_required": True}
+    url = f"/v1/datasets/{dataset_id}"
+    assert client.put(f"{url}/quota-policy", json=policy, headers=owner).status_code == 200
+    assert client.put(f"{url}/quotas/{first}", json={"rho": "0.5"}, headers=owner).status_code
+    group = {"rho": "0.25", "keys": [str(second)]}
+    assert client.put(f"{url}/quota-groups/team", json=group, headers=owner).status_code == 200
+    approved = _submit(client, keys.analyst_keys[0], dataset_id, "0.125").json()["id"]
+    rejected = _submit(client, keys.analyst_keys[0], dataset_id, "0.125").json()["id"]
+    expired = _submit(client, keys.analyst_keys[1], dataset_id, "0.125").json()["id"]
+    assert client.post(f"/v1/jobs/{approved}/approve", headers=owner).status_code == 200
+    reason = {"reason": "too many columns"}
+    assert client.post(f"/v1/jobs/{rejected}/reject", json=reason, headers=owner).status_code
+    factory = get_session_factory(settings.sqlalchemy_url)
+    with transaction(factory) as session:
+        job = job_repository.get(session, uuid.UUID(expired))
+        assert job is not None
+        job.created_at -= timedelta(seconds=settings.approval_ttl_seconds + 1)
+    assert recover_jobs(settings).unapproved == [uuid.UUID(expired)]
+    assert client.delete(f"{url}/quotas/{first}", headers=owner).status_code == 204
+    assert client.delete(f"{url}/quota-groups/team", headers=owner).status_code == 204
+
+    entries = _trail(settings, keys.owner.tenant_id)
+    got = [
+        (e["actor"], e["action"], e["object_type"], e["details"])
+        for e in entries
+        if e["action"] not in ("key.create", "dataset.create", "job.submit")
+    ]
+    quota_ids = [e["object_id"] for e in entries if e["action"] == "quota.set"]
+    assert [e["object_id"] for e in entries if e["action"] == "quota.remove"] == quota_ids
+    ds = str(dataset_id)
+    assert got == [
+        (
+            owner_actor,
+            "quota.policy",
+            "dataset",
+            {"mode": "shared", "quota_required": True, "approval_required": True},
+        ),
+        (
+            owner_actor,
+            "quota.set",
+            "quota",
+            {
+                "dataset_id": ds,
+                "key_id": str(first),
+                "group_name": None,
+                "members": [str(first)],
+                "granted_rho": "0.5",
+            },
+        ),
+        (
+            owner_actor,
+            "quota.set",
+            "quota",
+            {
+                "dataset_id": ds,
+                "key_id": None,
+                "group_name": "team",
+                "members": [str(second)],
+                "granted_rho": "0.25",
+            },
+        ),
+        (owner_actor, "job.approve", "job", {"dataset_id": ds}),
+        (owner_actor, "job.reject", "job", {"dataset_id": ds}),
+        (
+            "system",
+            "job.expire",
+            "job",
+            {"dataset_id": ds, "ttl_seconds": settings.approval_ttl_seconds},
+        ),
+        (
+            owner_actor,
+            "quota.remove",
+            "quota",
+            {"dataset_id": ds, "key_id": str(first), "group_name": None},
+        ),
+        (
+            owner_actor,
+            "quota.remove",
+            "quota",
+            {"dataset_id": ds, "key_id": None, "group_name": "team"},
+        ),
+    ]
+    decided = {e["action"]: e["object_id"] for e in entries if e["object_type"] == "job"}
+    assert (decided["job.approve"], decided["job.reject"]) == (approved, rejected)
+    assert decided["job.expire"] == expired
+    # The owner's free-text reason is not in the trail.
+    assert "too many columns" not in str(entries)
+
+
+def test_approval_events_are_written_with_the_decisions(
+    client: TestClient, settings: Settings
+) -> None:
+    from sqlalchemy import select
+
+    from app.webhooks import service as webhook_service
+    from app.webhooks.models import WebhookEvent
+
+    keys = _keys(settings, 1)
+    owner, analyst = bearer(keys.owner_key), keys.analyst_keys[0]
+    dataset_id = _dataset(settings, keys.owner, Decimal(1))
+    factory = get_session_factory(settings.sqlalchemy_url)
+    with transaction(factory) as session:
+        webhook_service.create_subscription(
+            session,
+            keys.owner,
+            url="http://127.0.0.1:9/hook",
+            events=["approval.requested", "approval.decided", "job.cancelled"],
+            description="",
+            enabled=True,
+            budget_threshold_rho=None,
+            allowed_hosts=[],
+        )
+    policy = {"mode": "shared", "approval_required": True}
+    client.put(f"/v1/datasets/{dataset_id}/quota-policy", json=policy, headers=owner)
+    ids = [_submit(client, analyst, dataset_id, "0.125").json()["id"] for _ in range(3)]
+    approved, rejected, expired = ids
+    assert client.post(f"/v1/jobs/{approved}/approve", headers=owner).status_code == 200
+    reason = {"reason": "too many columns"}
+    assert client.post(f"/v1/jobs/{rejected}/reject", json=reason, headers=owner).status_code
+    with transaction(factory) as session:
+        job = job_repository.get(session, uuid.UUID(expired))
+        assert job is not None
+        job.created_at -= timedelta(seconds=settings.approval_ttl_seconds + 1)
+    recover_jobs(settings)
+    with transaction(factory) as session:
+        events = session.scalars(select(WebhookEvent).order_by(WebhookEvent.id)).all()
+        got = [(e.type, str(e.ordering_key), e.payload["data"]["job"]) for e in events]
+    assert [(t, k) for t, k, _ in got] == [
+        ("approval.requested", approved),
+        ("approval.requested", rejected),
+        ("approval.requested", expired),
+        ("approval.decided", approved),
+        ("approval.decided", rejected),
+        ("approval.decided", expired),
+    ]
+    views = [job for _, _, job in got]
+    assert all(v["id"] == k for (_, k, _), v in zip(got, views, strict=True))
+    assert [v["status"] for v in views[3:]] == ["queued", "rejected", "expired"]
+    assert views[4]["decision_reason"] == "too many columns"
+    assert all(v["decided_at"] is not None for v in views[3:])
+    # The analyst's view: no owner-only progress detail.
+    assert all(v["progress_detail"] is None for v in views)
