@@ -387,6 +387,6 @@ async def reject(
 
     def decide() -> None:
         body = RejectIn.model_validate({"reason": reason.strip()})
-        jobs_api.reject_job(job_id, body, db, signed.principal)
+        jobs_api.reject_job(job_id, body, db, settings, signed.principal)
 
     return await run_in_threadpool(_decision, request, db, settings, signed, job_id, decide, reason)
