@@ -153,6 +153,42 @@ def test_undecided_jobs_expire_and_are_released(client: TestClient, settings: Se
     assert client.post(f"/v1/jobs/{job_id}/approve", headers=owner).status_code == 409
 
 
+def test_an_approved_job_queues_its_full_ttl_from_its_approval(
+    client: TestClient, settings: Settings
+) -> None:
+    """The queued TTL counts from the approval, not the submission: a job approved after days
+    of waiting must not be expired as "queued too long" by the next recovery pass."""
+    keys = _keys(settings, 1)
+    owner, analyst = bearer(keys.owner_key), keys.analyst_keys[0]
+    dataset_id = _dataset(settings, keys.owner, Decimal(1))
+    policy = {"mode": "shared", "approval_required": True}
+    assert (
+        client.put(
+            f"/v1/datasets/{dataset_id}/quota-policy", json=policy, headers=owner
+        ).status_code
+        == 200
+    )
+    job_id = uuid.UUID(_submit(client, analyst, dataset_id, "0.5").json()["id"])
+    factory = get_session_factory(settings.sqlalchemy_url)
+    # It waited almost the approval TTL (still undecided, so still approvable) ...
+    with transaction(factory) as session:
+        job = job_repository.get(session, job_id)
+        assert job is not None
+        job.created_at -= timedelta(seconds=settings.approval_ttl_seconds - 60)
+    assert client.post(f"/v1/jobs/{job_id}/approve", headers=owner).status_code == 200
+    # ... and two minutes after its approval, the recovery pass runs.
+    with transaction(factory) as session:
+        job = job_repository.get(session, job_id)
+        assert job is not None and job.decided_at is not None
+        job.created_at -= timedelta(seconds=120)
+        job.decided_at -= timedelta(seconds=120)
+    report = recover_jobs(settings)
+    assert job_id not in report.expired
+    seen = client.get(f"/v1/jobs/{job_id}", headers=bearer(analyst)).json()
+    assert seen["status"] == "queued"
+    assert _account(settings, dataset_id) == (Decimal("0.5"), Decimal(0))
+
+
 def test_owner_jobs_need_no_approval(client: TestClient, settings: Settings) -> None:
     keys = _keys(settings, 0)
     owner = bearer(keys.owner_key)
