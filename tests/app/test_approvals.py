@@ -6,6 +6,7 @@ PostgreSQL and SQLite, over HTTP against the app in this process."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from app.budget import repository as budget_repository
 from app.config import Settings
@@ -187,6 +189,46 @@ def test_an_approved_job_queues_its_full_ttl_from_its_approval(
     seen = client.get(f"/v1/jobs/{job_id}", headers=bearer(analyst)).json()
     assert seen["status"] == "queued"
     assert _account(settings, dataset_id) == (Decimal("0.5"), Decimal(0))
+
+
+def test_a_submission_waiting_on_a_policy_change_obeys_it(
+    client: TestClient, settings: Settings
+) -> None:
+    """Approval turned on while a submission waits for the account lock: the submission's
+    reservation is ordered after the change, so its job must wait for approval too (it read
+    the policy before the lock and was queued unapproved)."""
+    if settings.sqlalchemy_url.startswith("sqlite"):
+        pytest.skip("SQLite serialises the two writers whole (BEGIN IMMEDIATE)")
+    keys = _keys(settings, 1)
+    analyst = keys.analyst_keys[0]
+    dataset_id = _dataset(settings, keys.owner, Decimal(1))
+    factory = get_session_factory(settings.sqlalchemy_url)
+    out: dict[str, Any] = {}
+
+    def submit() -> None:
+        out["response"] = _submit(client, analyst, dataset_id, "0.25")
+
+    # The owner's policy change holds the account lock, as PUT /quota-policy does ...
+    with transaction(factory) as session:
+        assert budget_repository.lock_account(session, dataset_id) is not None
+        budget_repository.set_policy(session, dataset_id, "shared", False, True)
+        waiter = threading.Thread(target=submit)
+        waiter.start()
+        # ... until the submission is seen waiting for it (on a lock, not a clock).
+        with factory() as watcher:
+            while waiter.is_alive() and not watcher.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                )
+            ):
+                watcher.rollback()
+    waiter.join()
+    response = out["response"]
+    assert response.status_code == 202, response.text
+    assert response.json()["status"] == "pending_approval"
+    job_id = uuid.UUID(response.json()["id"])
+    assert claim_and_charge(factory, settings, job_id) is None
 
 
 def test_owner_jobs_need_no_approval(client: TestClient, settings: Settings) -> None:
