@@ -443,6 +443,8 @@ def _cancel_locked(
         if closed is not None:
             # Never approved, so never claimed: the reservation goes back.
             budget_service.release_reservation(session, job.dataset_id, job.rho, job.id, actor)
+            # A cancelled job like a queued one: subscribers to job.cancelled learn of it.
+            outbox.record_job_ended(session, job.id, settings)
         return
     if job.status == "queued":
         cancelled = repository.cancel_queued(session, job.id, now=now, reason=reason)

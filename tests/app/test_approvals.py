@@ -444,8 +444,10 @@ def test_approval_events_are_written_with_the_decisions(
         )
     policy = {"mode": "shared", "approval_required": True}
     client.put(f"/v1/datasets/{dataset_id}/quota-policy", json=policy, headers=owner)
-    ids = [_submit(client, analyst, dataset_id, "0.125").json()["id"] for _ in range(3)]
-    approved, rejected, expired = ids
+    ids = [_submit(client, analyst, dataset_id, "0.125").json()["id"] for _ in range(4)]
+    approved, rejected, expired, cancelled = ids
+    # Withdrawn before any decision: a cancelled job like any other (job.cancelled).
+    assert client.post(f"/v1/jobs/{cancelled}/cancel", headers=bearer(analyst)).status_code == 202
     assert client.post(f"/v1/jobs/{approved}/approve", headers=owner).status_code == 200
     reason = {"reason": "too many columns"}
     assert client.post(f"/v1/jobs/{rejected}/reject", json=reason, headers=owner).status_code
@@ -461,14 +463,17 @@ def test_approval_events_are_written_with_the_decisions(
         ("approval.requested", approved),
         ("approval.requested", rejected),
         ("approval.requested", expired),
+        ("approval.requested", cancelled),
+        ("job.cancelled", cancelled),
         ("approval.decided", approved),
         ("approval.decided", rejected),
         ("approval.decided", expired),
     ]
     views = [job for _, _, job in got]
     assert all(v["id"] == k for (_, k, _), v in zip(got, views, strict=True))
-    assert [v["status"] for v in views[3:]] == ["queued", "rejected", "expired"]
-    assert views[4]["decision_reason"] == "too many columns"
-    assert all(v["decided_at"] is not None for v in views[3:])
+    assert views[4]["status"] == "cancelled"
+    assert [v["status"] for v in views[5:]] == ["queued", "rejected", "expired"]
+    assert views[6]["decision_reason"] == "too many columns"
+    assert all(v["decided_at"] is not None for v in views[5:])
     # The analyst's view: no owner-only progress detail.
     assert all(v["progress_detail"] is None for v in views)
