@@ -231,6 +231,30 @@ def test_a_submission_waiting_on_a_policy_change_obeys_it(
     assert claim_and_charge(factory, settings, job_id) is None
 
 
+def test_a_pending_jobs_preview_does_not_count_its_reservation_twice(
+    client: TestClient, settings: Settings
+) -> None:
+    """The preview an owner decides on already has the job's reservation taken out of the
+    remaining ρ: it must not then say the job would exceed the budget (it is reserved; an
+    approval can never fail for budget)."""
+    keys = _keys(settings, 1)
+    owner, analyst = bearer(keys.owner_key), keys.analyst_keys[0]
+    dataset_id = _dataset(settings, keys.owner, Decimal(1))
+    policy = {"mode": "shared", "approval_required": True}
+    assert (
+        client.put(
+            f"/v1/datasets/{dataset_id}/quota-policy", json=policy, headers=owner
+        ).status_code
+        == 200
+    )
+    job_id = _submit(client, analyst, dataset_id, "0.75").json()["id"]
+    (item,) = client.get(f"/v1/datasets/{dataset_id}/approvals", headers=owner).json()["items"]
+    assert item["job"]["id"] == job_id
+    assert item["preview"]["remaining_rho"] == "0.25"
+    assert item["preview"]["would_exceed_budget"] is False
+    assert item["preview"]["remaining_rho_after"] == "0.25"
+
+
 def test_owner_jobs_need_no_approval(client: TestClient, settings: Settings) -> None:
     keys = _keys(settings, 0)
     owner = bearer(keys.owner_key)
