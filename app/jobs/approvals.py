@@ -78,6 +78,12 @@ def list_pending(
         except (InvalidJob, DatasetUnavailable) as error:
             out.append(PendingJob(job, None, str(error) or "the dataset was deleted"))
             continue
+        # The job's reservation is already out of ``remaining_rho``: the dry run, which asks
+        # whether the request would fit on top of it, said a job reserving more than what was
+        # left beside it "would exceed the budget". It cannot: approving needs no budget.
+        cost = cost.model_copy(
+            update={"would_exceed_budget": False, "remaining_rho_after": cost.remaining_rho}
+        )
         out.append(PendingJob(job, cost, None))
     return out
 

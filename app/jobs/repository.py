@@ -839,11 +839,15 @@ def touch_stale_queued(
 def expired_queued(
     session: Session, *, created_before: datetime, limit: int = 100
 ) -> list[uuid.UUID]:
+    """Jobs queued since before ``created_before``. A job held for an owner's approval
+    (issue 27 §3) was queued only from its approval (``decided_at``): counted from its
+    submission, a job approved after days of waiting expired at the next recovery pass."""
+    queued_since = func.coalesce(Job.decided_at, Job.created_at)
     return list(
         session.scalars(
             select(Job.id)
-            .where(Job.status == "queued", Job.created_at < created_before)
-            .order_by(Job.created_at)
+            .where(Job.status == "queued", queued_since < created_before)
+            .order_by(queued_since)
             .limit(limit)
         )
     )

@@ -295,7 +295,6 @@ def submit_job(
 
     now = utcnow()
     job_id = uuid.uuid4()
-    pending = needs_approval(session, principal, dataset_id)
     if idempotency_key is not None:
         request_hash = fingerprint(dataset_id, request)
         if not repository.claim_idempotency_key(
@@ -326,14 +325,14 @@ def submit_job(
             delta=decimal_text(budget.delta),
             rows=request.rows,
             seed=request.seed,
-            status="pending_approval" if pending else "queued",
+            status="queued",
             attempt=0,
             cancel_requested=False,
             progress_fraction=0.0,
-            progress_stage="pending_approval" if pending else "queued",
+            progress_stage="queued",
             submitted_by=principal.key_id,
             created_at=now,
-            enqueued_at=None if pending else now,
+            enqueued_at=now,
         ),
     )
     state = budget_service.reserve_budget(
@@ -345,6 +344,13 @@ def submit_job(
         # Quotas limit analyst keys; an owner can grant itself any quota anyway.
         quota_key=None if principal.is_owner else principal.key_id,
     )
+    # Read under the account lock reserve_budget took, which a policy change takes first too:
+    # read before it, a submission waiting on an owner turning approval on was queued unapproved.
+    pending = needs_approval(session, principal, dataset_id)
+    if pending:
+        job.status = job.progress_stage = "pending_approval"
+        job.enqueued_at = None
+        session.flush()
     outbox.record_budget_change(
         session,
         dataset_id,
@@ -437,6 +443,8 @@ def _cancel_locked(
         if closed is not None:
             # Never approved, so never claimed: the reservation goes back.
             budget_service.release_reservation(session, job.dataset_id, job.rho, job.id, actor)
+            # A cancelled job like a queued one: subscribers to job.cancelled learn of it.
+            outbox.record_job_ended(session, job.id, settings)
         return
     if job.status == "queued":
         cancelled = repository.cancel_queued(session, job.id, now=now, reason=reason)

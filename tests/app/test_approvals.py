@@ -6,6 +6,7 @@ PostgreSQL and SQLite, over HTTP against the app in this process."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from app.budget import repository as budget_repository
 from app.config import Settings
@@ -151,6 +153,106 @@ def test_undecided_jobs_expire_and_are_released(client: TestClient, settings: Se
     assert approvals.expire_pending(factory, settings) == []
     # Approving an expired job is refused.
     assert client.post(f"/v1/jobs/{job_id}/approve", headers=owner).status_code == 409
+
+
+def test_an_approved_job_queues_its_full_ttl_from_its_approval(
+    client: TestClient, settings: Settings
+) -> None:
+    """The queued TTL counts from the approval, not the submission: a job approved after days
+    of waiting must not be expired as "queued too long" by the next recovery pass."""
+    keys = _keys(settings, 1)
+    owner, analyst = bearer(keys.owner_key), keys.analyst_keys[0]
+    dataset_id = _dataset(settings, keys.owner, Decimal(1))
+    policy = {"mode": "shared", "approval_required": True}
+    assert (
+        client.put(
+            f"/v1/datasets/{dataset_id}/quota-policy", json=policy, headers=owner
+        ).status_code
+        == 200
+    )
+    job_id = uuid.UUID(_submit(client, analyst, dataset_id, "0.5").json()["id"])
+    factory = get_session_factory(settings.sqlalchemy_url)
+    # It waited almost the approval TTL (still undecided, so still approvable) ...
+    with transaction(factory) as session:
+        job = job_repository.get(session, job_id)
+        assert job is not None
+        job.created_at -= timedelta(seconds=settings.approval_ttl_seconds - 60)
+    assert client.post(f"/v1/jobs/{job_id}/approve", headers=owner).status_code == 200
+    # ... and two minutes after its approval, the recovery pass runs.
+    with transaction(factory) as session:
+        job = job_repository.get(session, job_id)
+        assert job is not None and job.decided_at is not None
+        job.created_at -= timedelta(seconds=120)
+        job.decided_at -= timedelta(seconds=120)
+    report = recover_jobs(settings)
+    assert job_id not in report.expired
+    seen = client.get(f"/v1/jobs/{job_id}", headers=bearer(analyst)).json()
+    assert seen["status"] == "queued"
+    assert _account(settings, dataset_id) == (Decimal("0.5"), Decimal(0))
+
+
+def test_a_submission_waiting_on_a_policy_change_obeys_it(
+    client: TestClient, settings: Settings
+) -> None:
+    """Approval turned on while a submission waits for the account lock: the submission's
+    reservation is ordered after the change, so its job must wait for approval too (it read
+    the policy before the lock and was queued unapproved)."""
+    if settings.sqlalchemy_url.startswith("sqlite"):
+        pytest.skip("SQLite serialises the two writers whole (BEGIN IMMEDIATE)")
+    keys = _keys(settings, 1)
+    analyst = keys.analyst_keys[0]
+    dataset_id = _dataset(settings, keys.owner, Decimal(1))
+    factory = get_session_factory(settings.sqlalchemy_url)
+    out: dict[str, Any] = {}
+
+    def submit() -> None:
+        out["response"] = _submit(client, analyst, dataset_id, "0.25")
+
+    # The owner's policy change holds the account lock, as PUT /quota-policy does ...
+    with transaction(factory) as session:
+        assert budget_repository.lock_account(session, dataset_id) is not None
+        budget_repository.set_policy(session, dataset_id, "shared", False, True)
+        waiter = threading.Thread(target=submit)
+        waiter.start()
+        # ... until the submission is seen waiting for it (on a lock, not a clock).
+        with factory() as watcher:
+            while waiter.is_alive() and not watcher.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                )
+            ):
+                watcher.rollback()
+    waiter.join()
+    response = out["response"]
+    assert response.status_code == 202, response.text
+    assert response.json()["status"] == "pending_approval"
+    job_id = uuid.UUID(response.json()["id"])
+    assert claim_and_charge(factory, settings, job_id) is None
+
+
+def test_a_pending_jobs_preview_does_not_count_its_reservation_twice(
+    client: TestClient, settings: Settings
+) -> None:
+    """The preview an owner decides on already has the job's reservation taken out of the
+    remaining ρ: it must not then say the job would exceed the budget (it is reserved; an
+    approval can never fail for budget)."""
+    keys = _keys(settings, 1)
+    owner, analyst = bearer(keys.owner_key), keys.analyst_keys[0]
+    dataset_id = _dataset(settings, keys.owner, Decimal(1))
+    policy = {"mode": "shared", "approval_required": True}
+    assert (
+        client.put(
+            f"/v1/datasets/{dataset_id}/quota-policy", json=policy, headers=owner
+        ).status_code
+        == 200
+    )
+    job_id = _submit(client, analyst, dataset_id, "0.75").json()["id"]
+    (item,) = client.get(f"/v1/datasets/{dataset_id}/approvals", headers=owner).json()["items"]
+    assert item["job"]["id"] == job_id
+    assert item["preview"]["remaining_rho"] == "0.25"
+    assert item["preview"]["would_exceed_budget"] is False
+    assert item["preview"]["remaining_rho_after"] == "0.25"
 
 
 def test_owner_jobs_need_no_approval(client: TestClient, settings: Settings) -> None:
@@ -366,8 +468,10 @@ def test_approval_events_are_written_with_the_decisions(
         )
     policy = {"mode": "shared", "approval_required": True}
     client.put(f"/v1/datasets/{dataset_id}/quota-policy", json=policy, headers=owner)
-    ids = [_submit(client, analyst, dataset_id, "0.125").json()["id"] for _ in range(3)]
-    approved, rejected, expired = ids
+    ids = [_submit(client, analyst, dataset_id, "0.125").json()["id"] for _ in range(4)]
+    approved, rejected, expired, cancelled = ids
+    # Withdrawn before any decision: a cancelled job like any other (job.cancelled).
+    assert client.post(f"/v1/jobs/{cancelled}/cancel", headers=bearer(analyst)).status_code == 202
     assert client.post(f"/v1/jobs/{approved}/approve", headers=owner).status_code == 200
     reason = {"reason": "too many columns"}
     assert client.post(f"/v1/jobs/{rejected}/reject", json=reason, headers=owner).status_code
@@ -383,14 +487,17 @@ def test_approval_events_are_written_with_the_decisions(
         ("approval.requested", approved),
         ("approval.requested", rejected),
         ("approval.requested", expired),
+        ("approval.requested", cancelled),
+        ("job.cancelled", cancelled),
         ("approval.decided", approved),
         ("approval.decided", rejected),
         ("approval.decided", expired),
     ]
     views = [job for _, _, job in got]
     assert all(v["id"] == k for (_, k, _), v in zip(got, views, strict=True))
-    assert [v["status"] for v in views[3:]] == ["queued", "rejected", "expired"]
-    assert views[4]["decision_reason"] == "too many columns"
-    assert all(v["decided_at"] is not None for v in views[3:])
+    assert views[4]["status"] == "cancelled"
+    assert [v["status"] for v in views[5:]] == ["queued", "rejected", "expired"]
+    assert views[6]["decision_reason"] == "too many columns"
+    assert all(v["decided_at"] is not None for v in views[5:])
     # The analyst's view: no owner-only progress detail.
     assert all(v["progress_detail"] is None for v in views)
