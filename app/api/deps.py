@@ -243,7 +243,8 @@ AnalystKey = Annotated[Principal, Depends(_analyst)]
 
 
 def require_admin(principal: Principal) -> Principal:
-    """``principal`` if it is an admin key; 403 otherwise (the rule of every /v1/keys route)."""
+    """``principal`` if it is an admin key; 403 otherwise (the rule of the /v1/keys routes
+    owners may not use: the policy and expiries)."""
     if not principal.is_admin:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "this action needs an admin key")
     return principal
@@ -256,6 +257,22 @@ async def _admin(principal: CurrentKey) -> Principal:
 # Admin keys manage the tenant's keys; they are not owners (they see no dataset), and owners
 # are not admins.
 AdminKey = Annotated[Principal, Depends(_admin)]
+
+
+def require_key_manager(principal: Principal) -> Principal:
+    """``principal`` if it is an admin or an owner key; 403 otherwise. An owner key then manages
+    only the analyst keys it creates, and only if the tenant's admin allows it (checked by
+    app/auth/service.py in the request's transaction)."""
+    if not (principal.is_admin or principal.is_owner):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "this action needs an admin key")
+    return principal
+
+
+async def _key_manager(principal: CurrentKey) -> Principal:
+    return require_key_manager(principal)
+
+
+KeyManagerKey = Annotated[Principal, Depends(_key_manager)]
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ ACTIONS = (
     "key.rotate",
     "key.revoke",
     "key.expiry",
+    "key.policy",
     "dataset.create",
     "dataset.delete",
     "budget.grant",

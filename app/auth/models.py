@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import CheckConstraint, ForeignKey, String
+from sqlalchemy import CheckConstraint, ForeignKey, String, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, new_id, utcnow
@@ -20,6 +20,8 @@ class Tenant(Base):
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The admin's switch: owner keys may create analyst keys for their datasets (issue 27 §1).
+    owners_create_analyst_keys: Mapped[bool] = mapped_column(default=False, server_default=false())
 
 
 class ApiKey(Base):
@@ -39,6 +41,9 @@ class ApiKey(Base):
     # (the old secret keeps working until then, so clients can switch without an outage).
     expires_at: Mapped[datetime | None] = mapped_column(default=None)
     retires_at: Mapped[datetime | None] = mapped_column(default=None)
+    # The owner key that created this one over the API (None: an admin or the CLI did); such an
+    # owner lists, rotates and revokes only these. No foreign key (migration 0015).
+    created_by: Mapped[uuid.UUID | None] = mapped_column(default=None)
 
 
 class ApiKeyDataset(Base):

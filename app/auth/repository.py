@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, delete, func, or_, select
+from sqlalchemy import ColumnElement, delete, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -103,13 +103,26 @@ def tenant_dataset_ids(
     )
 
 
-def list_keys(session: Session, tenant_id: uuid.UUID) -> list[ApiKey]:
-    return list(
-        session.scalars(
-            select(ApiKey)
-            .where(ApiKey.tenant_id == tenant_id)
-            .order_by(ApiKey.created_at, ApiKey.id)
-        )
+def list_keys(
+    session: Session, tenant_id: uuid.UUID, *, created_by: uuid.UUID | None = None
+) -> list[ApiKey]:
+    """The tenant's keys (only those ``created_by`` made, if given), oldest first."""
+    query = select(ApiKey).where(ApiKey.tenant_id == tenant_id)
+    if created_by is not None:
+        query = query.where(ApiKey.created_by == created_by)
+    return list(session.scalars(query.order_by(ApiKey.created_at, ApiKey.id)))
+
+
+def owners_create_analyst_keys(session: Session, tenant_id: uuid.UUID) -> bool:
+    """The tenant's switch: may its owner keys create analyst keys?"""
+    return bool(
+        session.scalar(select(Tenant.owners_create_analyst_keys).where(Tenant.id == tenant_id))
+    )
+
+
+def set_owners_create_analyst_keys(session: Session, tenant_id: uuid.UUID, value: bool) -> None:
+    session.execute(
+        update(Tenant).where(Tenant.id == tenant_id).values(owners_create_analyst_keys=value)
     )
 
 

@@ -83,3 +83,14 @@ class CreatedKeyOut(KeyOut):
 
 class KeyList(BaseModel):
     items: list[KeyOut]
+
+
+class KeyPolicy(BaseModel):
+    """The tenant's key policy (set by admin keys)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    owners_create_analyst_keys: bool = Field(
+        description="owner keys may create analyst keys limited to datasets they see, and "
+        "list, rotate and revoke the keys they created (default: off)"
+    )

@@ -3,7 +3,10 @@
 Roles: ``owner`` (everything on the tenant's data), ``analyst`` (reads datasets, submits jobs,
 reads releases) and ``admin`` (manages the tenant's keys over ``/v1/keys`` and nothing else: an
 admin key sees no dataset, so a key-management portal holding it cannot read data or spend a
-budget itself; it can create owner keys, so it is as sensitive as one). Issue 27 §1.
+budget itself; it can create owner keys, so it is as sensitive as one). If an admin turns on
+the tenant's ``owners_create_analyst_keys`` switch, owner keys create analyst keys limited to
+datasets they see, and list, rotate and revoke only the keys they created
+(``api_keys.created_by``). Issue 27 §1.
 """
 
 from __future__ import annotations
@@ -140,6 +143,15 @@ class KeyConflict(Exception):
     """The key's state does not allow this (revoked, retiring, the tenant's last admin key)."""
 
 
+class KeysForbidden(PermissionError):
+    """An owner key asking for what owners may not do with keys (the switch is off, or a role
+    other than analyst)."""
+
+
+OWNER_SWITCH = "owners_create_analyst_keys"
+"""The tenant's switch (set by admins) that lets owner keys create analyst keys."""
+
+
 class InvalidKeyRequest(ValueError):
     """A request that names another tenant's dataset, gives an admin key datasets, or an expiry
     that has passed."""
@@ -175,6 +187,7 @@ def _new_key(
     expires_at: datetime | None,
     datasets: Sequence[uuid.UUID],
     now: datetime,
+    created_by: uuid.UUID | None,
 ) -> tuple[str, KeyView]:
     key = generate_key()
     row = repository.add_key(
@@ -188,12 +201,29 @@ def _new_key(
             prefix=display_prefix(key),
             created_at=now,
             expires_at=expires_at,
+            created_by=created_by,
         ),
     )
     limits = sorted(set(datasets))
     if limits:
         repository.limit_key_to(session, row.id, limits)
     return key, KeyView(row, limits)
+
+
+def _check_owner_allowed(session: Session, caller: Principal) -> uuid.UUID | None:
+    """None for an admin key (every key of its tenant); for an owner key, its id (it manages
+    only the keys it created) if the tenant's switch is on, else KeysForbidden. A change takes
+    the tenant's key lock before this check: an admin turning the switch off
+    (set_key_policy, under the same lock) waits for an owner's key change in flight, which
+    must not land after the switch is off."""
+    if not caller.is_owner:
+        return None
+    if not repository.owners_create_analyst_keys(session, caller.tenant_id):
+        raise KeysForbidden(
+            f"owner keys manage keys only if an admin turns on {OWNER_SWITCH} "
+            "(PUT /v1/keys/policy); otherwise this action needs an admin key"
+        )
+    return caller.key_id
 
 
 def create_tenant_key(
@@ -206,14 +236,29 @@ def create_tenant_key(
     expires_at: datetime | None,
     datasets: Sequence[uuid.UUID],
 ) -> tuple[str, KeyView]:
-    """A new key of the admin's tenant: (the secret, shown once; its view). Flushes."""
+    """A new key of the caller's tenant: (the secret, shown once; its view). An admin key makes
+    any key; an owner key (the switch on) only analyst keys limited to datasets it sees.
+    Flushes."""
     if role not in ROLES:
         raise InvalidKeyRequest(f"role must be one of {', '.join(ROLES)}")
+    if admin.is_owner:
+        repository.lock_tenant_keys(session, admin.tenant_id)
+    created_by = _check_owner_allowed(session, admin)
+    if created_by is not None:
+        if role != "analyst":
+            raise KeysForbidden("owner keys create analyst keys only")
+        if not datasets:
+            raise InvalidKeyRequest(
+                "an owner's analyst keys are limited to some of its datasets: give datasets"
+            )
     now = utcnow()
     _check_expiry(expires_at, now)
     if datasets and role == "admin":
         raise InvalidKeyRequest("admin keys see no dataset; they cannot be limited to some")
     unknown = set(datasets) - repository.tenant_dataset_ids(session, admin.tenant_id, datasets)
+    if admin.datasets is not None and created_by is not None:
+        # A dataset-limited owner key gives only what it sees itself.
+        unknown |= set(datasets) - admin.datasets
     if unknown:
         # The same answer for another tenant's dataset and for none at all.
         raise InvalidKeyRequest(f"no such dataset: {sorted(unknown)[0]}")
@@ -226,6 +271,7 @@ def create_tenant_key(
         expires_at=expires_at,
         datasets=datasets,
         now=now,
+        created_by=created_by,
     )
     view = created[1]
     audit.record(
@@ -245,14 +291,25 @@ def create_tenant_key(
 
 
 def list_tenant_keys(session: Session, admin: Principal) -> list[KeyView]:
-    """Every key of the tenant, revoked and expired ones too, oldest first."""
-    keys = repository.list_keys(session, admin.tenant_id)
+    """Every key of the tenant (an owner key: those it created), revoked and expired ones too,
+    oldest first."""
+    keys = repository.list_keys(
+        session, admin.tenant_id, created_by=_check_owner_allowed(session, admin)
+    )
     limits = repository.datasets_of_keys(session, (k.id for k in keys))
     return [KeyView(k, limits.get(k.id, [])) for k in keys]
 
 
+def _visible(key: ApiKey | None, created_by: uuid.UUID | None) -> ApiKey | None:
+    """The key, unless the caller is an owner key that did not create it."""
+    if key is None or (created_by is not None and key.created_by != created_by):
+        return None
+    return key
+
+
 def get_tenant_key(session: Session, admin: Principal, key_id: uuid.UUID) -> KeyView:
-    key = repository.get_key(session, admin.tenant_id, key_id)
+    created_by = _check_owner_allowed(session, admin)
+    key = _visible(repository.get_key(session, admin.tenant_id, key_id), created_by)
     if key is None:
         raise KeyNotFound(key_id)
     return KeyView(key, sorted(repository.key_datasets(session, key.id)))
@@ -260,7 +317,8 @@ def get_tenant_key(session: Session, admin: Principal, key_id: uuid.UUID) -> Key
 
 def _locked_key(session: Session, admin: Principal, key_id: uuid.UUID) -> ApiKey:
     repository.lock_tenant_keys(session, admin.tenant_id)
-    key = repository.get_key(session, admin.tenant_id, key_id)
+    created_by = _check_owner_allowed(session, admin)
+    key = _visible(repository.get_key(session, admin.tenant_id, key_id), created_by)
     if key is None:
         raise KeyNotFound(key_id)
     return key
@@ -290,6 +348,7 @@ def rotate_key(
         expires_at=key.expires_at,
         datasets=sorted(repository.key_datasets(session, key.id)),
         now=now,
+        created_by=key.created_by,  # an owner manages the successors of its keys too
     )
     key.retires_at = now + overlap
     session.flush()
@@ -336,3 +395,26 @@ def set_key_expiry(
         session, admin, "key.expiry", "key", key.id, {"expires_at": audit.text_of(expires_at)}
     )
     return KeyView(key, sorted(repository.key_datasets(session, key.id)))
+
+
+def get_key_policy(session: Session, admin: Principal) -> bool:
+    """The tenant's switch: may owner keys create analyst keys?"""
+    return repository.owners_create_analyst_keys(session, admin.tenant_id)
+
+
+def set_key_policy(session: Session, admin: Principal, owners_create_analyst_keys: bool) -> bool:
+    """Turn the switch on or off (an admin key). Flushes."""
+    # The tenant's key lock: an owner's key change in flight (which read the switch under the
+    # same lock) finishes before the switch changes.
+    repository.lock_tenant_keys(session, admin.tenant_id)
+    repository.set_owners_create_analyst_keys(session, admin.tenant_id, owners_create_analyst_keys)
+    session.flush()
+    audit.record(
+        session,
+        admin,
+        "key.policy",
+        "tenant",
+        admin.tenant_id,
+        {OWNER_SWITCH: owners_create_analyst_keys},
+    )
+    return owners_create_analyst_keys

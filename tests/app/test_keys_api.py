@@ -7,6 +7,7 @@ built by the migrations."""
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -138,7 +139,12 @@ def test_only_admin_keys_manage_keys_and_admin_keys_do_nothing_else(
         for method, path, body in calls:
             response = client.request(method, path, json=body, headers=bearer(key))
             assert response.status_code == 403, (method, path, response.text)
-            assert response.json() == {"detail": "this action needs an admin key"}
+            detail = response.json()["detail"]
+            if key == tenant.owner and method != "PATCH":
+                # The owner is told of the switch that would let it manage its own keys.
+                assert "owners_create_analyst_keys" in detail, (method, path, detail)
+            else:
+                assert detail == "this action needs an admin key"
     # Nothing changed: the target key still works, and no key was made.
     keys = client.get("/v1/keys", headers=bearer(tenant.admin)).json()["items"]
     assert [k["revoked_at"] for k in keys if k["id"] == target] == [None]
@@ -487,6 +493,38 @@ def test_the_migration_downgrades_and_upgrades(settings: Settings) -> None:
     with transaction(factory) as session:
         dataset = add_tableless_dataset(session, tenant.owner_principal, Decimal(1))
         session.add(ApiKeyDataset(key_id=analyst.key_id, dataset_id=dataset))
+    # Down to 0014 first: the owner keys' columns go, the keys stay.
+    client_app = TestClient(create_app(settings))
+    with client_app as client:
+        _allow_owners(client, tenant.admin, on=True)
+        made = _new_key(client, tenant.owner, datasets=[str(dataset)])
+    command.downgrade(config, "0014_quotas_approvals")
+    dispose_engines()
+    with transaction(factory) as session:
+        columns = {
+            "tenants": "owners_create_analyst_keys",
+            "api_keys": "created_by",
+        }
+        for table, column in columns.items():
+            with (
+                pytest.raises(Exception, match=r"(?i)column|no such"),
+                session.begin_nested(),
+            ):
+                session.execute(text(f"SELECT {column} FROM {table}"))
+        rows = session.execute(text("SELECT id, revoked_at FROM api_keys")).all()
+        kept = [row for row in rows if uuid.UUID(str(row.id)) == uuid.UUID(made["id"])]
+        assert len(kept) == 1 and kept[0].revoked_at is None
+    command.upgrade(config, "head")
+    dispose_engines()
+    with transaction(factory) as session:
+        switch = session.execute(text("SELECT owners_create_analyst_keys FROM tenants")).scalars()
+        assert not any(switch)  # back off: the server default
+        assert (
+            session.execute(
+                text("SELECT count(*) FROM api_keys WHERE created_by IS NOT NULL")
+            ).scalar_one()
+            == 0
+        )
     command.downgrade(config, "0010_job_queue_times")
     dispose_engines()
     with transaction(factory) as session:
@@ -501,6 +539,7 @@ def test_the_migration_downgrades_and_upgrades(settings: Settings) -> None:
             admin.key_id: ("analyst", True),
             tenant.owner_principal.key_id: ("owner", False),
             analyst.key_id: ("analyst", True),
+            uuid.UUID(made["id"]): ("analyst", True),
             **{key_id: ("owner", True) for key_id in ending_ids},
         }
     # The old CHECK constraint is back.
@@ -518,10 +557,140 @@ def test_the_migration_downgrades_and_upgrades(settings: Settings) -> None:
                     "SELECT count(*) FROM api_keys WHERE expires_at IS NULL AND retires_at IS NULL"
                 )
             ).scalar_one()
-            == 7
+            == 8
         )
         assert authenticate(session, settings.secret_key_bytes(), new_admin) is not None
         assert authenticate(session, settings.secret_key_bytes(), tenant.admin) is None
+
+
+def _allow_owners(client: TestClient, admin: str, *, on: bool) -> None:
+    response = client.put(
+        "/v1/keys/policy", json={"owners_create_analyst_keys": on}, headers=bearer(admin)
+    )
+    assert response.status_code == 200, response.text
+    assert response.json() == {"owners_create_analyst_keys": on}
+
+
+def test_owners_create_analyst_keys_for_their_datasets_if_the_admin_allows_it(
+    client: TestClient, settings: Settings, tenant: Tenant
+) -> None:
+    mine, other = _dataset(settings, tenant), _dataset(settings, tenant)
+    owner, admin = bearer(tenant.owner), bearer(tenant.admin)
+    analyst = _cli_key(settings, tenant.name, "analyst")
+    wanted = {"name": "partner", "role": "analyst", "datasets": [mine]}
+
+    # Off by default: the owner is refused, naming the switch; only admins read or set it.
+    assert client.get("/v1/keys/policy", headers=admin).json() == {
+        "owners_create_analyst_keys": False
+    }
+    refused = client.post("/v1/keys", json=wanted, headers=owner)
+    assert refused.status_code == 403
+    assert "owners_create_analyst_keys" in refused.json()["detail"]
+    for key in (tenant.owner, analyst):
+        assert client.get("/v1/keys/policy", headers=bearer(key)).status_code == 403
+        put = client.put(
+            "/v1/keys/policy", json={"owners_create_analyst_keys": True}, headers=bearer(key)
+        )
+        assert put.status_code == 403
+    assert (
+        client.get("/v1/keys/policy", headers=admin).json()["owners_create_analyst_keys"] is False
+    )
+
+    _allow_owners(client, tenant.admin, on=True)
+    # Analyst keys still manage nothing.
+    response = client.post("/v1/keys", json=wanted, headers=bearer(analyst))
+    assert response.status_code == 403
+    assert response.json() == {"detail": "this action needs an admin key"}
+
+    made = _new_key(client, tenant.owner, **wanted)
+    assert made["role"] == "analyst" and made["datasets"] == [mine] and made["key"]
+    partner = bearer(made["key"])
+    assert client.get(f"/v1/datasets/{mine}", headers=partner).status_code == 200
+    assert client.get(f"/v1/datasets/{other}", headers=partner).status_code == 404
+    listed = client.get("/v1/datasets", headers=partner).json()["items"]
+    assert [d["id"] for d in listed] == [mine]
+    # The secret is shown once: the key's read never carries it.
+    read = client.get(f"/v1/keys/{made['id']}", headers=owner)
+    assert read.status_code == 200 and "key" not in read.json()
+
+    # Not an owner or admin key, not an unlimited key, not a dataset it cannot see.
+    for role in ("owner", "admin"):
+        response = client.post("/v1/keys", json={**wanted, "role": role}, headers=owner)
+        assert response.status_code == 403, response.text
+        assert response.json() == {"detail": "owner keys create analyst keys only"}
+    unlimited = client.post("/v1/keys", json={**wanted, "datasets": []}, headers=owner)
+    assert unlimited.status_code == 422, unlimited.text
+    theirs = _tenant(settings)
+    their_dataset = _dataset(settings, theirs)
+    for dataset in (their_dataset, str(uuid.uuid4())):
+        response = client.post("/v1/keys", json={**wanted, "datasets": [dataset]}, headers=owner)
+        assert response.status_code == 422
+        assert response.json() == {"detail": f"no such dataset: {dataset}"}
+    # A dataset-limited owner key gives only the datasets it sees.
+    limited_owner = bearer(_new_key(client, tenant.admin, role="owner", datasets=[mine])["key"])
+    response = client.post("/v1/keys", json={**wanted, "datasets": [other]}, headers=limited_owner)
+    assert response.status_code == 422
+    assert response.json() == {"detail": f"no such dataset: {other}"}
+
+    # The owner sees, rotates and revokes only the keys it created.
+    admins_key = _new_key(client, tenant.admin, datasets=[mine])
+    assert [k["id"] for k in client.get("/v1/keys", headers=owner).json()["items"]] == [made["id"]]
+    for method, path in [
+        ("GET", f"/v1/keys/{admins_key['id']}"),
+        ("POST", f"/v1/keys/{admins_key['id']}/rotate"),
+        ("POST", f"/v1/keys/{admins_key['id']}/revoke"),
+        ("GET", f"/v1/keys/{tenant.owner_principal.key_id}"),
+        ("POST", f"/v1/keys/{tenant.owner_principal.key_id}/revoke"),
+    ]:
+        response = client.request(method, path, headers=owner)
+        assert response.status_code == 404, (method, path, response.text)
+    assert _whoami(client, admins_key["key"]) == 200
+    assert _whoami(client, tenant.owner) == 200
+    # The expiry stays an admin's.
+    patch = client.patch(f"/v1/keys/{made['id']}", json={"expires_at": None}, headers=owner)
+    assert patch.status_code == 403
+    rotated = client.post(f"/v1/keys/{made['id']}/rotate", json={}, headers=owner)
+    assert rotated.status_code == 201, rotated.text
+    successor = rotated.json()
+    assert successor["datasets"] == [mine]
+    ids = [k["id"] for k in client.get("/v1/keys", headers=owner).json()["items"]]
+    assert ids == [made["id"], successor["id"]]
+    revoked = client.post(f"/v1/keys/{successor['id']}/revoke", headers=owner)
+    assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None
+    assert _whoami(client, successor["key"]) == 401
+
+    # The admin still sees and manages every key, the owner's too.
+    all_ids = {k["id"] for k in client.get("/v1/keys", headers=admin).json()["items"]}
+    assert {made["id"], successor["id"], admins_key["id"]} <= all_ids
+
+    # Audited: the policy change (the admin's) and the owner's key actions as the owner's.
+    entries = [
+        json.loads(line)
+        for line in client.get("/v1/audit", headers=admin).text.splitlines()
+        if line.strip()
+    ]
+    owner_actor = f"key:{tenant.owner_principal.key_id}"
+    policy = [e for e in entries if e["action"] == "key.policy"]
+    assert [(e["actor"], e["details"]) for e in policy] == [
+        (f"key:{_key_id(client, tenant.admin)}", {"owners_create_analyst_keys": True})
+    ]
+    by_owner = [(e["action"], e["object_id"]) for e in entries if e["actor"] == owner_actor]
+    assert by_owner[-3:] == [
+        ("key.create", made["id"]),
+        ("key.rotate", made["id"]),
+        ("key.revoke", successor["id"]),
+    ]
+
+    # Switched off again: the owner's key routes answer 403, and its keys keep working.
+    _allow_owners(client, tenant.admin, on=False)
+    assert client.get("/v1/keys", headers=owner).status_code == 403
+    assert client.post(f"/v1/keys/{made['id']}/revoke", headers=owner).status_code == 403
+    assert _whoami(client, made["key"]) == 200
+
+
+def _key_id(client: TestClient, key: str) -> str:
+    key_id: str = client.get("/v1/me", headers=bearer(key)).json()["key_id"]
+    return key_id
 
 
 def test_the_console_keeps_admin_keys_to_admin_pages_and_ends_sessions_of_expired_keys(
