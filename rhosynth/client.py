@@ -50,6 +50,7 @@ from rhosynth.models import (
     Dataset,
     Job,
     JobPreview,
+    KeyPolicy,
     Ledger,
     LedgerEntry,
     Method,
@@ -405,6 +406,18 @@ class Client:
         body = {"expires_at": expires_at.isoformat() if expires_at is not None else None}
         response = self._send("PATCH", f"/v1/keys/{_id(key)}", retry=True, json=body)
         return ApiKey.model_validate(response.json())
+
+    def get_key_policy(self) -> KeyPolicy:
+        """The tenant's key policy (admin keys)."""
+        return self._get("/v1/keys/policy", KeyPolicy)
+
+    def set_key_policy(self, *, owners_create_analyst_keys: bool) -> KeyPolicy:
+        """Set the tenant's key policy (admin keys): with ``owners_create_analyst_keys``, owner
+        keys create analyst keys limited to datasets they see (``create_key`` with
+        ``datasets``) and list, rotate and revoke the keys they created."""
+        body = {"owners_create_analyst_keys": owners_create_analyst_keys}
+        response = self._send("PUT", "/v1/keys/policy", retry=True, json=body)
+        return KeyPolicy.model_validate(response.json())
 
     # -- jobs --------------------------------------------------------------------------------
 

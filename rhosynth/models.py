@@ -319,6 +319,13 @@ class CreatedKey(ApiKey):
     key: str = Field(repr=False)
 
 
+class KeyPolicy(_Wire):
+    """The tenant's key policy (admin keys): may owner keys create analyst keys limited to
+    datasets they see, and manage the keys they created?"""
+
+    owners_create_analyst_keys: bool
+
+
 # The server's name of each model (the OpenAPI components the drift test compares them with).
 WebhookEvent = Literal[
     "job.succeeded",
@@ -428,6 +435,7 @@ SERVER_NAMES: dict[type[BaseModel], str] = {
     SchemaDraft: "SchemaDraftOut",
     ApiKey: "KeyOut",
     CreatedKey: "CreatedKeyOut",
+    KeyPolicy: "KeyPolicy",
     Webhook: "WebhookOut",
     CreatedWebhook: "CreatedWebhookOut",
     WebhookDelivery: "DeliveryOut",

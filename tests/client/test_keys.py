@@ -44,3 +44,24 @@ def test_an_admin_client_manages_the_tenants_keys(clients: Clients, tenant: Tena
             gone.datasets()
     with pytest.raises(errors.Forbidden, match="admin key"):
         clients.owner.list_keys()
+
+
+def test_an_admin_client_lets_owners_create_analyst_keys(clients: Clients, tenant: Tenant) -> None:
+    dataset = clients.owner.upload(PEOPLE_CSV, PEOPLE_SCHEMA, "people", budget_rho="1")
+    with Client(clients.url, tenant.stack.create_key(tenant.name, "admin")) as admin:
+        assert admin.get_key_policy().owners_create_analyst_keys is False
+        with pytest.raises(errors.Forbidden, match="owners_create_analyst_keys"):
+            clients.owner.create_key("partner", "analyst", datasets=[dataset])
+        policy = admin.set_key_policy(owners_create_analyst_keys=True)
+        assert policy.owners_create_analyst_keys is True
+        assert admin.get_key_policy() == policy
+        created = clients.owner.create_key("partner", "analyst", datasets=[dataset])
+        assert created.datasets == [dataset.id]
+        assert [k.id for k in clients.owner.list_keys()] == [created.id]
+        with pytest.raises(errors.Forbidden):
+            clients.owner.create_key("boss", "owner", datasets=[dataset])
+        with pytest.raises(errors.Forbidden):
+            clients.owner.set_key_policy(owners_create_analyst_keys=False)
+        assert clients.owner.revoke_key(created).revoked_at is not None
+        admin.set_key_policy(owners_create_analyst_keys=False)
+        assert admin.get_key_policy().owners_create_analyst_keys is False
