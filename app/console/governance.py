@@ -22,7 +22,7 @@ from app.api.deps import DatabaseDep, SettingsDep, resources
 from app.audit import endpoints as audit_api
 from app.audit import service as audit_service
 from app.auth import endpoints as keys_api
-from app.auth.schemas import KeyCreate, KeyExpiry, KeyOut, KeyRotate
+from app.auth.schemas import KeyCreate, KeyExpiry, KeyOut, KeyPolicy, KeyRotate
 from app.console import service
 from app.console.endpoints import (
     PREFIX,
@@ -127,6 +127,7 @@ def _keys_page(
     status_code: int = 200,
 ) -> HTMLResponse:
     keys = keys_api.list_keys(db, signed.principal).items
+    policy = keys_api.get_key_policy(db, signed.principal)
     now = utcnow()
     label = "the new key form" if error_at == "new_key" else "the key"
     return _page(
@@ -141,6 +142,7 @@ def _keys_page(
             "values": values or {"role": "analyst"},
             "roles": ("analyst", "owner", "admin"),
             "overlaps": OVERLAPS,
+            "policy": policy,
             "key_error": error,
             "error_at": error_at,
             "summary": _summary(error, error_at, label) if error else None,
@@ -270,6 +272,20 @@ async def revoke_key(
                 error_at=f"key-{key_id}",
                 status_code=error.status_code,
             )
+        return _redirect(f"{PREFIX}/keys")
+
+    return await run_in_threadpool(run)
+
+
+@router.post("/keys/policy", response_model=None)
+async def set_key_policy(request: Request, db: DatabaseDep, signed: AdminSessionDep) -> Response:
+    """Turn owner-created analyst keys on (the checkbox ticked) or off
+    (``PUT /v1/keys/policy``)."""
+    form = _texts(await _checked_form(request, signed))
+    body = KeyPolicy(owners_create_analyst_keys=form.get("owners_create_analyst_keys") == "on")
+
+    def run() -> Response:
+        keys_api.set_key_policy(body, db, signed.principal)
         return _redirect(f"{PREFIX}/keys")
 
     return await run_in_threadpool(run)

@@ -434,3 +434,25 @@ def test_a_release_in_rho_shows_its_epsilon_on_the_job_and_dataset_pages(
         assert f"ρ 0.1 ({expected}) of" in html.unescape(preview.text)
     finally:
         console.close()
+
+
+def test_the_admin_turns_owner_created_keys_on_and_off(
+    admin: Console, admin_api: httpx.Client, api_stack: Stack, tenant: Tenant
+) -> None:
+    page = admin.http.get("/console/keys").text
+    assert 'id="owners_create_analyst_keys"' in page
+    assert 'id="owners_create_analyst_keys" checked' not in page
+    done = admin.post("/console/keys/policy", {"owners_create_analyst_keys": "on"})
+    assert done.status_code == 303
+    assert admin_api.get("/v1/keys/policy").json() == {"owners_create_analyst_keys": True}
+    assert 'id="owners_create_analyst_keys" checked' in admin.http.get("/console/keys").text
+    # An owner's console cannot change it.
+    owner = sign_in(api_stack, api_stack.create_key(tenant.name, "owner", "c-owner-policy"))
+    try:
+        assert owner.post("/console/keys/policy", {}).status_code == 403
+    finally:
+        owner.close()
+    assert admin_api.get("/v1/keys/policy").json() == {"owners_create_analyst_keys": True}
+    # Unticked: off again.
+    assert admin.post("/console/keys/policy", {}).status_code == 303
+    assert admin_api.get("/v1/keys/policy").json() == {"owners_create_analyst_keys": False}
