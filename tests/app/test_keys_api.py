@@ -31,6 +31,7 @@ from app.db.session import dispose_engines, get_session_factory, transaction
 from app.main import create_app
 from app.samples.models import Sample
 from tests.support import services
+from tests.support.clock import Clock
 from tests.support.ledger import add_tableless_dataset
 
 pytestmark = pytest.mark.usefixtures("_services")
@@ -49,19 +50,6 @@ def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setting
 def client(settings: Settings) -> Iterator[TestClient]:
     with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
         yield test_client
-
-
-class Clock:
-    """The clock authentication and key management read, moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -41,6 +41,7 @@ from app.webhooks import repository as webhook_repository
 from app.webhooks.models import WebhookDelivery, WebhookEvent
 from rhosynth.client import WebhookVerificationError, verify_webhook
 from tests.support import services
+from tests.support.clock import Clock
 from tests.support.ledger import add_tableless_dataset
 
 pytestmark = pytest.mark.usefixtures("_services")
@@ -56,19 +57,6 @@ def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setting
 def client(settings: Settings) -> Iterator[TestClient]:
     with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
         yield test_client
-
-
-class Clock:
-    """The clock the outbox and the delivery pass read, moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -42,22 +42,10 @@ from app.main import create_app
 from app.webhooks import delivery
 from rhosynth.audit import verify_audit_chain
 from rhosynth.client import verify_webhook
+from tests.support.clock import Clock
 from tests.support.stack import REPO, Stack, free_port
 
 FIXTURES = REPO / "tests" / "fixtures"
-
-
-class Clock:
-    """The clock authentication and the webhook sender read in this process."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 @dataclass
