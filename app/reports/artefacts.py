@@ -123,9 +123,11 @@ def write_release_artefacts(
     title: str,
     *,
     discovery_delta: float = 0.0,
+    rules: dict[str, Any] | None = None,
 ) -> None:
     """The record, the model, the measurements as tables and the release tier of the report
-    (its privacy profile adds ``discovery_delta``, the dataset's discovery δ, to each δ)."""
+    (its privacy profile adds ``discovery_delta``, the dataset's discovery δ, to each δ;
+    ``rules``: what keeping the schema's rules did, engine.constraints.keep)."""
     writer.put_bytes(RECORD, record.to_bytes())
     if model is not None:
         # The CLI's model file (model + public schema): `rhosynth sample` reads a download.
@@ -154,6 +156,7 @@ def write_release_artefacts(
             synthetic,
             model_marginal=model.marginal if model is not None else None,
             discovery_delta=discovery_delta,
+            rules=rules,
         )
         writer.put_json(RELEASE_JSON, built)
         writer.put_text(RELEASE_HTML, render_html(built, title=title))

@@ -161,5 +161,7 @@ def _draw(storage: Storage, claimed: _Claimed, schema: TableSchema, output_key: 
         model, _schema = read_model_file(path.read_bytes())
     rng = np.random.default_rng(claimed.seed)  # post-processing only; no DP noise is drawn here
     codes = model.sample(claimed.rows, rng)
-    store_table(storage, schema, codes, rng, output_key)
+    # The schema's rules are kept as in the job (redrawn from the model, then repaired); the
+    # counts are not stored for a sample (a sample has no report).
+    store_table(storage, schema, codes, rng, output_key, sampler=model.sample)
     return int(codes.shape[0])
