@@ -441,6 +441,13 @@ class Facts:
         return float(self.labels.index(text))
 
     @property
+    def kind_text(self) -> str:
+        """The kind as the schema names it."""
+        if self.codes:
+            return "codes"
+        return {"number": "numeric", "label": "categorical"}.get(self.kind, self.kind)
+
+    @property
     def discrete(self) -> bool:
         return self.kind in ("label", "boolean") or self.codes
 
@@ -524,7 +531,7 @@ def check_rule(rule: Rule, facts: Mapping[str, Facts], where: str) -> None:
             if not fact.discrete:
                 raise SchemaError(
                     f"{where}: the condition on {condition.column!r} lists values; a "
-                    f'{fact.kind} column takes comparisons ({{">=": ...}})'
+                    f'{fact.kind_text} column takes comparisons ({{">=": ...}})'
                 )
             for value in condition.values:
                 _discrete_value(fact, value, where)
@@ -532,7 +539,7 @@ def check_rule(rule: Rule, facts: Mapping[str, Facts], where: str) -> None:
             if fact.kind in ("label", "boolean"):
                 raise SchemaError(
                     f"{where}: the condition on {condition.column!r} compares; a "
-                    f"{fact.kind} column takes a list of values"
+                    f"{fact.kind_text} column takes a list of values"
                 )
             for _, value in condition.tests:
                 fact.constant(value, where)
@@ -544,8 +551,8 @@ def check_rule(rule: Rule, facts: Mapping[str, Facts], where: str) -> None:
         for name in rule.columns:
             if not facts[name].discrete:
                 raise SchemaError(
-                    f"{where}: column {name!r} is {facts[name].kind}; allowed combinations take "
-                    "categorical, boolean or codes columns"
+                    f"{where}: column {name!r} is {facts[name].kind_text}; allowed "
+                    "combinations take categorical, boolean or codes columns"
                 )
         seen = set()
         for combo in rule.combinations:
@@ -561,7 +568,8 @@ def check_rule(rule: Rule, facts: Mapping[str, Facts], where: str) -> None:
         for name in names:
             if facts[name].kind != "number":
                 raise SchemaError(
-                    f"{where}: column {name!r} is {facts[name].kind}; a sum takes numeric columns"
+                    f"{where}: column {name!r} is {facts[name].kind_text}; a sum takes "
+                    "numeric columns"
                 )
         total = facts[rule.column]
         low = sum(facts[p].low for p in rule.parts)
@@ -590,7 +598,7 @@ def _check_compare(rule: Compare, facts: Mapping[str, Facts], where: str) -> Non
         if left.kind in ("label", "boolean"):
             if op not in ("==", "!="):
                 raise SchemaError(
-                    f"{where}: column {rule.left!r} is {left.kind}: compare it with == or !="
+                    f"{where}: column {rule.left!r} is {left.kind_text}: compare it with == or !="
                 )
             if op == "!=" and left.cardinality < 2:
                 raise SchemaError(f"{where}: can never hold (the column has one value)")
@@ -609,8 +617,8 @@ def _check_compare(rule: Compare, facts: Mapping[str, Facts], where: str) -> Non
         )
     if left.kind != right.kind:
         raise SchemaError(
-            f"{where}: column {rule.left!r} is {left.kind} and {rule.right_column!r} is "
-            f"{right.kind}: they cannot be compared"
+            f"{where}: column {rule.left!r} is {left.kind_text} and {rule.right_column!r} is "
+            f"{right.kind_text}: they cannot be compared"
         )
     _check_step(left, op, where)
     _check_step(right, flip(op), where)
