@@ -110,8 +110,9 @@ def violations(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     known = frame["annual_income_joint"].notna()
     return {
         "balance <= loan_amount": (frame["balance"] > frame["loan_amount"]).to_numpy(),
-        "paid_total = sum of paid parts": ((frame["paid_total"] - parts).abs() > 0.005 + 1e-9)
-        .to_numpy(),
+        "paid_total = sum of paid parts": (
+            (frame["paid_total"] - parts).abs() > 0.005 + 1e-9
+        ).to_numpy(),
         "joint income >= income if joint": (
             joint & known & (frame["annual_income_joint"] < frame["annual_income"])
         ).to_numpy(),
@@ -184,7 +185,8 @@ def section(results: list[dict[str, Any]], command: str) -> str:
     lines = [
         HEADING,
         "",
-        "Declared rules (docs/api.md, \"Rules\") kept on the synthetic rows: rows that break one are "
+        'Declared rules (docs/api.md, "Rules") kept on the synthetic rows: rows that break one '
+        "are "
         "redrawn from the fitted model (up to 10 rounds), then repaired to the nearest row that "
         "keeps it. The table is 10,000 rows of the public `loans.csv` with five rules that every "
         "real row keeps (benchmarks/constraints.py lists them): `balance <= loan_amount`, "
@@ -215,7 +217,7 @@ def section(results: list[dict[str, Any]], command: str) -> str:
                     f"{values['seconds']:.2f}",
                 ]
             )
-    lines += [markdown_table(header, rows), ""]
+    lines += [*markdown_table(header, rows, "lll" + "r" * (len(header) - 3)), ""]
     lines += [
         "Fidelity against the real values (KS statistic per numeric column the rules touch; "
         "TVD of grade × sub_grade; lower is closer), and what keeping the rules did "
@@ -238,10 +240,8 @@ def section(results: list[dict[str, Any]], command: str) -> str:
                     "–" if report is None else str(report["repaired_rows"]),
                 ]
             )
-    lines += [markdown_table(header, rows), ""]
-    fits = ", ".join(
-        f"{r['method']} ε={r['epsilon']:g}: {r['fit_seconds']:.1f} s" for r in results
-    )
+    lines += [*markdown_table(header, rows, "lll" + "r" * (len(header) - 3)), ""]
+    fits = ", ".join(f"{r['method']} ε={r['epsilon']:g}: {r['fit_seconds']:.1f} s" for r in results)
     lines += [
         f"Fit times (not part of the rules' cost): {fits}. The write times include decoding "
         "and the CSV; the difference between rows is what keeping the rules costs.",
