@@ -3,16 +3,22 @@
 Synthetic rows are decoded (values drawn inside their bins), then every declared rule
 (:mod:`engine.constraints.rules`) is checked on the decoded values. Rows that break a rule are
 
-1. **redrawn** from the fitted model: whole rows are drawn from the model (``sampler``), decoded
+1. **resampled inside their bins**: the row's codes (the model's draw) are kept and only the
+   decoding's values are drawn again, for at most ``rounds`` rounds; most breaks of ``end >=
+   start`` are two values drawn inside the same bin in the wrong order, and this mends them
+   without moving the row away from the model's codes. Rows whose bins cannot keep the rules
+   are then
+2. **redrawn** from the fitted model: whole rows are drawn from the model (``sampler``), decoded
    the same way, and the first ones that keep every compare and allowed rule replace the rows
    that break one, for at most ``rounds`` rounds (each round draws at most twice the batch's
    rows, at least 1,024, so at most ``2 × rounds`` times the table is drawn again); then
-2. **repaired**: each rule moves a row that still breaks it to the nearest row that keeps it,
+3. **repaired**: each rule moves a row that still breaks it to the nearest row that keeps it,
    changing as few values as it can (:class:`RuleKeeper` lists each repair); the rules are
    repaired in order, in up to :data:`REPAIR_PASSES` passes (a repair of one rule can break
    another).
 
-A method whose result has no re-samplable model goes straight to repair (``sampler=None``).
+A method whose result has no re-samplable model skips step 2 (``sampler=None``); ``rounds=0``
+skips steps 1 and 2 (repair only).
 Sum rules are not redrawn for: values are drawn inside their bins column by column, so a total
 almost never equals the sum of its parts by chance; the repair sets it (a derived column).
 
@@ -84,11 +90,13 @@ class Decoder(Protocol):
 
 @dataclass
 class RuleCounts:
-    """Per rule: rows that broke it before, rows replaced by redraws, rows repaired, rows that
-    still break it (0 unless a repair of another rule undid it; reported, never hidden)."""
+    """Per rule: rows that broke it before, rows whose values were drawn again inside their
+    bins, rows replaced by rows redrawn from the model, rows repaired, rows that still break it
+    (0 unless a repair of another rule undid it; reported, never hidden)."""
 
     rule: str
     violating_before: int = 0
+    resampled_in_bins: int = 0
     redrawn: int = 0
     repaired: int = 0
     remaining: int = 0
@@ -97,6 +105,7 @@ class RuleCounts:
         return {
             "rule": self.rule,
             "violating_before": self.violating_before,
+            "resampled_in_bins": self.resampled_in_bins,
             "redrawn": self.redrawn,
             "repaired": self.repaired,
             "remaining": self.remaining,
@@ -110,6 +119,7 @@ class KeepReport:
     rules: list[RuleCounts]
     rows: int = 0
     violating_rows_before: int = 0
+    resampled_rows: int = 0  # values drawn again inside the same bins (the model's codes kept)
     redrawn_rows: int = 0
     repaired_rows: int = 0
     remaining_rows: int = 0
@@ -122,11 +132,12 @@ class KeepReport:
         return {
             "rows": self.rows,
             "violating_rows_before": self.violating_rows_before,
+            "resampled_rows": self.resampled_rows,
             "redrawn_rows": self.redrawn_rows,
             "repaired_rows": self.repaired_rows,
             "remaining_rows": self.remaining_rows,
             "drawn_rows": self.drawn_rows,
-            "redraw": "model" if self.redraw else "none (no re-samplable model): repair only",
+            "redraw": "model" if self.redraw else "none (no re-samplable model)",
             "redraw_rounds": self.rounds,
             "rules": [counts.to_json() for counts in self.rules],
         }
@@ -450,7 +461,7 @@ class RuleKeeper:
         self.report = KeepReport(
             [RuleCounts(describe(rule) if rule.name is None else rule.name) for rule in rules],
             redraw=sampler is not None,
-            rounds=rounds if sampler is not None else 0,
+            rounds=rounds,
         )
 
     def _views(self, frame: pd.DataFrame) -> dict[str, npt.NDArray[np.float64]]:
@@ -488,6 +499,25 @@ class RuleKeeper:
         source = np.arange(rows)
         replaced = np.zeros(rows, dtype=bool)
         offset = rows
+        # First the values inside the same bins: the model's codes are kept, only the
+        # decoding's draws are redone (rows whose bins cannot keep the rules stay broken).
+        for _ in range(self._rounds):
+            need = np.flatnonzero(broken & ~replaced)
+            if not len(need):
+                break
+            again = codes[need]
+            decoded = self._decode(again)
+            ok = np.flatnonzero(~self._broken(self._views(decoded)))
+            if len(ok):
+                source[need[ok]] = offset + ok
+                replaced[need[ok]] = True
+                codes_parts.append(again)
+                frame_parts.append(decoded)
+                offset += len(need)
+        in_bins = replaced.copy()
+        for counts, mask in zip(report.rules, before, strict=True):
+            counts.resampled_in_bins += int((mask & in_bins).sum())
+        report.resampled_rows += int(in_bins.sum())
         rate = max(1.0 - broken.mean(), 1 / 64)  # the share of rows that keep every rule
         for _ in range(self._rounds if self._sampler is not None else 0):
             need = np.flatnonzero(broken & ~replaced)
@@ -508,8 +538,8 @@ class RuleKeeper:
                 offset += draw
             rate = max(len(ok) / draw, 1 / 64)
         for counts, mask in zip(report.rules, before, strict=True):
-            counts.redrawn += int((mask & replaced).sum())
-        report.redrawn_rows += int(replaced.sum())
+            counts.redrawn += int((mask & replaced & ~in_bins).sum())
+        report.redrawn_rows += int((replaced & ~in_bins).sum())
         if len(codes_parts) > 1:
             dtype = np.result_type(*(part.dtype for part in codes_parts))
             codes = np.concatenate([p.astype(dtype, copy=False) for p in codes_parts])[source]

@@ -129,9 +129,23 @@ def _release(report: Mapping[str, Any]) -> list[str]:
         out += ["<h2>Rules kept</h2>", _explain(report, "rules")]
         out.append(
             _table(
-                ["rule", "broke it as drawn", "redrawn", "repaired", "still breaking"],
                 [
-                    [r["rule"], r["violating_before"], r["redrawn"], r["repaired"], r["remaining"]]
+                    "rule",
+                    "broke it as drawn",
+                    "values drawn again in their bins",
+                    "rows redrawn from the model",
+                    "repaired",
+                    "still breaking",
+                ],
+                [
+                    [
+                        r["rule"],
+                        r["violating_before"],
+                        r.get("resampled_in_bins", 0),
+                        r["redrawn"],
+                        r["repaired"],
+                        r["remaining"],
+                    ]
                     for r in rules["rules"]
                 ],
             )

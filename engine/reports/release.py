@@ -80,7 +80,8 @@ EXPLANATIONS: dict[str, str] = {
     "synthetic data can reproduce the relation of a connected pair; an unconnected pair's "
     "relation is only implied through other columns, so it is often weakened.",
     "rules": "The schema's declared rules (cross-column constraints) and what keeping them did "
-    "to the synthetic rows: how many rows broke each rule as first drawn, how many were redrawn "
+    "to the synthetic rows: how many rows broke each rule as first drawn, how many had their "
+    "values drawn again inside the same bins (the model's draw kept), how many were redrawn "
     "from the model (rejection within the stated number of rounds), how many were then "
     "repaired to the nearest row that keeps it, and how many still break it (0 unless a repair "
     "of another rule undid it). Computed from the model's output only; no privacy cost.",

@@ -106,14 +106,16 @@ def test_written_rows_keep_every_rule(tmp_path: Path, redraw: bool) -> None:
     for counts in report.rules:
         # Every row that broke a rule was redrawn or repaired (a repair may also mend a row
         # that a redraw or another repair broke).
-        assert counts.redrawn + counts.repaired >= counts.violating_before
+        mended = counts.resampled_in_bins + counts.redrawn + counts.repaired
+        assert mended >= counts.violating_before
     if redraw:
         assert report.redrawn_rows > 0 and report.drawn_rows > 0
         # The sum is never redrawn for: a redrawn row's total is repaired like any other.
         assert report.rules[2].repaired > 0
     else:
         assert report.redrawn_rows == 0 and report.drawn_rows == 0
-        assert report.repaired_rows == report.violating_rows_before
+        assert report.resampled_rows > 0  # values drawn again inside their bins
+        assert report.resampled_rows + report.repaired_rows >= report.violating_rows_before
 
 
 def test_written_codes_are_the_written_values(tmp_path: Path) -> None:
@@ -142,6 +144,21 @@ def test_same_seed_same_file(tmp_path: Path) -> None:
     np.testing.assert_array_equal(one[0].codes, two[0].codes)
 
 
+def test_repair_only_with_no_rounds(tmp_path: Path) -> None:
+    schema = _schema()
+    codes = _uniform(schema)(1000, np.random.default_rng(1))
+    out = tmp_path / "repair.csv"
+    kept = write_synthetic(
+        schema, codes, np.random.default_rng(2), out, "csv", sampler=_uniform(schema), rounds=0
+    )
+    assert kept is not None
+    report = kept.report
+    assert report.resampled_rows == report.redrawn_rows == report.drawn_rows == 0
+    assert report.repaired_rows == report.violating_rows_before > 0
+    assert report.remaining_rows == 0
+    assert _violations(pd.read_csv(out)) == dict.fromkeys(_violations(pd.read_csv(out)), 0)
+
+
 def test_redraw_keeps_rows_from_the_model() -> None:
     """A redraw only replaces rows with rows the model drew that keep every rule: with a model
     that can draw kept rows, no row needs a repair of a compare rule."""
@@ -157,7 +174,11 @@ def test_redraw_keeps_rows_from_the_model() -> None:
     kept_codes, frame = keeper.keep(codes, schema.decode(codes, np.random.default_rng(3)))
     assert int((frame["end"] < frame["start"]).sum()) == 0
     assert keeper.report.rules[0].repaired == 0
-    assert keeper.report.redrawn_rows == keeper.report.violating_rows_before > 0
+    report = keeper.report
+    # Same-bin pairs in the wrong order are mended inside their bins; pairs whose bins are in
+    # the wrong order are redrawn from the model.
+    assert report.resampled_rows > 0 and report.redrawn_rows > 0
+    assert report.resampled_rows + report.redrawn_rows == report.violating_rows_before
     # Rows that kept the rule are untouched.
     fine = ~(schema.decode(codes, np.random.default_rng(3)).eval("end < start")).to_numpy()
     np.testing.assert_array_equal(kept_codes[fine], codes[fine])
