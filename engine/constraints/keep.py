@@ -10,8 +10,9 @@ Synthetic rows are decoded (values drawn inside their bins), then every declared
    are then
 2. **redrawn** from the fitted model: whole rows are drawn from the model (``sampler``), decoded
    the same way, and the first ones that keep every compare and allowed rule replace the rows
-   that break one, for at most ``rounds`` rounds (each round draws at most twice the batch's
-   rows, at least 1,024, so at most ``2 × rounds`` times the table is drawn again); then
+   that break one, for at most ``rounds`` rounds (each round draws at most the batch's rows,
+   at least 1,024, so at most ``rounds`` times the table is drawn again; only the accepted
+   rows are kept, so the memory beyond one batch's decoding is about one batch more); then
 3. **repaired**: each rule moves a row that still breaks it to the nearest row that keeps it,
    changing as few values as it can (:class:`RuleKeeper` lists each repair); the rules are
    repaired in order, in up to :data:`REPAIR_PASSES` passes (a repair of one rule can break
@@ -509,11 +510,12 @@ class RuleKeeper:
             decoded = self._decode(again)
             ok = np.flatnonzero(~self._broken(self._views(decoded)))
             if len(ok):
-                source[need[ok]] = offset + ok
+                # Only the accepted rows are kept: at most the batch's rows in all rounds.
+                source[need[ok]] = offset + np.arange(len(ok))
                 replaced[need[ok]] = True
-                codes_parts.append(again)
-                frame_parts.append(decoded)
-                offset += len(need)
+                codes_parts.append(again[ok])
+                frame_parts.append(decoded.iloc[ok])
+                offset += len(ok)
         in_bins = replaced.copy()
         for counts, mask in zip(report.rules, before, strict=True):
             counts.resampled_in_bins += int((mask & in_bins).sum())
@@ -523,7 +525,7 @@ class RuleKeeper:
             need = np.flatnonzero(broken & ~replaced)
             if not len(need):
                 break
-            draw = min(max(2 * rows, 1024), math.ceil(len(need) / rate * 1.25) + 16)
+            draw = min(max(rows, 1024), math.ceil(len(need) / rate * 1.25) + 16)
             assert self._sampler is not None
             drawn = self._sampler(draw, self._rng)
             decoded = self._decode(drawn)
@@ -531,11 +533,11 @@ class RuleKeeper:
             ok = np.flatnonzero(~self._broken(self._views(decoded)))
             take = min(len(ok), len(need))
             if take:
-                source[need[:take]] = offset + ok[:take]
+                source[need[:take]] = offset + np.arange(take)
                 replaced[need[:take]] = True
-                codes_parts.append(drawn)
-                frame_parts.append(decoded)
-                offset += draw
+                codes_parts.append(drawn[ok[:take]])
+                frame_parts.append(decoded.iloc[ok[:take]])
+                offset += take
             rate = max(len(ok) / draw, 1 / 64)
         for counts, mask in zip(report.rules, before, strict=True):
             counts.redrawn += int((mask & replaced & ~in_bins).sum())
