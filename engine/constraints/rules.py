@@ -30,6 +30,7 @@ The evaluation and keeping of rules on synthetic rows is :mod:`engine.constraint
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -65,6 +66,7 @@ Op = Literal["<", "<=", ">", ">=", "==", "!="]
 Scalar = str | int | float | bool
 Kind = Literal["number", "date", "datetime", "label", "boolean"]
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+_ISO = re.compile(r"\d{4}-\d{2}(-\d{2}([T ]\d{2}(:\d{2}(:\d{2})?)?)?)?\Z")
 _RESOLUTION_SECONDS = {"day": 86_400, "hour": 3_600, "minute": 60, "second": 1}
 
 
@@ -418,12 +420,13 @@ class Facts:
         if self.kind in ("date", "datetime"):
             if not isinstance(value, str):
                 raise SchemaError(f"{what} is a {self.kind}: give an ISO 8601 text constant")
+            refused = f"{what}: a constant is not an ISO 8601 {self.kind} (without a zone, UTC)"
+            if not _ISO.match(value):
+                raise SchemaError(refused)
             try:
-                stamp = np.datetime64(value)
-            except ValueError:
-                raise SchemaError(f"{what}: a constant is not an ISO 8601 {self.kind}") from None
-            if np.isnat(stamp):
-                raise SchemaError(f"{what}: a constant is not an ISO 8601 {self.kind}")
+                stamp = np.datetime64(value.replace(" ", "T"))
+            except (ValueError, OverflowError):
+                raise SchemaError(refused) from None
             unit = "D" if self.kind == "date" else "s"
             return float(stamp.astype(f"datetime64[{unit}]").astype(np.int64))
         if self.kind == "boolean":
@@ -606,6 +609,12 @@ def _check_compare(rule: Compare, facts: Mapping[str, Facts], where: str) -> Non
         _check_step(left, op, where)
         if not _feasible(left.low, left.high, op, value, value):
             raise SchemaError(f"{where}: can never hold within the column's declared bounds")
+        if op == "==" and left.step is not None:
+            steps = value / left.step
+            if abs(steps - round(steps)) > 1e-9 * max(1.0, abs(steps)):
+                raise SchemaError(
+                    f"{where}: can never hold: the column's values are multiples of {left.step:g}"
+                )
         return
     right = facts[rule.right_column]
     if rule.right_column == rule.left:

@@ -269,6 +269,7 @@ def test_rules_round_trip_and_are_public() -> None:
         ({"compare": ["wrkstat", "==", {"value": "Unemployed"}]}, "not a declared category"),
         ({"compare": ["wrkstat", ">=", {"value": "Retired"}]}, "compare it with == or !="),
         ({"compare": ["age", ">=", 200]}, "can never hold"),
+        ({"compare": ["age", "==", 2.5]}, "the column's values are multiples of 1"),
         ({"compare": ["age", ">=", "16"]}, "column '16' is not in the schema"),
         ({"compare": ["d1", ">=", {"value": "June"}]}, "not an ISO 8601 date"),
         ({"compare": ["x", "==", "wrkstat"]}, 'use "allowed"'),
