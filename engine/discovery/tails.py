@@ -118,3 +118,51 @@ def _positive_fraction(value: Fraction | int, name: str) -> Fraction:
     if value <= 0:
         raise ValueError(f"{name} must be positive")
     return Fraction(value)
+
+
+def split_tail_bound(sigma2: Fraction, threshold: int, contribution_bound: int) -> float:
+    """An upper bound on max Σ_i P(c_i + Z ≥ τ) over every split of at most k rows into novel
+    values (integers c_i ≥ 1 with Σ c_i ≤ k), Z ~ N_Z(0, σ²), τ = ``threshold``.
+
+    This is the probability that one unit of at most k rows makes the open-set category
+    discovery release a value that only it holds (engine/discovery/categories.py). Exact over
+    the splits: with f(c) = :func:`discrete_gaussian_tail_bound`(σ², τ − c) (each an upper
+    bound on P(Z ≥ τ − c)), best(0) = 0 and best(s) = max_{1 ≤ c ≤ s} f(c) + best(s − c) is the
+    largest Σ f(c_i) over the splits of exactly s rows; best is non-decreasing (best(s + 1) ≥
+    best(s) + f(1)), so best(k) covers Σ c_i ≤ k. The sums are rounded in double precision (at
+    most k terms, relative error below k·2⁻⁵³ ≤ 1.2e−13 for k ≤ 1000), and the result is
+    multiplied by 1 + 1e−9. With k = 1 it is f(1)·(1 + 1e−9) ≥ P(Z ≥ τ − 1).
+    """
+    s2 = _positive_fraction(sigma2, "sigma2")
+    if isinstance(threshold, bool) or not isinstance(threshold, int):
+        raise TypeError("threshold must be an int")
+    k = contribution_bound
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError("contribution_bound must be a positive int")
+    f = np.array([0.0] + [discrete_gaussian_tail_bound(s2, threshold - c) for c in range(1, k + 1)])
+    best = np.zeros(k + 1)
+    for s in range(1, k + 1):
+        # f[1..s] + best[s-1..0]
+        best[s] = float(np.max(f[1 : s + 1] + best[s - 1 :: -1][:s]))
+    return min(1.0, float(best[k]) * _ROUNDING_MARGIN)
+
+
+def smallest_split_threshold(
+    sigma2: Fraction, probability: Fraction, contribution_bound: int
+) -> int:
+    """The smallest integer τ ≥ 1 with ``split_tail_bound(σ², τ, k) ≤ probability`` (exact
+    comparison of the float bound as a Fraction). With k = 1 this is 1 + :func:`smallest_tail_
+    threshold`(σ², probability), the row-level open-set threshold."""
+    s2 = _positive_fraction(sigma2, "sigma2")
+    p = Fraction(probability)
+    if not MIN_TAIL_PROBABILITY <= p < 1:
+        raise ValueError("the tail probability must lie in [1e-100, 1)")
+    k = contribution_bound
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError("contribution_bound must be a positive int")
+
+    def clears(tau: int) -> bool:
+        return Fraction(split_tail_bound(s2, tau, k)) <= p
+
+    # All k rows on one value needs P(Z ≥ τ − k) ≤ p already: τ ≥ k + t₁. Search from there.
+    return _first_true(clears, k + smallest_tail_threshold(s2, p))
