@@ -218,3 +218,23 @@ def test_a_row_without_a_unit_is_dropped_and_an_all_missing_unit_is_refused(
     response = upload(tenant.owner, b"person_id,age,city,tier\n,30,Lyon,a\n", _schema(1))
     assert response.status_code == 422
     assert response.json()["detail"] == "no row has a privacy unit: every row was dropped"
+
+
+def test_the_draft_suggests_the_unit_beside_a_schema_that_stays_row_level(
+    api_stack: Stack, tenant: Tenant
+) -> None:
+    data = _table(lambda rng: rng.randint(1, 3)).replace(b"person_id", b"customer_id", 1)
+    response = tenant.owner.post("/v1/schema-drafts", files={"file": ("raw.csv", data, "text/csv")})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["privacy_unit"]["column"] == "customer_id"
+    assert body["privacy_unit"]["max_rows"] == 1
+    assert "privacy_unit" not in body["schema"]
+    assert "~u0" not in response.text
+    # Accepting the suggestion is one key: the schema then uploads per person.
+    schema = {**body["schema"], "privacy_unit": {"column": "customer_id", "max_rows": 3}}
+    dataset = create_dataset(
+        tenant.owner, data, json.dumps(schema), budget_rho="5", budget_delta="0.000001"
+    )
+    assert dataset["privacy"] == "per person, at most 3 rows"
+    assert dataset["privacy_unit"]["truncation"]["exact_rows_removed"] == 0
