@@ -30,7 +30,6 @@ import pyarrow as pa
 
 from app.budget.service import MAX_DETAIL_BYTES
 from app.datasets.ingest import IngestLimits, UploadRejected, read_batches
-from app.datasets.units import kept_batches
 from engine.columns.spec import DELTA_QUANTUM, RHO_QUANTUM
 from engine.discovery.plan import (
     Discovered,
@@ -43,6 +42,7 @@ from engine.discovery.plan import (
 )
 from engine.discovery.schema import discover, provisional, requests_for, resolve
 from engine.tables.encoding import SchemaError, SchemaSpec, TableSchema
+from engine.tables.units import kept_batches
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ pass only, as Arrow text: at most :data:`UNIT_MAX_BYTES` bytes a cell and ``max_
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -20,22 +19,11 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from app.datasets.ingest import IngestLimits, UploadRejected, read_batches
 from engine.columns.spec import RHO_QUANTUM
-from engine.privacy_unit import (
-    PrivacyUnit,
-    Truncation,
-    new_hash_key,
-    noisy_truncation,
-    row_hashes,
-    truncate,
-)
+from engine.privacy_unit import PrivacyUnit, Truncation, noisy_truncation
 from engine.tables.encoding import CodesColumn, TableSchema
+from engine.tables.units import UnitCollector
 
 UNIT_MAX_BYTES = 256
 """The longest unit value (an id) accepted, in UTF-8 bytes: the unit column is held in memory."""
@@ -72,84 +60,34 @@ def truncation_pass(
     ``unit_limits.max_rows``, a unit longer than :data:`UNIT_MAX_BYTES`); messages name the
     column and count rows, never a value.
     """
-    hash_key = new_hash_key() if key is None else key
     max_rows = min(limits.max_rows, unit_limits.max_rows)
     # Every column of the file, read as text from a CSV (Parquet: its own types).
     reading = TableSchema(
         tuple(CodesColumn(name, 1) for name in schema.file_names), (), schema.missing_values
     )
-    spellings = pa.array(list(schema.missing_values), type=pa.large_string())
-    units: list[pa.Array] = []
-    hashes: list[np.ndarray] = []
-    rows = 0
+    collector = UnitCollector(
+        unit, reading.names, schema.missing_values, key=key, max_unit_bytes=UNIT_MAX_BYTES
+    )
+    bounded = IngestLimits(limits.max_columns, max_rows, limits.max_cell_bytes)
     too_long = 0
-    with closing(
-        read_batches(
-            source, reading, IngestLimits(limits.max_columns, max_rows, limits.max_cell_bytes)
-        )
-    ) as batches:
+    with closing(read_batches(source, reading, bounded)) as batches:
         for batch in batches:
-            rows += batch.num_rows
-            if rows > max_rows:
+            # Checked before the batch's units are held (a Parquet footer's row count is
+            # checked by the reader before any batch).
+            if collector.rows + batch.num_rows > max_rows:
                 raise UploadRejected(
                     422, f"a table with a privacy unit has at most {max_rows} rows"
                 )
-            text = [_text(batch.column(name)) for name in reading.names]
-            values = text[reading.names.index(unit.column)]
-            long_cells = pc.sum(pc.greater(pc.binary_length(values), UNIT_MAX_BYTES)).as_py()
-            if long_cells:
-                too_long += int(long_cells)
-                continue
-            # A missing unit (null, or a missing-value spelling) drops the row.
-            missing = pc.or_kleene(pc.is_null(values), pc.is_in(values, value_set=spellings))
-            units.append(pc.if_else(missing, pa.scalar(None, pa.large_string()), values))
-            frame = pd.DataFrame(
-                {str(j): column.to_pandas() for j, column in enumerate(text)}, copy=False
-            )
-            hashes.append(row_hashes(frame, hash_key))
-            del frame, text, values
+            too_long += collector.add(batch)
     if too_long:
         raise UploadRejected(
             422,
             f"column {unit.column!r} (the privacy unit): {too_long} rows hold a unit longer "
             f"than {UNIT_MAX_BYTES} bytes",
         )
-    if rows == 0:
+    if collector.rows == 0:
         raise UploadRejected(422, "the table has no rows")
-    combined = pa.chunked_array(units, type=pa.large_string()).combine_chunks()
-    del units
-    indices = combined.dictionary_encode().indices
-    del combined
-    mask = np.asarray(indices.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    codes = np.asarray(indices.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    series = pd.Series(pd.arrays.IntegerArray(codes, mask))
-    return truncate(series, np.concatenate(hashes), unit.max_rows)
-
-
-def _text(values: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """A column as large text: dictionaries decoded, numbers and dates in Arrow's spelling."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    if isinstance(values, pa.DictionaryArray):
-        values = values.dictionary_decode()
-    if pa.types.is_large_string(values.type):
-        return values
-    if pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type):
-        return pc.cast(pc.cast(values, pa.large_binary()), pa.large_string(), safe=False)
-    return pc.cast(values, pa.large_string())
-
-
-def kept_batches(batches: Iterable[pa.RecordBatch], keep: np.ndarray) -> Iterator[pa.RecordBatch]:
-    """The rows of ``batches`` (read in file order) that ``keep`` marks."""
-    offset = 0
-    for batch in batches:
-        rows = batch.num_rows
-        mask = keep[offset : offset + rows]
-        offset += rows
-        if mask.all():
-            yield batch
-        elif mask.any():
-            yield batch.filter(pa.array(mask))
+    return collector.truncate()
 
 
 TRUNCATION_SHARE = Fraction(1, 100)
