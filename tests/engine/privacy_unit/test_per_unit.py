@@ -166,6 +166,8 @@ def test_the_unit_level_run_is_the_row_level_run_at_rho_over_k_squared(name: str
     assert len(unit.releases) == len(row.releases)
     assert len(unit.selections) == len(row.selections)
     assert row.rho_spent * k * k == unit.rho_spent == rho
+    assert unit.extra == {**row.extra, "max_rows_per_unit": k}
+    assert "max_rows_per_unit" not in row.extra
 
 
 @pytest.mark.parametrize("name", sorted(MECHANISMS))
