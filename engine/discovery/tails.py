@@ -120,7 +120,12 @@ def _positive_fraction(value: Fraction | int, name: str) -> Fraction:
     return Fraction(value)
 
 
-def split_tail_bound(sigma2: Fraction, threshold: int, contribution_bound: int) -> float:
+def split_tail_bound(
+    sigma2: Fraction,
+    threshold: int,
+    contribution_bound: int,
+    _tails: dict[int, float] | None = None,
+) -> float:
     """An upper bound on max Σ_i P(c_i + Z ≥ τ) over every split of at most k rows into novel
     values (integers c_i ≥ 1 with Σ c_i ≤ k), Z ~ N_Z(0, σ²), τ = ``threshold``.
 
@@ -139,7 +144,13 @@ def split_tail_bound(sigma2: Fraction, threshold: int, contribution_bound: int) 
     k = contribution_bound
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError("contribution_bound must be a positive int")
-    f = np.array([0.0] + [discrete_gaussian_tail_bound(s2, threshold - c) for c in range(1, k + 1)])
+    tails = {} if _tails is None else _tails  # t → tail bound at this σ², reused by searches
+    f = np.zeros(k + 1)
+    for c in range(1, k + 1):
+        t = threshold - c
+        if t not in tails:
+            tails[t] = discrete_gaussian_tail_bound(s2, t)
+        f[c] = tails[t]
     best = np.zeros(k + 1)
     for s in range(1, k + 1):
         # f[1..s] + best[s-1..0]
@@ -161,8 +172,10 @@ def smallest_split_threshold(
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError("contribution_bound must be a positive int")
 
+    tails: dict[int, float] = {}
+
     def clears(tau: int) -> bool:
-        return Fraction(split_tail_bound(s2, tau, k)) <= p
+        return Fraction(split_tail_bound(s2, tau, k, tails)) <= p
 
     # All k rows on one value needs P(Z ≥ τ − k) ≤ p already: τ ≥ k + t₁. Search from there.
     return _first_true(clears, k + smallest_tail_threshold(s2, p))

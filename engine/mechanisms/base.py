@@ -438,12 +438,18 @@ class SynthesisResult:
         return tuple(out)
 
 
+UNIT_EXTRA_KEY = "max_rows_per_unit"
+"""The key of k in ``SynthesisResult.extra`` of a run per unit of at most k rows (k > 1)."""
+
+
 def per_unit_result(result: SynthesisResult, contribution_bound: int) -> SynthesisResult:
     """``result`` of a run at the row-level budget ρ_row, stated per unit of at most k rows
     (engine/privacy_unit/group.py): measurements and Gaussian releases with sensitivity k·Δ and
     ρ k²·ρ_i (σ² and the noisy values unchanged), selections with ε k·ε_i (as a float no larger
     than k·ε_i whose ε²/8 stays within the charge), sensitivity k·Δ and ρ k²·ρ_i, and
-    ``rho_used`` k²·ρ_row. k = 1 returns ``result`` itself."""
+    ``rho_used`` k²·ρ_row; ``extra`` gains ``{"max_rows_per_unit": k}`` (:data:`UNIT_EXTRA_KEY`)
+    so the release record and its reports can say "per person, at most k rows". k = 1 returns
+    ``result`` itself."""
     k = check_contribution_bound(contribution_bound)
     if k == 1:
         return result
@@ -484,7 +490,7 @@ def per_unit_result(result: SynthesisResult, contribution_bound: int) -> Synthes
         releases=releases,
         axis_maps=result.axis_maps,
         model=result.model,
-        extra=dict(result.extra),
+        extra={**result.extra, UNIT_EXTRA_KEY: k},
     )
 
 
