@@ -54,7 +54,6 @@ from engine.mechanisms import (
     ResourceEstimate,
     get_mechanism,
 )
-from engine.privacy_unit import row_level_rho
 from engine.reports.unit import unit_phrase
 from engine.tables.encoding import TableSchema
 
@@ -272,7 +271,8 @@ def validate_submission(
                 domain,
                 params,
                 rows,
-                row_level_rho(Fraction(budget.rho), dataset.unit_max_rows or 1),
+                Fraction(budget.rho),
+                contribution_bound=dataset.unit_max_rows or 1,
             )
             if rows is not None
             else None
