@@ -8,6 +8,7 @@ import io
 import json
 import random
 from collections.abc import Iterator
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -93,3 +94,40 @@ def test_the_unit_fields_round_trip_a_schema() -> None:
     }
     with pytest.raises(SchemaFormError, match="must be a whole number"):
         apply_unit({"columns": []}, {"unit.column": "a", "unit.max_rows": "two"})
+
+
+@pytest.mark.browser
+def test_an_owner_sets_the_privacy_unit_in_chromium(
+    api_stack: Stack, tenant: Tenant, tmp_path: Path
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from tests.support.browser import chromium_path
+
+    chromium = chromium_path()
+    base = api_stack.base_url
+    key = api_stack.create_key(tenant.name, "owner", "browser-unit-owner")
+    raw = tmp_path / "visits.csv"
+    raw.write_bytes(_visits())
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+            page.goto(f"{base}/console")
+            page.fill("#api_key", key)
+            page.click("button[type=submit]")
+            page.wait_for_url(f"{base}/console/datasets")
+            page.set_input_files("#file", str(raw))
+            page.fill("#name", "visits-in-browser")
+            page.fill("#budget_rho", "5")
+            page.click("button[value=draft]")
+            page.wait_for_selector("#unit_column", state="visible")
+            assert "Suggested:" in page.inner_text("#unit_suggestion")
+            assert page.input_value("#unit_column") == ""  # shown, not applied
+            page.select_option("#unit_column", "customer_id")
+            page.fill("#unit_max_rows", "2")
+            page.click("button[value=upload]")
+            page.wait_for_url(f"{base}/console/datasets/*")
+            assert "per person, at most 2 rows" in page.inner_text("#privacy_unit")
+        finally:
+            browser.close()
