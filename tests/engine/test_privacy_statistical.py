@@ -231,3 +231,47 @@ def test_noise_per_unit_of_k_rows_is_k_times_the_row_level_noise_at_the_same_rho
     ratio = spreads[UNIT_K] / spreads[1]
     assert abs(math.log(ratio / UNIT_K)) <= UNIT_TOLERANCE, spreads
     print(f"noise sd per row {spreads[1]:.4f}, per unit of {UNIT_K} {spreads[UNIT_K]:.4f}")
+
+
+AUDIT_K = 3
+UNIT_NEIGHBOURS = (
+    dataset(COUNTS),
+    dataset(tuple(c + AUDIT_K * (j == CHANGED_CELL) for j, c in enumerate(COUNTS))),
+)
+
+
+def independent_per_unit(k: int) -> Release:
+    def release(data: Dataset, source: random.Random) -> npt.NDArray[np.int64]:
+        mechanism = get_mechanism("independent")
+        result = mechanism.run(
+            data,
+            RHO,
+            mechanism.validate_params({}),
+            rng=np.random.default_rng(0),
+            rows=0,
+            noise_source=source,
+            contribution_bound=k,
+        )
+        return result.measurements[0].noisy_counts
+
+    return release
+
+
+def test_per_unit_run_meets_rho_for_a_unit_of_k_rows_in_one_cell() -> None:
+    """The (ε, δ) audit above on neighbours that differ by one unit of k = 3 rows, all in one
+    cell (the worst case): ``independent`` run with contribution_bound=3 at ρ = 1/2 must meet
+    ρ-zCDP's (ε, δ) curve (same false-alarm rate, below 1e-4); the row-level run (noise for one
+    row) on the same pair must break it, which shows the audit can see a missing factor k."""
+    outputs = [
+        release_many(independent_per_unit(AUDIT_K), data, MECHANISM_RUNS, seed)
+        for data, seed in zip(UNIT_NEIGHBOURS, (5, 6), strict=True)
+    ]
+    assert audit_violations(outputs[0][:, CHANGED_CELL], outputs[1][:, CHANGED_CELL], 0.5) == []
+    row_level = [
+        release_many(independent_per_unit(1), data, MECHANISM_RUNS, seed)
+        for data, seed in zip(UNIT_NEIGHBOURS, (5, 6), strict=True)
+    ]
+    violations = audit_violations(
+        row_level[0][:, CHANGED_CELL], row_level[1][:, CHANGED_CELL], float(RHO)
+    )
+    assert violations and max(score for *_, score in violations) > 8

@@ -222,3 +222,20 @@ def test_the_detail_bound_allows_for_the_unit() -> None:
 
     budget, unit = _discover(1000, Fraction(10**6), 1)
     assert len(json.dumps(unit.describe())) <= detail_bound(budget)
+
+
+def test_the_split_bound_stays_above_exact_tails_when_fewer_terms_are_summed() -> None:
+    """For large k each tail sums fewer terms directly (SPLIT_DIRECT_TERMS / k, here 10,485 of
+    the 12,016 a single tail gets at σ = 1000): still above the exact tails of the obvious splits,
+    and close to them."""
+    sigma2, k, delta = Fraction(10**6), 200, Fraction(1, 10**6)
+    tau = smallest_split_threshold(sigma2, delta, k)
+    bound = split_tail_bound(sigma2, tau, k)
+    candidates = [
+        k * exact_tail(sigma2, tau - 1),
+        exact_tail(sigma2, tau - k),
+        (k // 2) * exact_tail(sigma2, tau - 2),
+    ]
+    assert bound >= max(candidates)
+    assert bound <= float(delta)
+    assert k * exact_tail(sigma2, tau - 2) > float(delta) * 0.5  # τ is not far off
