@@ -232,6 +232,9 @@ def _write_encoded(
         raise UploadRejected(422, schema.describe_problems(problems))
     if rows == 0:
         raise UploadRejected(422, "the table has no rows")
+    if keep is not None and rows != len(keep):
+        # The truncation pass read another number of rows: never store a misaligned choice.
+        raise RuntimeError("the truncation pass and the encoding read different row counts")
     if kept_rows == 0:
         raise UploadRejected(422, "no row has a privacy unit: every row was dropped")
     return kept_rows

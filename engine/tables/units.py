@@ -93,16 +93,21 @@ def as_text(values: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def kept_batches(batches: Iterable[pa.RecordBatch], keep: np.ndarray) -> Iterator[pa.RecordBatch]:
-    """The rows of ``batches`` (read in file order) that ``keep`` marks."""
+    """The rows of ``batches`` (read in file order) that ``keep`` marks; ``ValueError`` if the
+    batches hold another number of rows than ``keep`` (a choice made on another reading)."""
     offset = 0
     for batch in batches:
         rows = batch.num_rows
+        if offset + rows > len(keep):
+            raise ValueError("the batches hold more rows than the truncation read")
         mask = keep[offset : offset + rows]
         offset += rows
         if mask.all():
             yield batch
         elif mask.any():
             yield batch.filter(pa.array(mask))
+    if offset != len(keep):
+        raise ValueError("the batches hold fewer rows than the truncation read")
 
 
 __all__ = ["UnitCollector", "as_text", "kept_batches"]

@@ -167,3 +167,18 @@ def test_limits_are_checked_before_the_units_are_held(tmp_path: Path) -> None:
     long.write_text("pid,age,city,tier\n" + "x" * 300 + ",30,Lyon,a\n")
     with pytest.raises(Exception, match=r"column 'pid' \(the privacy unit\): 1 rows hold a unit"):
         truncation_pass(long, provisional(spec), spec.privacy_unit, LIMITS, UnitLimits(100))
+
+
+def test_kept_batches_filter_in_file_order_and_refuse_another_reading() -> None:
+    import pyarrow as pa
+
+    from engine.tables.units import kept_batches
+
+    batches = [pa.record_batch({"a": [1, 2, 3]}), pa.record_batch({"a": [4, 5]})]
+    keep = np.array([True, False, True, False, False])
+    kept = list(kept_batches(batches, keep))
+    assert [b.column("a").to_pylist() for b in kept] == [[1, 3]]
+    with pytest.raises(ValueError, match="fewer rows"):
+        list(kept_batches(batches, np.ones(6, dtype=bool)))
+    with pytest.raises(ValueError, match="more rows"):
+        list(kept_batches(batches, np.ones(4, dtype=bool)))
