@@ -71,6 +71,8 @@ def test_the_form_shows_the_suggestion_sets_the_unit_and_the_pages_state_it(
     assert "<strong>per person, at most 3 rows</strong>" in page.text
     assert "every ρ per person, at most 3 rows" in page.text  # the ledger's caption
     assert "(owners only)" in page.text and "~c0" not in page.text
+    listed = owner.http.get("/console/datasets")
+    assert ">per person, at most 3 rows</span>" in listed.text and "~c0" not in listed.text
     # k without a column is refused next to the form, which keeps what was typed.
     fields.update({"unit.column": "", "unit.max_rows": "4"})
     refused = owner.http.post(
