@@ -64,3 +64,20 @@ def test_no_suggestion_without_a_person_id(tmp_path: Path) -> None:
     path = tmp_path / "plain.csv"
     path.write_text("id,age,city\n" + "".join(f"{i},{20 + i % 50},x{i % 3}\n" for i in range(50)))
     assert draft_schema(path).privacy_unit is None
+
+
+def test_the_local_draft_command_prints_the_suggestion_apart_from_the_schema(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from app.cli import main
+
+    path = tmp_path / "claims.csv"
+    path.write_text("patient_id,cost\n" + "".join(f"p{i % 9},{i}\n" for i in range(40)))
+    result = CliRunner().invoke(main, ["schema", "draft", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "suggestion (privacy unit): Column 'patient_id' looks like" in result.stderr
+    assert "privacy_unit" not in json.loads(result.stdout)
