@@ -135,7 +135,9 @@ def _release(report: Mapping[str, Any]) -> list[str]:
     )
     if params:
         out += ["<h3>Parameters</h3>", _table(["parameter", "value"], params)]
-    out += ["<h3>(ε, δ) privacy profile</h3>", _explain(report, "privacy_profile")]
+    unit = report.get("privacy_unit")
+    per = f", {escape(unit['guarantee'])}" if unit else ""
+    out += [f"<h3>(ε, δ) privacy profile{per}</h3>", _explain(report, "privacy_profile")]
     out.append(
         _table(
             ["δ (total)", "conversion δ", "discovery δ", "ε"],
