@@ -18,7 +18,7 @@ keyed hash in place of reservoir sampling so that the choice is reproducible wit
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,7 @@ MAX_MAX_ROWS = 1000
 
 BoolArray = npt.NDArray[np.bool_]
 HashArray = npt.NDArray[np.uint64]
+IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class Truncation:
     units: int
     units_truncated: int
     rows_without_unit: int
+    excess: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Rows removed from each truncated unit (one entry per unit that lost rows, each ≥ 1, in
+    no meaningful order): what :func:`engine.privacy_unit.noisy_truncation` releases capped."""
 
     @property
     def rows_removed(self) -> int:
@@ -111,8 +115,10 @@ def truncate(units: pd.Series, hashes: HashArray, max_rows: int) -> Truncation:
         rank = np.arange(len(order)) - np.repeat(starts, sizes)
         keep[order[rank < max_rows]] = True
         units_truncated = int(np.count_nonzero(sizes > max_rows))
+        excess = (sizes[sizes > max_rows] - max_rows).astype(np.int64)
     else:
         units_truncated = 0
+        excess = np.zeros(0, dtype=np.int64)
     return Truncation(
         keep=keep,
         rows_in=rows,
@@ -120,4 +126,5 @@ def truncate(units: pd.Series, hashes: HashArray, max_rows: int) -> Truncation:
         units=len(uniques),
         units_truncated=units_truncated,
         rows_without_unit=int(np.count_nonzero(~present)),
+        excess=excess,
     )
