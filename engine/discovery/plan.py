@@ -496,6 +496,9 @@ class FirstRelease:
     # k: ``budget`` and every ρ above are row-level (ρ/k² of what the unit-level budget gave).
     contribution_bound: int = 1
 
+    def __post_init__(self) -> None:
+        check_contribution_bound(self.contribution_bound)
+
 
 @dataclass(frozen=True)
 class Discovered:
@@ -520,6 +523,11 @@ class Discovered:
     :meth:`describe` state the cost per unit of at most k rows, k²·ρ_row
     (engine/privacy_unit/group.py; the open-set clause's δ is derived per unit in
     engine/discovery/categories.py). k = 1: row level, as before."""
+
+    def __post_init__(self) -> None:
+        # rho, costs() and describe() multiply by k²: a k outside 1..MAX_MAX_ROWS would state
+        # a wrong ledger figure (k = 0: ρ = 0 for releases that spent budget).
+        check_contribution_bound(self.contribution_bound)
 
     @property
     def row_rho(self) -> Fraction:

@@ -239,3 +239,15 @@ def test_the_split_bound_stays_above_exact_tails_when_fewer_terms_are_summed() -
     assert bound >= max(candidates)
     assert bound <= float(delta)
     assert k * exact_tail(sigma2, tau - 2) > float(delta) * 0.5  # τ is not far off
+
+
+def test_a_discovery_with_an_invalid_contribution_bound_is_refused() -> None:
+    """``Discovered.rho`` (the ledger's figure) is k² times the row-level spend: k = 0 would
+    state ρ = 0 for releases that spent budget, so k is validated at construction."""
+    from dataclasses import replace
+
+    _, found = _discover(2, Fraction(20), 3)
+    assert found.rho == 4 * found.row_rho > 0
+    for bad in (0, -2, 1001, True, 2.0):
+        with pytest.raises(ValueError, match="contribution_bound"):
+            replace(found, contribution_bound=bad)
