@@ -586,8 +586,9 @@ class Discovered:
         (public parameters).
 
         Compact, so that many columns fit the ledger's detail cap (:func:`detail_bound`): ρ and δ
-        as exact fraction strings only, and no ``sigma2``, which they determine (σ² = 1/(2ρ),
-        ``levels``/(2ρ) for quantiles).
+        as exact fraction strings only, and no ``sigma2``, which they determine with k (σ² =
+        k²/(2ρ), k²·``levels``/(2ρ) for quantiles, ρ being the per-unit figure stated here and k
+        ``max_rows_per_unit``, 1 when absent).
         """
         out: dict[str, Any] = {
             "rho": str(self.rho),
