@@ -274,3 +274,13 @@ def test_open_set_at_k_1_draws_and_thresholds_as_the_row_level_clause() -> None:
     expected = {v: int(n) for v, n in zip(present, noisy, strict=True) if n >= 1 + t}
     assert dict(zip(found.categories, found.noisy_counts, strict=True)) == expected
     assert found.cost.rho == rho and "max_rows_per_unit" not in found.cost.parameters
+
+
+def test_the_split_bound_takes_the_same_k_as_everything_else() -> None:
+    """One validation of k (engine.privacy_unit.check_contribution_bound) for the tail bounds
+    too: 1 to MAX_MAX_ROWS, no bools."""
+    for bad in (0, -1, 1001, True):
+        with pytest.raises(ValueError, match="contribution_bound"):
+            split_tail_bound(Fraction(4), 10, bad)
+        with pytest.raises(ValueError, match="contribution_bound"):
+            smallest_split_threshold(Fraction(4), Fraction(1, 100), bad)
