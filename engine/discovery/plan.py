@@ -496,6 +496,9 @@ class FirstRelease:
     # k: ``budget`` and every ρ above are row-level (ρ/k² of what the unit-level budget gave).
     contribution_bound: int = 1
 
+    def __post_init__(self) -> None:
+        check_contribution_bound(self.contribution_bound)
+
 
 @dataclass(frozen=True)
 class Discovered:
@@ -520,6 +523,11 @@ class Discovered:
     :meth:`describe` state the cost per unit of at most k rows, k²·ρ_row
     (engine/privacy_unit/group.py; the open-set clause's δ is derived per unit in
     engine/discovery/categories.py). k = 1: row level, as before."""
+
+    def __post_init__(self) -> None:
+        # rho, costs() and describe() multiply by k²: a k outside 1..MAX_MAX_ROWS would state
+        # a wrong ledger figure (k = 0: ρ = 0 for releases that spent budget).
+        check_contribution_bound(self.contribution_bound)
 
     @property
     def row_rho(self) -> Fraction:
@@ -578,8 +586,9 @@ class Discovered:
         (public parameters).
 
         Compact, so that many columns fit the ledger's detail cap (:func:`detail_bound`): ρ and δ
-        as exact fraction strings only, and no ``sigma2``, which they determine (σ² = 1/(2ρ),
-        ``levels``/(2ρ) for quantiles).
+        as exact fraction strings only, and no ``sigma2``, which they determine with k (σ² =
+        k²/(2ρ), k²·``levels``/(2ρ) for quantiles, ρ being the per-unit figure stated here and k
+        ``max_rows_per_unit``, 1 when absent).
         """
         out: dict[str, Any] = {
             "rho": str(self.rho),

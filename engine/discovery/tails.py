@@ -31,6 +31,8 @@ from fractions import Fraction
 import numpy as np
 from scipy import special, stats
 
+from engine.privacy_unit.group import check_contribution_bound
+
 _DIRECT_TERMS_CAP = 1 << 16
 _ROUNDING_MARGIN = 1.0 + 1e-9
 _SQRT_TWO_PI = math.sqrt(2.0 * math.pi)
@@ -156,9 +158,7 @@ def split_tail_bound(
     s2 = _positive_fraction(sigma2, "sigma2")
     if isinstance(threshold, bool) or not isinstance(threshold, int):
         raise TypeError("threshold must be an int")
-    k = contribution_bound
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError("contribution_bound must be a positive int")
+    k = check_contribution_bound(contribution_bound)
     tails = {} if _tails is None else _tails  # t → tail bound at this σ², reused by searches
     # At most SPLIT_DIRECT_TERMS terms summed directly over the k tails (the rest is bounded by
     # the integral: a valid, slightly looser bound; with k = 1 the same as the row level's).
@@ -186,9 +186,7 @@ def smallest_split_threshold(
     p = Fraction(probability)
     if not MIN_TAIL_PROBABILITY <= p < 1:
         raise ValueError("the tail probability must lie in [1e-100, 1)")
-    k = contribution_bound
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError("contribution_bound must be a positive int")
+    k = check_contribution_bound(contribution_bound)
 
     tails: dict[int, float] = {}
 

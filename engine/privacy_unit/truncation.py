@@ -69,6 +69,31 @@ class Truncation:
     """Rows removed from each truncated unit (one entry per unit that lost rows, each ≥ 1, in
     no meaningful order): what :func:`engine.privacy_unit.noisy_truncation` releases capped."""
 
+    def __post_init__(self) -> None:
+        """The figures must describe one truncation: ``keep`` has ``rows_in`` entries of which
+        ``rows_kept`` are set, and ``excess`` has one entry ≥ 1 per truncated unit adding up to
+        the rows removed from units (``rows_in − rows_kept − rows_without_unit``). Otherwise the
+        DP report would release a wrong statistic (e.g. R_C = 0 from the default ``excess``)."""
+        keep = np.asarray(self.keep)
+        for name in ("rows_in", "rows_kept", "units", "units_truncated", "rows_without_unit"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int")
+        if keep.dtype != np.bool_ or keep.shape != (self.rows_in,):
+            raise ValueError("keep must be one bool per row in")
+        if int(np.count_nonzero(keep)) != self.rows_kept:
+            raise ValueError("rows_kept must be the number of rows keep retains")
+        excess = np.asarray(self.excess)
+        if not np.issubdtype(excess.dtype, np.integer) or excess.ndim != 1:
+            raise ValueError("excess must be a 1-d integer array")
+        if excess.size != self.units_truncated or (excess.size and int(excess.min()) < 1):
+            raise ValueError("excess must hold one count ≥ 1 per truncated unit")
+        if int(excess.sum()) != self.rows_in - self.rows_kept - self.rows_without_unit:
+            raise ValueError("excess must add up to the rows removed from units")
+        if self.units_truncated > self.units:
+            raise ValueError("units_truncated cannot exceed units")
+        object.__setattr__(self, "excess", excess.astype(np.int64))
+
     @property
     def rows_removed(self) -> int:
         return self.rows_in - self.rows_kept

@@ -261,7 +261,11 @@ def test_per_unit_run_meets_rho_for_a_unit_of_k_rows_in_one_cell() -> None:
     """The (ε, δ) audit above on neighbours that differ by one unit of k = 3 rows, all in one
     cell (the worst case): ``independent`` run with contribution_bound=3 at ρ = 1/2 must meet
     ρ-zCDP's (ε, δ) curve (same false-alarm rate, below 1e-4); the row-level run (noise for one
-    row) on the same pair must break it, which shows the audit can see a missing factor k."""
+    row) on the same pair must break it, which shows the audit can see a missing factor k.
+
+    Power: with these seeds the row-level run's worst violation is 80.6 standard errors (it is
+    really 4.5-zCDP, 9ρ, on this pair); a z-score is about N(true z, 1), so falling below the
+    asserted 8 on a fresh seed has probability far below 1e-100."""
     outputs = [
         release_many(independent_per_unit(AUDIT_K), data, MECHANISM_RUNS, seed)
         for data, seed in zip(UNIT_NEIGHBOURS, (5, 6), strict=True)

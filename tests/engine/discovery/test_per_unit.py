@@ -24,7 +24,7 @@ from engine.discovery.tails import (
     smallest_tail_threshold,
     split_tail_bound,
 )
-from engine.noise import discrete_gaussian_pmf
+from engine.noise import discrete_gaussian_noise, discrete_gaussian_pmf
 from engine.tables.encoding import SchemaSpec
 
 
@@ -239,3 +239,48 @@ def test_the_split_bound_stays_above_exact_tails_when_fewer_terms_are_summed() -
     assert bound >= max(candidates)
     assert bound <= float(delta)
     assert k * exact_tail(sigma2, tau - 2) > float(delta) * 0.5  # τ is not far off
+
+
+def test_a_discovery_with_an_invalid_contribution_bound_is_refused() -> None:
+    """``Discovered.rho`` (the ledger's figure) is k² times the row-level spend: k = 0 would
+    state ρ = 0 for releases that spent budget, so k is validated at construction."""
+    from dataclasses import replace
+
+    _, found = _discover(2, Fraction(20), 3)
+    assert found.rho == 4 * found.row_rho > 0
+    for bad in (0, -2, 1001, True, 2.0):
+        with pytest.raises(ValueError, match="contribution_bound"):
+            replace(found, contribution_bound=bad)
+
+
+def test_open_set_at_k_1_draws_and_thresholds_as_the_row_level_clause() -> None:
+    """k = 1 against the row-level clause computed here directly (not against the same function
+    with the default argument): τ = 1 + t₁, the singleton bound P(Z ≥ t₁), and the noisy counts
+    of the present values in sorted order, drawn from the same source."""
+    counts = {"b": 3, "a": 40, "z": 0, "c": 9}
+    rho, delta = Fraction(1, 3), Fraction(1, 10**6)
+    found = discover_open_set(
+        counts, max_categories=5, rho=rho, delta=delta, source=random.Random(2),
+        contribution_bound=1,
+    )  # fmt: skip
+    sigma2 = Fraction(1) / (2 * rho)
+    t = smallest_tail_threshold(sigma2, delta)
+    assert found.threshold == 1 + t
+    assert found.cost.parameters["singleton_release_bound"] == discrete_gaussian_tail_bound(
+        sigma2, t
+    )
+    present = ["a", "b", "c"]
+    noisy = np.array([40, 3, 9]) + discrete_gaussian_noise(sigma2, 3, random.Random(2))
+    expected = {v: int(n) for v, n in zip(present, noisy, strict=True) if n >= 1 + t}
+    assert dict(zip(found.categories, found.noisy_counts, strict=True)) == expected
+    assert found.cost.rho == rho and "max_rows_per_unit" not in found.cost.parameters
+
+
+def test_the_split_bound_takes_the_same_k_as_everything_else() -> None:
+    """One validation of k (engine.privacy_unit.check_contribution_bound) for the tail bounds
+    too: 1 to MAX_MAX_ROWS, no bools."""
+    for bad in (0, -1, 1001, True):
+        with pytest.raises(ValueError, match="contribution_bound"):
+            split_tail_bound(Fraction(4), 10, bad)
+        with pytest.raises(ValueError, match="contribution_bound"):
+            smallest_split_threshold(Fraction(4), Fraction(1, 100), bad)

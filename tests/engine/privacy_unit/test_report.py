@@ -12,6 +12,7 @@ import pytest
 
 from engine.privacy_unit import (
     NoisyTruncation,
+    Truncation,
     default_cap,
     noisy_truncation,
     row_hashes,
@@ -85,3 +86,28 @@ def test_the_release_is_charged_exactly_and_validated() -> None:
 
 def test_cap_defaults_to_max_of_k_and_ten() -> None:
     assert default_cap(1) == 10 and default_cap(10) == 10 and default_cap(37) == 37
+
+
+def test_a_truncation_whose_excess_does_not_match_its_figures_is_refused() -> None:
+    """``excess`` is what the DP report releases (capped): a Truncation built without it (the
+    field's default) while units lost rows would release R_C = 0 plus noise, silently, so the
+    figures must agree at construction."""
+    frame = pd.DataFrame({"unit": ["a"] * 30 + ["b"] * 2 + ["c"], "x": [str(i) for i in range(33)]})
+    good = truncate(frame["unit"], row_hashes(frame, KEY), 2)
+    figures = {
+        "keep": good.keep,
+        "rows_in": good.rows_in,
+        "rows_kept": good.rows_kept,
+        "units": good.units,
+        "units_truncated": good.units_truncated,
+        "rows_without_unit": good.rows_without_unit,
+    }
+    assert Truncation(**figures, excess=good.excess).rows_removed == 28
+    with pytest.raises(ValueError, match="excess"):
+        Truncation(**figures)  # no excess although one unit lost 28 rows
+    with pytest.raises(ValueError, match="excess"):
+        Truncation(**figures, excess=np.array([27]))  # does not add up to the rows removed
+    with pytest.raises(ValueError, match="excess"):
+        Truncation(**{**figures, "units_truncated": 2}, excess=np.array([28, 0]))
+    with pytest.raises(ValueError, match="rows_kept"):
+        Truncation(**{**figures, "rows_kept": good.rows_kept + 1}, excess=good.excess)
