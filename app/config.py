@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     max_columns: int = Field(default=1000, ge=1)
     max_rows: int = Field(default=100_000_000, ge=1)
     max_cell_bytes: int = Field(default=1024, ge=16)
+    # Rows of an upload whose schema names a privacy unit: the unit column is held in memory
+    # for truncation, about 250 bytes a row at most (app/datasets/units.py; docs/operations.md).
+    max_unit_rows: int = Field(default=2_000_000, ge=1)
     max_schema_bytes: int = Field(default=1024 * 1024, ge=1024)
     # The origin browsers use to reach the console (e.g. https://rhosynth.example.org) when a
     # TLS proxy sits in front: console POSTs must come from it, and its scheme decides the

@@ -29,7 +29,7 @@ import math
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
@@ -59,11 +59,12 @@ from engine.evaluation import mean_tvd
 from engine.mechanisms import MECHANISMS, Mechanism, get_mechanism
 from engine.mechanisms.base import resolve_rows
 from engine.models.fitted import ModelError
+from engine.privacy_unit import Truncation
 from engine.release.from_result import record_from_result
 from engine.release.model_file import load_model_file, write_model_file
 from engine.release.record import RecordError, ReleaseRecord
 from engine.reports import build_owner_report, build_release_report, render_html
-from engine.tables.encoding import SchemaError, SchemaSpec, TableSchema
+from engine.tables.encoding import CodesColumn, SchemaError, SchemaSpec, TableSchema
 from engine.tables.files import atomic_path
 from engine.tables.local import (
     PARQUET_MAGIC,
@@ -78,6 +79,7 @@ from engine.tables.local import (
     write_table,
 )
 from engine.tables.synthetic_output import write_synthetic
+from engine.tables.units import UnitCollector, kept_batches
 
 MAX_EPSILON = Decimal(1000)
 """The service's cap on ε (a larger ε gives no meaningful guarantee)."""
@@ -199,10 +201,12 @@ def discover_schema(
     budget_rho: Fraction,
     discovery_rho: Fraction | None,
     discovery_delta: Fraction,
+    keep: np.ndarray | None = None,
 ) -> tuple[TableSchema, Discovered | None]:
     """Complete ``spec`` by DP discovery on the file at ``path`` (the service's mechanisms and
-    budget rules, engine/discovery): one counting pass, then the release. :class:`TableError`
-    (naming columns, never values) if it cannot run."""
+    budget rules, engine/discovery): one counting pass, then the release. With a privacy unit,
+    ``keep`` marks the rows truncation kept (:func:`truncate_file`) and the releases are
+    calibrated to its k. :class:`TableError` (naming columns, never values) if it cannot run."""
     try:
         requests = requests_for(spec)
         if not requests:
@@ -223,7 +227,8 @@ def discover_schema(
             # One pass over the file (discovery makes two when it learns a range); numbers are
             # read in Arrow, categories in pandas.
             read = parquet_batches if magic == PARQUET_MAGIC else csv_batches
-            for batch in read(path, reading, False):
+            rows = read(path, reading, False)
+            for batch in rows if keep is None else kept_batches(rows, keep):
                 out: dict[str, pd.Series | pa.Array] = {}
                 for request in requests:
                     values = batch.column(request.column)
@@ -233,12 +238,40 @@ def discover_schema(
                     out[request.column] = values if numbers else values.to_pandas()
                 yield out
 
-        found = discover(spec, budget, batches)
+        unit = spec.privacy_unit
+        found = discover(
+            spec, budget, batches, contribution_bound=1 if unit is None else unit.max_rows
+        )
         return resolve(spec, found), found
     except OSError:
         raise TableError("the file cannot be read") from None
     except (DiscoveryRefused, SchemaError, ValueError) as error:
         raise TableError(f"discovery: {error}") from None
+
+
+def truncate_file(path: Path, spec: SchemaSpec) -> Truncation | None:
+    """With a privacy unit in ``spec``: which rows of the file at ``path`` to keep, at most k
+    per unit chosen by a keyed hash under a fresh key (engine/tables/units.py, as the service
+    does at upload); None without one. :class:`TableError` (naming no value) if it cannot."""
+    unit = spec.privacy_unit
+    if unit is None:
+        return None
+    try:
+        schema = provisional(spec)
+        reading = TableSchema(
+            tuple(CodesColumn(name, 1) for name in schema.file_names), (), schema.missing_values
+        )
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+        read = parquet_batches if magic == PARQUET_MAGIC else csv_batches
+        collector = UnitCollector(unit, reading.names, schema.missing_values)
+        for batch in read(path, reading, False):
+            collector.add(batch)
+        return collector.truncate()
+    except OSError:
+        raise TableError("the file cannot be read") from None
+    except (SchemaError, ValueError) as error:
+        raise TableError(f"privacy unit: {error}") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -503,12 +536,34 @@ def synthesize(
     discovery_delta = (
         Fraction(0) if discovery_delta_text is None else _parse_delta(discovery_delta_text)
     )
+    unit = spec.privacy_unit
     try:
-        schema, found = discover_schema(
-            data, spec, budget_rho=rho, discovery_rho=pool, discovery_delta=discovery_delta
+        truncation = truncate_file(data, spec)
+        keep = None if truncation is None else truncation.keep
+        file_schema, found = discover_schema(
+            data,
+            spec,
+            budget_rho=rho,
+            discovery_rho=pool,
+            discovery_delta=discovery_delta,
+            keep=keep,
         )
     except TableError as error:
         raise CommandError(f"DATA ({data}): {error}") from None
+    # The unit's column is read for truncation only: no output, model or record names it.
+    schema = (
+        file_schema
+        if unit is None
+        else replace(file_schema, ignored=tuple(n for n in file_schema.ignored if n != unit.column))
+    )
+    if truncation is not None and unit is not None:
+        click.echo(
+            f"privacy unit: at most {unit.max_rows} rows per person kept; truncation removed "
+            f"{truncation.rows_removed} of {truncation.rows_in} rows ({truncation.units_truncated} "
+            f"of {truncation.units} units; {truncation.rows_without_unit} rows without a unit) "
+            "(exact, for you only: not DP)",
+            err=True,
+        )
     if found is not None:
         rho -= found.rho  # the method spends what discovery left of the budget
         click.echo(
@@ -521,14 +576,26 @@ def synthesize(
 
     # In the narrowest type, as the worker hands the codes over (10 M rows × 14 columns: 140 MB
     # instead of 1.1 GB; every method gives the same release either way).
-    codes = _load_table_or_fail("DATA", data, schema, allow_extra_columns=False, narrow=True)
+    codes = _load_table_or_fail("DATA", data, file_schema, allow_extra_columns=False, narrow=True)
+    if keep is not None:
+        codes = np.asfortranarray(codes[keep])
+        if not codes.shape[0]:
+            raise CommandError("DATA: no row has a privacy unit: every row was dropped")
     codes.flags.writeable = False  # Dataset keeps a read-only array without copying it
     dataset = Dataset(schema.domain(), codes)
     # Post-processing randomness only; the mechanism draws DP noise from the OS CSPRNG.
     rng = np.random.default_rng(seed)
     bar = ProgressBar(enabled=_stderr_is_terminal() if show_progress is None else show_progress)
     try:
-        result = mechanism.run(dataset, rho, params, rng=rng, rows=rows, progress=bar)
+        result = mechanism.run(
+            dataset,
+            rho,
+            params,
+            rng=rng,
+            rows=rows,
+            progress=bar,
+            contribution_bound=1 if unit is None else unit.max_rows,
+        )
     except Exception as error:
         bar.close()
         raise CommandError(f"method {method!r} failed: {type(error).__name__}: {error}") from None
@@ -549,6 +616,8 @@ def synthesize(
         record = record_from_result(result, schema.domain(), mechanism.name, params, rho)
         _write_bytes(save_record, record.to_bytes(), "--save-record")
     budget = f"rho={_format_rho(rho)}"
+    if unit is not None:
+        budget += f" per person, at most {unit.max_rows} row{'s' if unit.max_rows > 1 else ''}"
     if epsilon is not None and delta is not None:
         if found is None:
             budget += f" (epsilon={epsilon.normalize():g}, delta={delta.normalize():g})"

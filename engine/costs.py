@@ -49,6 +49,7 @@ from pydantic import BaseModel
 
 from engine.domain import Domain
 from engine.mechanisms.base import Mechanism, resource_estimate
+from engine.privacy_unit.group import row_level_rho
 
 RHO_REFERENCE: Final[Fraction] = Fraction("0.014973057673")
 """ρ₁ of the model: ``engine.accounting.rho_from_epsilon_delta(1, 1e-9)``, the ρ of ε = 1."""
@@ -259,14 +260,22 @@ out the CSV reading of the CLI runs)."""
 
 
 def predict_cost(
-    mechanism: Mechanism, domain: Domain, params: BaseModel, rows: int, rho: Fraction
+    mechanism: Mechanism,
+    domain: Domain,
+    params: BaseModel,
+    rows: int,
+    rho: Fraction,
+    *,
+    contribution_bound: int = 1,
 ) -> CostPrediction | None:
     """The predicted cost of running ``mechanism`` with ``params`` at ``rho`` on ``domain`` with
     ``rows`` rows in and out; None when the method has no calibrated coefficients or the
     prediction is beyond a float (a domain no run could handle: the service refuses it on its
-    bounds)."""
+    bounds). With a privacy unit of at most k = ``contribution_bound`` rows the run works at
+    the row-level ρ/k² (engine.privacy_unit.row_level_rho), which is what the time depends on."""
     if not rho > 0:
         raise ValueError("rho must be positive")
+    rho = row_level_rho(Fraction(rho), contribution_bound)
     coefficients = COST_COEFFICIENTS.get(mechanism.name)
     if coefficients is None:
         return None

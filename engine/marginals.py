@@ -229,6 +229,11 @@ def measure_marginal(
     "The Discrete Gaussian for Differential Privacy", NeurIPS 2020, Theorem 14). The cells measured
     are determined by the public domain only. ``source=None`` draws noise from the OS CSPRNG;
     pass a seeded source only in tests.
+
+    Per privacy unit of at most k rows the same table moves by at most k (all k rows in one
+    cell: attained), so this release is k²ρ-zCDP per unit; :meth:`Mechanism.run
+    <engine.mechanisms.base.Mechanism.run>` with ``contribution_bound=k`` calls it at ρ/k² and
+    states it per unit (engine/privacy_unit/group.py).
     """
     sigma2 = sigma2_for_rho(MARGINAL_SENSITIVITY, rho)
     counts = count_marginal(data, attrs)

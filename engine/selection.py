@@ -9,6 +9,11 @@ Rogers, "Bounding, Concentrating, and Truncating: Unifying Privacy Loss Composit
 Analytics", ALT 2021; the bound AIM and MST account with, McKenna et al. 2021/2022). So one draw
 with parameter ε is charged ρ = ε²/8.
 
+Per privacy unit of at most k rows (engine/privacy_unit/group.py): a score with per-row
+sensitivity Δ moves by at most kΔ, so a draw weighted exp(ε·q/(2Δ)) is the exponential mechanism
+with parameter kε at sensitivity kΔ, (kε)²/8-zCDP per unit; the mechanisms make the draw at the
+row-level budget ρ/k² and state it so (``Mechanism.run(contribution_bound=k)``).
+
 That bound is for the exponential mechanism only. It is NOT valid for permute-and-flip or for
 report-noisy-max with exponential/Laplace noise, whose zCDP cost must be derived separately.
 

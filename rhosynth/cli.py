@@ -136,9 +136,12 @@ def datasets(ctx: click.Context) -> None:
 @click.argument("dataset")
 @click.pass_context
 def budget(ctx: click.Context, dataset: str) -> None:
-    """Show DATASET's budget (total, spent, reserved, remaining ρ)."""
+    """Show DATASET's budget (total, spent, reserved, remaining ρ); standard error says what
+    ρ protects ("per row", or "per person, at most k rows")."""
     with _client(ctx) as client:
-        _echo_json(client.budget(dataset))
+        found = client.dataset(dataset)
+    _echo_json(found.budget)
+    click.echo(f"ρ and ε hold {found.privacy}", err=True)
 
 
 @remote.command()

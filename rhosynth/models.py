@@ -90,9 +90,35 @@ class DomainWarning(_Wire):
         return self.message
 
 
+class Truncation(_Wire):
+    """What truncation to k rows per person removed at upload: a DP count for every key, the
+    ``exact_*`` figures for owner keys only (None for analysts)."""
+
+    units_truncated: int
+    rows_removed_at_least: int
+    cap: int
+    sigma: float
+    rho: Amount
+    exact_rows_removed: int | None = None
+    exact_units_truncated: int | None = None
+    exact_units: int | None = None
+    exact_rows_without_unit: int | None = None
+
+
+class PrivacyUnit(_Wire):
+    """A dataset's privacy unit: ρ and ε hold per person, at most ``max_rows`` rows
+    (``column`` for owner keys only; it is never stored or released)."""
+
+    column: str | None
+    max_rows: int
+    guarantee: str
+    truncation: Truncation | None = None
+
+
 class Dataset(_Wire):
     """An uploaded dataset: its public schema and budget (``n_rows`` for owner keys only), and
-    the warnings its upload gave about the domain."""
+    the warnings its upload gave about the domain. ``privacy`` says what ρ and ε protect
+    (``"per row"`` or ``"per person, at most k rows"``)."""
 
     id: uuid.UUID
     name: str
@@ -105,6 +131,8 @@ class Dataset(_Wire):
     deleted_at: datetime | None
     budget: Budget
     n_rows: int | None
+    privacy: str = "per row"
+    privacy_unit: PrivacyUnit | None = None
 
     @property
     def learned_domains(self) -> dict[str, list[float] | list[str]]:
@@ -124,6 +152,7 @@ class LedgerEntry(_Wire):
     actor: str
     at: datetime
     detail: dict[str, Any] | None
+    privacy: str = "per row"
     actor_name: str | None = None
 
 
@@ -150,6 +179,7 @@ class Ledger(_Wire):
 
     dataset_id: uuid.UUID
     budget: Budget
+    privacy: str = "per row"
     items: list[LedgerEntry]
     next_after: int | None
 
@@ -180,6 +210,8 @@ class Job(_Wire):
     rho: Amount
     epsilon: str | None
     delta: str | None
+    privacy_unit: str = "per row"
+    unit_max_rows: int | None = None
     rows: int | None
     seed: int | None
     progress: Progress
@@ -249,6 +281,8 @@ class JobPreview(_Wire):
     rho: Amount
     epsilon: str | None
     delta: str | None
+    privacy_unit: str = "per row"
+    unit_max_rows: int | None = None
     privacy_profile: list[EpsilonAtDelta]
     discovery_delta: str
     remaining_rho: Amount
@@ -287,8 +321,17 @@ class DraftColumnReason(_Wire):
     reason: str
 
 
+class PrivacyUnitSuggestion(_Wire):
+    """A draft's suggested privacy unit (not in its schema): the column, the default k, why."""
+
+    column: str
+    max_rows: int
+    reason: str
+
+
 class SchemaDraft(_Wire):
-    """A proposed schema (``schema`` is ready to upload as is) and why each column got it."""
+    """A proposed schema (``schema`` is ready to upload as is) and why each column got it;
+    ``privacy_unit``: a suggested unit to add as the schema's ``privacy_unit`` if you choose."""
 
     schema_: dict[str, Any] = Field(alias="schema", serialization_alias="schema")
     reasons: list[DraftColumnReason]
@@ -296,6 +339,7 @@ class SchemaDraft(_Wire):
     discovers: bool
     show_values: bool
     warning: str | None = None
+    privacy_unit: PrivacyUnitSuggestion | None = None
 
 
 KeyRole = Literal["owner", "analyst", "admin"]
@@ -420,6 +464,8 @@ SERVER_NAMES: dict[type[BaseModel], str] = {
     Budget: "BudgetOut",
     Column: "ColumnOut",
     DomainWarning: "DomainWarningOut",
+    Truncation: "TruncationOut",
+    PrivacyUnit: "PrivacyUnitOut",
     Dataset: "DatasetOut",
     LedgerEntry: "LedgerEntryOut",
     Ledger: "LedgerOut",
@@ -434,6 +480,7 @@ SERVER_NAMES: dict[type[BaseModel], str] = {
     JobPreview: "JobPreview",
     Sample: "SampleOut",
     DraftColumnReason: "DraftColumnReason",
+    PrivacyUnitSuggestion: "PrivacyUnitSuggestion",
     SchemaDraft: "SchemaDraftOut",
     ApiKey: "KeyOut",
     CreatedKey: "CreatedKeyOut",

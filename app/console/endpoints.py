@@ -46,12 +46,16 @@ from app.console.schema_form import (
     COLUMN_TYPES,
     EXTRA_FIELD,
     FIELDS_PER_COLUMN,
+    UNIT_COLUMN_FIELD,
+    UNIT_ROWS_FIELD,
     ColumnRow,
     SchemaFormError,
+    apply_unit,
     rows_from_form,
     rows_from_schema,
     schema_extra,
     schema_from_rows,
+    unit_values,
 )
 from app.console.security import ConsoleHeadersMiddleware
 from app.datasets import endpoints as datasets_api
@@ -627,7 +631,7 @@ async def upload(
         request,
         signed,
         multipart_limit=settings.max_schema_bytes,
-        max_fields=20 + FIELDS_PER_COLUMN * settings.max_columns,
+        max_fields=22 + FIELDS_PER_COLUMN * settings.max_columns,
     )
     texts = _texts(form)
     # The API handlers read the same (already parsed) form from the request.
@@ -635,6 +639,8 @@ async def upload(
     fields["budget_delta"] = str(form.get("budget_delta") or "0")
     fields["schema_source"] = "form" if texts.get("schema_source") == "form" else "json"
     fields[EXTRA_FIELD] = texts.get(EXTRA_FIELD, "")
+    for unit_field in (UNIT_COLUMN_FIELD, UNIT_ROWS_FIELD):
+        fields[unit_field] = texts.get(unit_field, "")
     kept = staging.valid_token(texts.get(KEPT_FIELD))
     fields[KEPT_FIELD] = kept or ""
     fields[KEPT_NAME_FIELD] = texts.get(KEPT_NAME_FIELD, "")[:200] if kept else ""
@@ -682,6 +688,7 @@ async def upload(
                 fields["schema"] = json.dumps(draft.schema_, indent=2)
                 fields["schema_source"] = "form"
                 fields[EXTRA_FIELD] = schema_extra(draft.schema_)
+                fields.update(unit_values(draft.schema_))
                 shown = draft.model_dump(by_alias=True)
                 open_sets = open_set_columns(draft.schema_)
                 if open_sets and _is_zero(fields["budget_delta"]):
@@ -700,7 +707,7 @@ async def upload(
             if texts.get("col.count") is not None:
                 columns = rows_from_form(texts, settings.max_columns)
             if fields["schema_source"] == "form" and columns is not None:
-                schema = schema_from_rows(columns, fields[EXTRA_FIELD])
+                schema = apply_unit(schema_from_rows(columns, fields[EXTRA_FIELD]), texts)
                 fields["schema"] = json.dumps(schema, indent=2)
                 if len(fields["schema"].encode()) > settings.max_schema_bytes:
                     raise SchemaFormError(

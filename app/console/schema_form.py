@@ -26,6 +26,8 @@ NULLABLE_TYPES = ("categorical", "numeric", "date", "datetime", "boolean")
 MANAGED = ("nullable", "categories", "min", "max", "bins", "size")
 COUNT_FIELD = "col.count"
 EXTRA_FIELD = "schema_extra"
+UNIT_COLUMN_FIELD = "unit.column"  # the privacy unit's column; "" for privacy per row
+UNIT_ROWS_FIELD = "unit.max_rows"  # k; "" for the default
 FIELDS_PER_COLUMN = 12
 """Form fields one column row sends (the multipart parser's field cap is sized from it)."""
 
@@ -114,8 +116,42 @@ def _bins_text(entry: Mapping[str, Any]) -> str:
 
 
 def schema_extra(schema: Mapping[str, Any]) -> str:
-    """The schema's keys other than ``columns`` (``missing_values``...), as JSON."""
-    return json.dumps({k: v for k, v in schema.items() if k != "columns"}, separators=(",", ":"))
+    """The schema's keys other than ``columns`` and ``privacy_unit`` (``missing_values``...),
+    as JSON (the privacy unit has inputs of its own: :func:`unit_values`)."""
+    return json.dumps(
+        {k: v for k, v in schema.items() if k not in ("columns", "privacy_unit")},
+        separators=(",", ":"),
+    )
+
+
+def unit_values(schema: Mapping[str, Any]) -> dict[str, str]:
+    """The privacy unit's inputs for a schema: its column and k, or empty (privacy per row).
+
+    A draft's suggestion (``POST /v1/schema-drafts``'s ``privacy_unit``) is shown beside them,
+    never filled in: a draft accepted as is keeps every row (docs/console.md)."""
+    unit = schema.get("privacy_unit")
+    if not isinstance(unit, Mapping):
+        return {UNIT_COLUMN_FIELD: "", UNIT_ROWS_FIELD: ""}
+    return {
+        UNIT_COLUMN_FIELD: _text(unit.get("column")),
+        UNIT_ROWS_FIELD: _text(unit.get("max_rows")),
+    }
+
+
+def apply_unit(schema: dict[str, Any], form: Mapping[str, str]) -> dict[str, Any]:
+    """``schema`` with the form's privacy unit (or none): the upload validates it."""
+    column = form.get(UNIT_COLUMN_FIELD, "")
+    rows = form.get(UNIT_ROWS_FIELD, "").strip()
+    schema.pop("privacy_unit", None)
+    if not column:
+        if rows:
+            raise SchemaFormError("the privacy unit: choose its column, or leave k empty")
+        return schema
+    unit: dict[str, Any] = {"column": column}
+    if rows:
+        unit["max_rows"] = _integer(rows, "k (rows per person)", "the privacy unit")
+    schema["privacy_unit"] = unit
+    return schema
 
 
 def form_values(rows: Sequence[ColumnRow], extra: str) -> dict[str, str]:

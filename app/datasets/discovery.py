@@ -24,6 +24,7 @@ from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -41,6 +42,7 @@ from engine.discovery.plan import (
 )
 from engine.discovery.schema import discover, provisional, requests_for, resolve
 from engine.tables.encoding import SchemaError, SchemaSpec, TableSchema
+from engine.tables.units import kept_batches
 
 logger = logging.getLogger(__name__)
 
@@ -76,12 +78,17 @@ def discover_and_resolve(
     budget_delta: Decimal,
     discovery_rho: Decimal | None,
     noise: random.Random | None = None,
+    keep: np.ndarray | None = None,
+    contribution_bound: int = 1,
 ) -> DiscoveryOutcome:
     """The complete schema, and the discovery that completed it (None if nothing was pending).
 
     ``noise`` is for benchmarks that compare two versions of discovery on the same noise
     (benchmarks/discovery_domains.py ``--paired``); the service never passes it, so its noise
     comes from the OS CSPRNG.
+
+    With a privacy unit, ``keep`` marks the rows truncation kept (app/datasets/units.py): only
+    those are read, and every release is calibrated to ``contribution_bound`` (k) rows per unit.
 
     Raises :class:`UploadRejected` (422) when the budget cannot pay for the discoveries or a
     column cannot be counted; messages name columns and limits, never values.
@@ -108,10 +115,13 @@ def discover_and_resolve(
 
             def batches() -> Iterator[dict[str, pd.Series | pa.Array]]:
                 # One pass over the file (discovery makes two when it learns a range).
-                for batch in read_batches(source, reading, limits):
+                read = read_batches(source, reading, limits)
+                for batch in read if keep is None else kept_batches(read, keep):
                     yield _series(batch, requests)
 
-            found = discover(spec, budget, batches, source=noise)
+            found = discover(
+                spec, budget, batches, source=noise, contribution_bound=contribution_bound
+            )
             if len(json.dumps(found.describe(), allow_nan=False).encode()) > MAX_DETAIL_BYTES:
                 raise UploadRejected(422, _too_many(len(requests)))  # the bound should prevent it
         return DiscoveryOutcome(resolve(spec, found), found)

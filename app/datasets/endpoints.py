@@ -24,6 +24,7 @@ from app.datasets import service
 from app.datasets.ingest import UploadRejected
 from app.datasets.schemas import DatasetList, DatasetOut, GrantRequest, LedgerEntryOut, LedgerOut
 from app.storage import Storage
+from engine.reports.unit import unit_phrase
 from engine.tables.encoding import SchemaSpec
 
 logger = logging.getLogger(__name__)
@@ -258,7 +259,8 @@ def get_ledger(
     """The dataset's append-only privacy ledger, oldest first (owner keys)."""
     try:
         with db.transaction() as session:
-            service.get_dataset(session, principal, dataset_id)
+            dataset = service.get_dataset(session, principal, dataset_id)
+            privacy = unit_phrase(dataset.unit_max_rows)
             entries = budget_repository.list_entries(
                 session, dataset_id, limit=limit + 1, after_id=after
             )
@@ -270,6 +272,7 @@ def get_ledger(
     return LedgerOut(
         dataset_id=dataset_id,
         budget=service.budget_out(state),
+        privacy=privacy,
         items=[
             LedgerEntryOut(
                 id=e.id,
@@ -280,6 +283,7 @@ def get_ledger(
                 actor=e.actor,
                 at=e.at,
                 detail=e.detail,
+                privacy=privacy,
                 actor_name=names.get(e.actor),
             )
             for e in page

@@ -97,8 +97,13 @@ def ingest_table(
     limits: IngestLimits,
     *,
     values_target: Path | None = None,
+    keep: np.ndarray | None = None,
 ) -> int:
     """Validate ``source`` against ``schema`` and write its codes to ``target``; return the rows.
+
+    With ``keep`` (one flag per row of the file, from the privacy unit's truncation,
+    app/datasets/units.py), every row is still checked but only the kept rows are written, and
+    their number is returned.
 
     With ``values_target``, the raw values of the schema's numeric, date and datetime columns
     are written there too (:mod:`engine.tables.raw_values`: float64, row-aligned with the codes, in
@@ -116,11 +121,11 @@ def ingest_table(
             with closing(
                 read_batches(source, schema, limits, typed=True, prefetch=True)
             ) as batches:
-                return _write_encoded(batches, schema, target, limits, values_target)
+                return _write_encoded(batches, schema, target, limits, values_target, keep)
         except TypedReadRefused:
             # A cell only the text path reads exactly (engine/tables/typed_csv.py): read it as text.
             with closing(read_batches(source, schema, limits, prefetch=True)) as batches:
-                return _write_encoded(batches, schema, target, limits, values_target)
+                return _write_encoded(batches, schema, target, limits, values_target, keep)
     except BaseException:
         target.unlink(missing_ok=True)
         if values_target is not None:
@@ -159,8 +164,10 @@ def _write_encoded(
     target: Path,
     limits: IngestLimits,
     values_target: Path | None = None,
+    keep: np.ndarray | None = None,
 ) -> int:
     arrow_schema = encoded_arrow_schema(schema)
+    kept_rows = 0
     encoder = _BatchEncoder(schema)
     problems: Counter[tuple[str, int]] = Counter()
     rows = 0
@@ -204,6 +211,15 @@ def _write_encoded(
             del batch
             if problems or not batch_rows:
                 continue  # keep counting so the report is complete; stop writing
+            if keep is not None:
+                mask = keep[rows - batch_rows : rows]
+                if not mask.all():
+                    codes = [column_codes[mask] for column_codes in codes]
+                    if values is not None:
+                        values = [column_values[mask] for column_values in values]
+                if not mask.any():
+                    continue
+            kept_rows += len(codes[0])
             pending.add(codes)
             if pending_values is not None and values is not None:
                 pending_values.add(values)
@@ -216,7 +232,12 @@ def _write_encoded(
         raise UploadRejected(422, schema.describe_problems(problems))
     if rows == 0:
         raise UploadRejected(422, "the table has no rows")
-    return rows
+    if keep is not None and rows != len(keep):
+        # The truncation pass read another number of rows: never store a misaligned choice.
+        raise RuntimeError("the truncation pass and the encoding read different row counts")
+    if kept_rows == 0:
+        raise UploadRejected(422, "no row has a privacy unit: every row was dropped")
+    return kept_rows
 
 
 # The stored table is an Arrow IPC file (the Feather V2 format) of codes in the narrowest

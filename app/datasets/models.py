@@ -17,6 +17,10 @@ class Dataset(Base):
     __table_args__ = (
         CheckConstraint("n_rows > 0", name="n_rows_positive"),
         CheckConstraint("n_columns > 0", name="n_columns_positive"),
+        CheckConstraint(
+            "(privacy_unit IS NULL) = (unit_max_rows IS NULL)", name="privacy_unit_bound"
+        ),
+        CheckConstraint("unit_max_rows IS NULL OR unit_max_rows >= 1", name="unit_max_rows"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
@@ -37,3 +41,11 @@ class Dataset(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(default=None)
     deleted_by: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("api_keys.id"), default=None)
+    # The privacy unit (issue 28 §1): the column that names each row's person or account, kept
+    # for describing the guarantee (never its values), and k, the rows kept per unit. NULL:
+    # row-level privacy. ``truncation`` holds the exact figures of what truncation removed
+    # (owner-only, not DP); ``truncation_release`` their DP release (charged at upload).
+    privacy_unit: Mapped[str | None] = mapped_column(String(200), default=None)
+    unit_max_rows: Mapped[int | None] = mapped_column(default=None)
+    truncation: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    truncation_release: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)

@@ -86,6 +86,40 @@ class DomainWarningOut(BaseModel):
     message: str = Field(description="what to look at and what to do; names no raw value")
 
 
+class TruncationOut(BaseModel):
+    """What truncation to k rows per person removed at upload.
+
+    ``units_truncated`` and ``rows_removed_at_least`` are a DP release (charged at upload as a
+    ``discover`` entry; σ each; shown to every key). The ``exact_*`` figures are exact and shown
+    to owner keys only (null for analysts)."""
+
+    units_truncated: int = Field(description="people who lost rows (DP count, clamped at 0)")
+    rows_removed_at_least: int = Field(
+        description="rows removed, each person counted up to `cap` rows (DP, clamped at 0)"
+    )
+    cap: int
+    sigma: float = Field(description="the noise's standard deviation on each DP figure")
+    rho: RhoOut = Field(description="what the DP count cost")
+    exact_rows_removed: int | None = None
+    exact_units_truncated: int | None = None
+    exact_units: int | None = None
+    exact_rows_without_unit: int | None = Field(
+        default=None, description="rows whose unit was missing: dropped (owner keys only)"
+    )
+
+
+class PrivacyUnitOut(BaseModel):
+    """The dataset's privacy unit (issue 28 §1): ρ and ε hold per person, at most k rows."""
+
+    column: str | None = Field(
+        description="the column that names each row's person or account: read at upload for "
+        "truncation only, never stored or released (owner keys only; null for analysts)"
+    )
+    max_rows: int = Field(description="k: the rows kept per person")
+    guarantee: str = Field(description='"per person, at most k rows"')
+    truncation: TruncationOut | None = None
+
+
 class DatasetOut(BaseModel):
     id: uuid.UUID
     name: str
@@ -109,6 +143,13 @@ class DatasetOut(BaseModel):
     n_rows: int | None = Field(
         description="the exact row count; shown to owner keys only (null for analysts)"
     )
+    privacy: str = Field(
+        default="per row",
+        description='what ρ and ε protect: "per row", or "per person, at most k rows"',
+    )
+    privacy_unit: PrivacyUnitOut | None = Field(
+        default=None, description="the privacy unit; null for a row-level dataset"
+    )
 
 
 class DatasetList(BaseModel):
@@ -127,6 +168,10 @@ class LedgerEntryOut(BaseModel):
     detail: dict[str, Any] | None = Field(
         description="discover entries: the mechanism, its parameters and per-column costs"
     )
+    privacy: str = Field(
+        default="per row",
+        description='what this entry\'s ρ buys: "per row", or "per person, at most k rows"',
+    )
     actor_name: str | None = Field(
         default=None,
         description="the name of the key the actor is (`key:<id>` of your tenant), else null",
@@ -136,6 +181,10 @@ class LedgerEntryOut(BaseModel):
 class LedgerOut(BaseModel):
     dataset_id: uuid.UUID
     budget: BudgetOut
+    privacy: str = Field(
+        default="per row",
+        description='what the ledger\'s ρ protects: "per row", or "per person, at most k rows"',
+    )
     items: list[LedgerEntryOut]
     next_after: int | None = Field(description="pass as ?after= to read the next page")
 

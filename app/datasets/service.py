@@ -26,7 +26,22 @@ from app.datasets import repository
 from app.datasets.discovery import discover_and_resolve
 from app.datasets.ingest import IngestLimits, UploadRejected, ingest_table
 from app.datasets.models import Dataset
-from app.datasets.schemas import BudgetOut, ColumnOut, DatasetOut, DomainWarningOut
+from app.datasets.schemas import (
+    BudgetOut,
+    ColumnOut,
+    DatasetOut,
+    DomainWarningOut,
+    PrivacyUnitOut,
+    TruncationOut,
+)
+from app.datasets.units import (
+    UnitLimits,
+    contribution_bound,
+    release_truncation,
+    truncation_figures,
+    truncation_pass,
+    without_unit,
+)
 from app.db.base import utcnow
 from app.db.session import after_commit
 from app.jobs import service as job_service
@@ -40,7 +55,9 @@ from app.storage import (
 )
 from engine.constraints import rule_to_json
 from engine.discovery.plan import DEFAULT_DISCOVERY_SHARE
+from engine.discovery.schema import provisional
 from engine.discovery.warnings import domain_warnings
+from engine.reports.unit import unit_phrase
 from engine.tables.encoding import (
     SchemaError,
     SchemaLimits,
@@ -248,6 +265,14 @@ def create_dataset(
         max_rows=settings.max_rows,
         max_cell_bytes=settings.max_cell_bytes,
     )
+    unit = schema.privacy_unit
+    truncation = None
+    if unit is not None:
+        # Before discovery or encoding reads anything: which rows of each unit survive
+        # (app/datasets/units.py). Everything after reads the kept rows only.
+        truncation = truncation_pass(
+            upload, provisional(schema), unit, limits, UnitLimits(settings.max_unit_rows)
+        )
     outcome = discover_and_resolve(
         upload,
         schema,
@@ -255,8 +280,17 @@ def create_dataset(
         budget_rho=total_rho,
         budget_delta=total_delta,
         discovery_rho=discovery_rho,
+        keep=None if truncation is None else truncation.keep,
+        contribution_bound=contribution_bound(unit),
     )
-    table_schema = outcome.schema
+    # The file's schema (the unit an ignored column of it) and the stored one (no trace of it).
+    file_schema = outcome.schema
+    table_schema = without_unit(file_schema, unit)
+    truncation_charge = None
+    if unit is not None and truncation is not None:
+        truncation_charge = release_truncation(
+            truncation, unit, total_rho=total_rho, discovery_spent=outcome.rho
+        )
     # Public information only: the resolved (declared or DP-learned) domain and the budgets.
     warnings = domain_warnings(
         table_schema,
@@ -276,7 +310,14 @@ def create_dataset(
         storage.temp_path(PurePosixPath(values_key).suffix) if value_columns(table_schema) else None
     )
     try:
-        rows = ingest_table(upload, table_schema, temp, limits, values_target=values_temp)
+        rows = ingest_table(
+            upload,
+            file_schema,
+            temp,
+            limits,
+            values_target=values_temp,
+            keep=None if truncation is None else truncation.keep,
+        )
         if values_temp is not None:
             storage.put_file(values_temp, values_key)
         storage.put_file(temp, key)
@@ -303,6 +344,12 @@ def create_dataset(
                 storage_key=key,
                 created_by=principal.key_id,
                 created_at=utcnow(),
+                privacy_unit=None if unit is None else unit.column,
+                unit_max_rows=None if unit is None else unit.max_rows,
+                truncation=None if truncation is None else truncation_figures(truncation),
+                truncation_release=None
+                if truncation_charge is None
+                else truncation_charge.released,
             ),
         )
         budget_service.open_account(
@@ -319,6 +366,17 @@ def create_dataset(
                 outcome.discovered.describe(),
                 principal.actor,
             )
+        if truncation_charge is not None:
+            # The DP count of what truncation removed: its own entry, from a fixed share of the
+            # budget taken beside discovery's (docs/privacy.md, "Privacy per person").
+            budget_service.spend_discovery(
+                session,
+                dataset_id,
+                truncation_charge.rho,
+                Decimal(0),
+                truncation_charge.detail,
+                principal.actor,
+            )
         audit.record(
             session,
             principal,
@@ -330,6 +388,7 @@ def create_dataset(
                 "budget_rho": str(total_rho),
                 "budget_delta": str(total_delta),
                 "discovery_rho": None if outcome.discovered is None else str(outcome.rho),
+                "unit_max_rows": None if unit is None else unit.max_rows,
             },
         )
     except BaseException:
@@ -469,4 +528,34 @@ def dataset_out(dataset: Dataset, state: AccountState, principal: Principal) -> 
         deleted_at=dataset.deleted_at,
         budget=budget_out(state),
         n_rows=dataset.n_rows if principal.is_owner else None,
+        privacy=unit_phrase(dataset.unit_max_rows),
+        privacy_unit=privacy_unit_out(dataset, owner=principal.is_owner),
+    )
+
+
+def privacy_unit_out(dataset: Dataset, *, owner: bool) -> PrivacyUnitOut | None:
+    """The dataset's privacy unit: k, the DP truncation count for every key, its exact
+    figures for owners only."""
+    if dataset.privacy_unit is None or dataset.unit_max_rows is None:
+        return None
+    truncation = None
+    released = dataset.truncation_release
+    if released is not None:
+        exact = dataset.truncation if owner and dataset.truncation is not None else {}
+        truncation = TruncationOut(
+            units_truncated=released["units_truncated"],
+            rows_removed_at_least=released["rows_removed_at_least"],
+            cap=released["cap"],
+            sigma=released["sigma"],
+            rho=Decimal(released["rho"]),
+            exact_rows_removed=exact.get("rows_removed"),
+            exact_units_truncated=exact.get("units_truncated"),
+            exact_units=exact.get("units"),
+            exact_rows_without_unit=exact.get("rows_without_unit"),
+        )
+    return PrivacyUnitOut(
+        column=dataset.privacy_unit if owner else None,
+        max_rows=dataset.unit_max_rows,
+        guarantee=unit_phrase(dataset.unit_max_rows),
+        truncation=truncation,
     )

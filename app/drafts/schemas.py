@@ -12,6 +12,12 @@ class DraftColumnReason(BaseModel):
     reason: str = Field(description="why the column got this proposal (names no value)")
 
 
+class PrivacyUnitSuggestion(BaseModel):
+    column: str
+    max_rows: int = Field(description="the default k (rows kept per person)")
+    reason: str = Field(description="why, and the trade-off (names no value)")
+
+
 class SchemaDraftOut(BaseModel):
     schema_: dict[str, Any] = Field(
         alias="schema",
@@ -30,6 +36,13 @@ class SchemaDraftOut(BaseModel):
         "formats, decimals, number formats, boolean spellings, dropped columns, small-integer "
         "windows) and that nothing else is; with show_values, first that its categories and "
         "bounds are the data's own",
+    )
+
+    privacy_unit: PrivacyUnitSuggestion | None = Field(
+        default=None,
+        description="a suggested privacy unit (a column whose name and kind look like a person's "
+        "or an account's id), not added to `schema`: add it as the schema's `privacy_unit` to "
+        'make ρ and ε hold per person (docs/privacy.md, "Privacy per person")',
     )
 
     model_config = {"populate_by_name": True}

@@ -26,7 +26,7 @@ from app.datasets.ingest import (
     upload_read_plan,
 )
 from app.datasets.parquet_pages import ParquetRefused
-from app.drafts.schemas import DraftColumnReason, SchemaDraftOut
+from app.drafts.schemas import DraftColumnReason, PrivacyUnitSuggestion, SchemaDraftOut
 from engine.schema_draft import DEFAULT_MISSING_VALUES, draft_schema
 from engine.schema_draft.inference import DraftError, SchemaDraft
 
@@ -92,6 +92,7 @@ def draft_for_upload(
         raise UploadRejected(422, str(error)) from None
     if len(draft.columns) > settings.max_columns:
         raise UploadRejected(422, f"the file has more than {settings.max_columns} columns")
+    unit = draft.privacy_unit
     return SchemaDraftOut(
         schema_=draft.to_json(),
         reasons=[DraftColumnReason(name=c.entry["name"], reason=c.reason) for c in draft.columns],
@@ -99,6 +100,7 @@ def draft_for_upload(
         discovers=draft.discovers,
         show_values=show_values,
         warning=draft_warning(draft),
+        privacy_unit=None if unit is None else PrivacyUnitSuggestion(**unit.to_json()),
     )
 
 

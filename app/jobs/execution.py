@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 from sqlalchemy.orm import Session, sessionmaker
@@ -62,6 +63,7 @@ from engine.domain import Dataset as EngineDataset
 from engine.mechanisms import get_mechanism
 from engine.mechanisms.base import SynthesisCancelled
 from engine.release.from_result import record_from_result
+from engine.reports.unit import unit_statement
 from engine.tables.encoding import TableSchema
 
 logger = logging.getLogger(__name__)
@@ -478,6 +480,12 @@ class _Source:
     values_key: str  # the raw values, for the owner tier after publication
     discovery_delta: float  # the δ discovery spent on the published domain
     allowance: int  # the input table's address space, added to the memory limit
+    contribution_bound: int = 1  # k: the rows one privacy unit may have (1: row-level)
+    unit: dict[str, Any] | None = None  # the reports' statement of the unit (public)
+
+    @property
+    def unit_max_rows(self) -> int | None:
+        return None if self.unit is None else int(self.unit["max_rows"])
 
 
 def _source(factory: sessionmaker[Session], claim: Claim) -> _Source:
@@ -501,6 +509,8 @@ def _source(factory: sessionmaker[Session], claim: Claim) -> _Source:
                 domain.code_dtype.itemsize,
                 get_mechanism(claim.method).counting_cache_bytes,
             ),
+            contribution_bound=dataset.unit_max_rows or 1,
+            unit=unit_statement(dataset.unit_max_rows, dataset.truncation_release),
         )
 
 
@@ -547,6 +557,9 @@ def _synthesize(
             ),
             progress=progress,
             on_milestone=progress.milestone,
+            # Privacy per person (issue 28 §1): ρ per unit of at most k rows, the run spends
+            # ρ/k² at the row level and states its releases at sensitivity k.
+            contribution_bound=source.contribution_bound,
         )
         del data
         progress.phase("write")
@@ -570,7 +583,7 @@ def _synthesize(
         # The owner tier, which reads the real table, is built after publication by a reports
         # worker (app/jobs/owner_tier.py).
         progress.phase("report")
-        title = release_title(claim.job_id, claim.method, Decimal(claim.rho))
+        title = release_title(claim.job_id, claim.method, Decimal(claim.rho), source.unit_max_rows)
         record = record_from_result(
             result, schema.domain(), mechanism.name, params, Fraction(claim.rho)
         )
@@ -583,6 +596,7 @@ def _synthesize(
             title,
             discovery_delta=source.discovery_delta,
             rules=None if kept is None else kept.report.to_json(),
+            privacy_unit=source.unit,
         )
         del record, result
         # What the owner tier compares, for the reports worker (its size is public: rows ×

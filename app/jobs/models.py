@@ -74,6 +74,9 @@ class Job(Base):
     delta: Mapped[str | None] = mapped_column(String(64))
     rows: Mapped[int | None] = mapped_column(BigInteger)
     seed: Mapped[int | None] = mapped_column(BigInteger)
+    # The dataset's privacy unit bound k at submission (NULL: row-level): ρ and ε hold "per
+    # person, at most k rows" (issue 28 §1).
+    unit_max_rows: Mapped[int | None] = mapped_column(default=None)
 
     status: Mapped[str] = mapped_column(String(16), default="queued")
     attempt: Mapped[int] = mapped_column(default=0)

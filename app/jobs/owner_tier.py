@@ -53,6 +53,7 @@ from app.reports.artefacts import (
 )
 from app.reports.names import OWNER_HTML, OWNER_INPUT, OWNER_JSON, artefact_key, owner_input_key
 from app.storage import Storage, dataset_values_key, open_storage
+from engine.reports.unit import unit_phrase, unit_statement
 from engine.reports.values import ValueSource
 from engine.tables.encoding import TableSchema
 from engine.tables.raw_values import value_columns
@@ -67,10 +68,12 @@ RESEND_PAGE = 200
 """Pending owner tiers whose message one recovery pass resends at most."""
 
 
-def release_title(job_id: uuid.UUID, method: str, rho: Decimal) -> str:
-    """The title of a release's reports."""
+def release_title(job_id: uuid.UUID, method: str, rho: Decimal, max_rows: int | None = None) -> str:
+    """The title of a release's reports (with a privacy unit: "per person, at most k rows"
+    beside ρ)."""
     rho_text = format(Decimal(rho).normalize(), "f")
-    return f"rhosynth release {job_id} ({method}, ρ = {rho_text})"
+    unit = "" if max_rows is None else f", {unit_phrase(max_rows)}"
+    return f"rhosynth release {job_id} ({method}, ρ = {rho_text}{unit})"
 
 
 def save_owner_input(
@@ -103,6 +106,7 @@ class _Build:
     table_key: str
     values_key: str
     output_key: str
+    unit: dict[str, Any] | None = None  # the privacy unit, with truncation's exact figures
 
 
 def build_owner_tier(settings: Settings, job_id: uuid.UUID) -> str:
@@ -145,6 +149,7 @@ def build_owner_tier(settings: Settings, job_id: uuid.UUID) -> str:
             real_values=real_values,
             synthetic_values=synthetic_values,
             values_unavailable=unavailable,
+            privacy_unit=build.unit,
         )
         if not {OWNER_JSON, OWNER_HTML} <= set(writer.written):
             raise RuntimeError("the owner report was not written (see the log above)")
@@ -224,8 +229,11 @@ def _pending(session: Session, job_id: uuid.UUID) -> _Build | _Erased | None:
     return _Build(
         attempt=job.attempt,
         seed=job.seed,
-        title=release_title(job.id, job.method, job.rho),
+        title=release_title(job.id, job.method, job.rho, dataset.unit_max_rows),
         schema=TableSchema.from_json(dataset.schema),
+        unit=unit_statement(
+            dataset.unit_max_rows, dataset.truncation_release, exact=dataset.truncation
+        ),
         table_key=dataset.storage_key,
         values_key=dataset_values_key(dataset.id),
         output_key=job.output_key,

@@ -37,6 +37,7 @@ from app.jobs.schemas import (
 )
 from app.jobs.service import decimal_text, validate_submission
 from engine.accounting import epsilon_from_rho_delta
+from engine.reports.unit import unit_phrase
 
 PROFILE_DELTAS: tuple[Decimal, ...] = (Decimal("1e-5"), Decimal("1e-7"), Decimal("1e-9"))
 """The δ at which every preview states ε (the request's own δ is added when given)."""
@@ -86,7 +87,12 @@ def preview_job(
             sigma=noise.sigma,
             rho=float(noise.rho),
         )
-        for noise in mechanism.first_noise(checked.domain, params, Fraction(budget.rho))
+        for noise in mechanism.noise_preview(
+            checked.domain,
+            params,
+            Fraction(budget.rho),
+            contribution_bound=checked.dataset.unit_max_rows or 1,
+        )
     ]
     prediction = None
     if checked.prediction is not None and checked.prediction_rows is not None:
@@ -106,6 +112,8 @@ def preview_job(
         rho=budget.rho,
         epsilon=decimal_text(budget.epsilon),
         delta=decimal_text(budget.delta),
+        privacy_unit=unit_phrase(checked.dataset.unit_max_rows),
+        unit_max_rows=checked.dataset.unit_max_rows,
         privacy_profile=profile,
         discovery_delta=decimal_text(discovery_delta) or "0",
         remaining_rho=remaining,

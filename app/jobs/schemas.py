@@ -181,6 +181,14 @@ class JobOut(BaseModel):
     rho: RhoOut
     epsilon: str | None = Field(description="the ε the budget was requested in, if any")
     delta: str | None = Field(description="the δ the budget was requested in, if any")
+    privacy_unit: str = Field(
+        default="per row",
+        description='what ρ and ε protect: "per row", or "per person, at most k rows" when the '
+        "dataset has a privacy unit (issue 28 §1)",
+    )
+    unit_max_rows: int | None = Field(
+        default=None, description="k, the rows kept per person (null: row-level)"
+    )
     rows: int | None = Field(description="rows requested (null: the noisy estimate)")
     seed: int | None
     progress: ProgressOut = Field(
@@ -309,6 +317,14 @@ class JobPreview(BaseModel):
     rho: RhoOut = Field(description="the ρ a submission would reserve")
     epsilon: str | None = Field(description="the ε the budget was given in, if any")
     delta: str | None = Field(description="the δ the budget was given in, if any")
+    privacy_unit: str = Field(
+        default="per row",
+        description='what ρ and ε protect: "per row", or "per person, at most k rows" when the '
+        "dataset has a privacy unit (issue 28 §1)",
+    )
+    unit_max_rows: int | None = Field(
+        default=None, description="k, the rows kept per person (null: row-level)"
+    )
     privacy_profile: list[EpsilonAtDeltaOut] = Field(
         description="the (ε, δ) guarantees of ρ at several δ, each with the discovery's δ added"
     )

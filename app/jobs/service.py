@@ -54,6 +54,7 @@ from engine.mechanisms import (
     ResourceEstimate,
     get_mechanism,
 )
+from engine.reports.unit import unit_phrase
 from engine.tables.encoding import TableSchema
 
 SYSTEM_ACTOR = "system"
@@ -254,7 +255,10 @@ def validate_submission(
     domain = TableSchema.from_json(dataset.schema).domain()
     try:
         mechanism.check_domain(domain, params)
-        mechanism.check_budget(domain, params, Fraction(budget.rho))
+        # Per person (issue 28 §1): the run spends ρ/k² at the row level.
+        mechanism.check_budget(
+            domain, params, Fraction(budget.rho), contribution_bound=dataset.unit_max_rows or 1
+        )
     except DomainRefused as refused:
         raise InvalidJob(f"{request.method!r} cannot run on this dataset: {refused}") from None
     try:
@@ -262,7 +266,14 @@ def validate_submission(
         # After the bound check, which needs no query: the row count may need one.
         rows, source = prediction_rows(session, principal, dataset, request.rows)
         prediction = (
-            predict_cost(mechanism, domain, params, rows, Fraction(budget.rho))
+            predict_cost(
+                mechanism,
+                domain,
+                params,
+                rows,
+                Fraction(budget.rho),
+                contribution_bound=dataset.unit_max_rows or 1,
+            )
             if rows is not None
             else None
         )
@@ -325,6 +336,7 @@ def submit_job(
             delta=decimal_text(budget.delta),
             rows=request.rows,
             seed=request.seed,
+            unit_max_rows=checked.dataset.unit_max_rows,
             status="queued",
             attempt=0,
             cancel_requested=False,
@@ -672,6 +684,8 @@ def job_out(job: Job, principal: Principal, queue: QueueOut | None = None) -> Jo
         rho=job.rho,
         epsilon=job.epsilon,
         delta=job.delta,
+        privacy_unit=unit_phrase(job.unit_max_rows),
+        unit_max_rows=job.unit_max_rows,
         rows=job.rows,
         seed=job.seed,
         progress=public,

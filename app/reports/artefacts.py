@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -123,11 +123,13 @@ def write_release_artefacts(
     title: str,
     *,
     discovery_delta: float = 0.0,
+    privacy_unit: Mapping[str, Any] | None = None,
     rules: dict[str, Any] | None = None,
 ) -> None:
     """The record, the model, the measurements as tables and the release tier of the report
     (its privacy profile adds ``discovery_delta``, the dataset's discovery δ, to each δ;
-    ``rules``: what keeping the schema's rules did, engine.constraints.keep)."""
+    ``rules``: what keeping the schema's rules did, engine.constraints.keep;
+    ``privacy_unit``: :func:`engine.reports.unit.unit_statement` with the DP truncation count)."""
     writer.put_bytes(RECORD, record.to_bytes())
     if model is not None:
         # The CLI's model file (model + public schema): `rhosynth sample` reads a download.
@@ -157,6 +159,7 @@ def write_release_artefacts(
             model_marginal=model.marginal if model is not None else None,
             discovery_delta=discovery_delta,
             rules=rules,
+            privacy_unit=privacy_unit,
         )
         writer.put_json(RELEASE_JSON, built)
         writer.put_text(RELEASE_HTML, render_html(built, title=title))
@@ -212,9 +215,11 @@ def write_owner_report(
     real_values: ValueSource | None = None,
     synthetic_values: ValueSource | None = None,
     values_unavailable: str | None = None,
+    privacy_unit: Mapping[str, Any] | None = None,
 ) -> None:
     """The owner tier: real against synthetic (reads the real table and, when given, its raw
-    values; owner keys only). ``synthetic_values`` must be the published rows' values."""
+    values; owner keys only). ``synthetic_values`` must be the published rows' values;
+    ``privacy_unit`` the unit's statement with truncation's exact figures (owner-only)."""
 
     def report() -> None:
         built = build_owner_report(
@@ -226,6 +231,8 @@ def write_owner_report(
             values_unavailable=values_unavailable,
             rng=rng,
         )
+        if privacy_unit is not None:
+            built["privacy_unit"] = dict(privacy_unit)
         writer.put_json(OWNER_JSON, built)
         writer.put_text(OWNER_HTML, render_html(built, title=title))
 

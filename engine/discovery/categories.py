@@ -33,9 +33,12 @@ from engine.discovery.cost import DiscoveryCost, exact_budget
 from engine.discovery.tails import (
     MIN_TAIL_PROBABILITY,
     discrete_gaussian_tail_bound,
+    smallest_split_threshold,
     smallest_tail_threshold,
+    split_tail_bound,
 )
 from engine.noise import discrete_gaussian_noise
+from engine.privacy_unit.group import check_contribution_bound
 
 IntArray = npt.NDArray[np.int64]
 
@@ -147,8 +150,10 @@ def discover_open_set(
     rho: Fraction | int | Decimal,
     delta: Fraction | int | Decimal,
     source: random.Random | None = None,
+    contribution_bound: int = 1,
 ) -> DiscoveredCategories:
-    """The values present in the data whose noisy count clears τ; (ρ, δ)-approximate zCDP.
+    """The values present in the data whose noisy count clears τ; (ρ, δ)-approximate zCDP per
+    row, and (k²ρ, δ)-approximate zCDP per unit of at most k = ``contribution_bound`` rows.
 
     Only values with count ≥ 1 in ``counts`` are measured: each gets N_Z(0, σ²) noise with
     σ² = 1/(2ρ). τ = 1 + t, where t is the smallest integer ≥ 1 with P(Z ≥ t) ≤ δ by the exact
@@ -175,7 +180,33 @@ def discover_open_set(
     divergence is at most ρα: (ρ, δ)-approximate zCDP, the "Gaussian sparse histogram" analysis
     of Wilson et al. 2020 (the exact analysis of Wilkins et al. 2024 gives a tighter δ; this one
     is the simple upper bound). Approximate zCDP composes by adding ρ and δ.
+
+    Per unit of at most k rows (k = ``contribution_bound`` > 1; the noise is still σ² = 1/(2ρ),
+    ``rho`` being the row-level budget ρ/k² of engine.privacy_unit.row_level_rho). Let D' = D
+    plus the rows of one unit: a_j ≥ 0 rows on values v_j that occur in D and c_i ≥ 1 rows on
+    values w_i that do not, Σ a_j + Σ c_i ≤ k. Group privacy for (ρ, δ)-approximate zCDP would
+    multiply δ by about k·e^(…); instead, directly:
+
+    * The measured values of D' are those of D plus the w_i. Let E' = "no w_i is released"
+      (c_i + Z_i < τ for all i), an event on the w_i's independent noise only. Conditioned on
+      E', the output on D' is the same function (thresholding, cap, sort) of the noisy counts of
+      D's values, whose exact counts differ from D's by the vector (a_j), of L2 norm
+      √(Σ a_j²) ≤ Σ a_j ≤ k. So the Rényi divergence of order α between the output on D and the
+      output on D' given E' is at most α·k²/(2σ²) = α·k²ρ (CKS 2020, Theorem 14, then
+      post-processing), in both directions.
+    * P(not E') ≤ Σ_i P(Z ≥ τ − c_i) ≤ max over splits (c_i ≥ 1, Σ c_i ≤ k) of that sum, which
+      :func:`engine.discovery.tails.split_tail_bound` bounds exactly over all splits; τ is the
+      smallest integer with that bound ≤ δ (:func:`~engine.discovery.tails.smallest_split_
+      threshold`). The worst split is either one value with all k rows (P(Z ≥ τ − k)) or
+      several smaller ones: the bound takes the maximum over all of them.
+
+    So with E = everything on D, every unit-neighbouring pair has events of probability
+    ≥ 1 − δ with divergence ≤ α·k²ρ: (k²ρ, δ)-approximate zCDP per unit (Bun & Steinke 2016,
+    Definition 8.1). The cost returned states the row-level ρ (the discovery plan states it per
+    unit, k²ρ) and records k as the parameter ``max_rows_per_unit``. With k = 1 the threshold
+    is the row-level one, 1 + t, and nothing else changes.
     """
+    k = check_contribution_bound(contribution_bound)
     budget = _positive_rho(rho)
     tail = exact_budget(delta, "delta")
     if tail <= 0:
@@ -185,24 +216,27 @@ def discover_open_set(
     cap = _check_max_categories(max_categories)
     true_counts = _check_counts(counts)
     sigma2 = sigma2_for_rho(1, budget)
-    t = smallest_tail_threshold(sigma2, tail)
-    tau = 1 + t
+    if k == 1:
+        t = smallest_tail_threshold(sigma2, tail)
+        tau = 1 + t
+        release_bound = discrete_gaussian_tail_bound(sigma2, t)
+    else:
+        tau = smallest_split_threshold(sigma2, tail, k)
+        release_bound = split_tail_bound(sigma2, tau, k)
     # Sorted so the released order (and the tie-break) is a function of the value texts only.
     present = sorted(value for value, count in true_counts.items() if count > 0)
     exact = np.array([true_counts[value] for value in present], dtype=np.int64)
     noisy = exact + discrete_gaussian_noise(sigma2, exact.size, source)
     kept = np.sort(_largest_clearing(noisy, tau, cap))
-    cost = DiscoveryCost(
-        OPEN_SET_MECHANISM,
-        budget,
-        tail,
-        parameters={
-            "max_categories": cap,
-            "threshold": tau,
-            "sigma2": str(sigma2),
-            "singleton_release_bound": discrete_gaussian_tail_bound(sigma2, t),
-        },
-    )
+    parameters: dict[str, int | str | float] = {
+        "max_categories": cap,
+        "threshold": tau,
+        "sigma2": str(sigma2),
+        "singleton_release_bound": release_bound,
+    }
+    if k > 1:
+        parameters["max_rows_per_unit"] = k
+    cost = DiscoveryCost(OPEN_SET_MECHANISM, budget, tail, parameters=parameters)
     return DiscoveredCategories(
         tuple(present[i] for i in kept.tolist()), tuple(noisy[kept].tolist()), tau, cost
     )

@@ -87,6 +87,7 @@ from engine.discovery.quantiles import (
     dp_quantile_edges_from_counts,
 )
 from engine.noise import discrete_gaussian_noise
+from engine.privacy_unit.group import check_contribution_bound
 
 DEFAULT_DISCOVERY_SHARE = Fraction(1, 5)
 """Of the upload's budget_rho, what discovery requests without their own ρ share by default
@@ -217,6 +218,23 @@ class DiscoveryBudget:
         own = sum((r.rho for r in self.requests if r.rho is not None), Fraction(0))
         return own + (self.pool if self.pooled else Fraction(0)), sum(
             self.deltas.values(), Fraction(0)
+        )
+
+    def row_level(self, contribution_bound: int) -> DiscoveryBudget:
+        """This budget (per unit of at most k = ``contribution_bound`` rows) at the row level:
+        every ρ (requests' own, the pool, the row count's share, the ledger's grid) divided by
+        k², δ unchanged (engine/privacy_unit/group.py). Discovery runs on it and states what it
+        spent per unit (×k²), which lands on the ledger's grid again. k = 1: ``self``."""
+        k = check_contribution_bound(contribution_bound)
+        if k == 1:
+            return self
+        scale = k * k
+        requests = tuple(
+            r if r.rho is None else replace(r, rho=r.rho / scale) for r in self.requests
+        )
+        quantum = None if self.rho_quantum is None else self.rho_quantum / scale
+        return DiscoveryBudget(
+            requests, self.pool / scale, self.count_rho / scale, self.deltas, quantum
         )
 
     def finalize(self, noisy_rows: int | None) -> tuple[Allocation, ...]:
@@ -475,6 +493,11 @@ class FirstRelease:
     fine_grids: Mapping[str, FineGrid]
     # Each learned range's fine-stage ρ (:func:`resplit_fine`; the allocations include it).
     fine_rho: Mapping[str, Fraction]
+    # k: ``budget`` and every ρ above are row-level (ρ/k² of what the unit-level budget gave).
+    contribution_bound: int = 1
+
+    def __post_init__(self) -> None:
+        check_contribution_bound(self.contribution_bound)
 
 
 @dataclass(frozen=True)
@@ -493,18 +516,44 @@ class Discovered:
     # public parameters only); merged into the dataset's warnings by
     # engine.discovery.warnings.domain_warnings.
     warnings: tuple[DomainWarning, ...] = ()
+    contribution_bound: int = 1
+    """k, the privacy unit's bound on its rows. The per-column results above (``edges``,
+    ``categories``, ``ranges``, ``learned``, ``rows``) and ``allocations`` carry the row-level ρ
+    their noise was drawn at (σ² = Δ²/(2ρ_row)); :attr:`rho`, :meth:`costs` and
+    :meth:`describe` state the cost per unit of at most k rows, k²·ρ_row
+    (engine/privacy_unit/group.py; the open-set clause's δ is derived per unit in
+    engine/discovery/categories.py). k = 1: row level, as before."""
+
+    def __post_init__(self) -> None:
+        # rho, costs() and describe() multiply by k²: a k outside 1..MAX_MAX_ROWS would state
+        # a wrong ledger figure (k = 0: ρ = 0 for releases that spent budget).
+        check_contribution_bound(self.contribution_bound)
+
+    @property
+    def row_rho(self) -> Fraction:
+        """What the mechanisms were given at the row level (ρ/k² of :attr:`rho`)."""
+        counted = self.rows.cost.rho if self.rows is not None else Fraction(0)
+        return counted + sum((a.rho for a in self.allocations), Fraction(0))
 
     @property
     def rho(self) -> Fraction:
-        counted = self.rows.cost.rho if self.rows is not None else Fraction(0)
-        return counted + sum((a.rho for a in self.allocations), Fraction(0))
+        """The discovery's cost per unit of at most k rows: k² times :attr:`row_rho`."""
+        k = self.contribution_bound
+        return self.row_rho * k * k
+
+    def _per_unit(self, cost: DiscoveryCost) -> DiscoveryCost:
+        k = self.contribution_bound
+        return cost if k == 1 else replace(cost, rho=cost.rho * k * k)
 
     @property
     def delta(self) -> Fraction:
         return sum((a.delta for a in self.allocations), Fraction(0))
 
     def costs(self) -> dict[str, DiscoveryCost]:
-        """Each column's cost (a learned range's two stages as one entry)."""
+        """Each column's cost per unit (a learned range's two stages as one entry)."""
+        return {name: self._per_unit(cost) for name, cost in self._row_costs().items()}
+
+    def _row_costs(self) -> dict[str, DiscoveryCost]:
         out = {name: result.cost for name, result in self.edges.items()}
         out.update({name: result.cost for name, result in self.categories.items()})
         for name, learned in self.learned.items():
@@ -537,8 +586,9 @@ class Discovered:
         (public parameters).
 
         Compact, so that many columns fit the ledger's detail cap (:func:`detail_bound`): ρ and δ
-        as exact fraction strings only, and no ``sigma2``, which they determine (σ² = 1/(2ρ),
-        ``levels``/(2ρ) for quantiles).
+        as exact fraction strings only, and no ``sigma2``, which they determine with k (σ² =
+        k²/(2ρ), k²·``levels``/(2ρ) for quantiles, ρ being the per-unit figure stated here and k
+        ``max_rows_per_unit``, 1 when absent).
         """
         out: dict[str, Any] = {
             "rho": str(self.rho),
@@ -548,9 +598,12 @@ class Discovered:
         if self.rows is not None:
             out["rows"] = {
                 "mechanism": ROW_COUNT_MECHANISM,
-                "rho": str(self.rows.cost.rho),
+                "rho": str(self._per_unit(self.rows.cost).rho),
                 "noisy_count": self.rows.rows,
             }
+        if self.contribution_bound > 1:
+            # "per person, at most k rows": every ρ above is per unit.
+            out["max_rows_per_unit"] = self.contribution_bound
         return out
 
 
@@ -571,6 +624,8 @@ longest, a quantile column's or a learned range's with two 24-character floats, 
 130)."""
 ROWS_DETAIL_BOUND = 100
 """JSON bytes of the noisy row count's entry in the detail, beyond its ρ string, at most."""
+UNIT_DETAIL_BOUND = 32
+"""JSON bytes of ``"max_rows_per_unit": k`` in the detail, at most (k ≤ 1000)."""
 
 
 def _rho_text_bound(cap: Fraction, quantum: Fraction | None) -> int:
@@ -592,7 +647,7 @@ def detail_bound(budget: DiscoveryBudget) -> int:
         json.dumps({"rho": "9" * _rho_text_bound(cap_rho, budget.rho_quantum),
                     "delta": str(cap_delta), "columns": {}})
     )  # fmt: skip
-    total += ROWS_DETAIL_BOUND + len(shared)
+    total += ROWS_DETAIL_BOUND + UNIT_DETAIL_BOUND + len(shared)
     for request in budget.requests:
         if isinstance(request, QuantileRequest):
             mechanism = QUANTILES_MECHANISM
@@ -618,10 +673,21 @@ def noisy_row_count(rows: int, rho: Fraction, source: random.Random | None) -> N
 
 
 def release_first(
-    budget: DiscoveryBudget, counts: Counts, source: random.Random | None = None
+    budget: DiscoveryBudget,
+    counts: Counts,
+    source: random.Random | None = None,
+    *,
+    contribution_bound: int = 1,
 ) -> FirstRelease:
     """Release the first pass: the noisy row count (when a request shares the pool), then, with
-    the split it decides, every coarse range, declared-window edge set and category list."""
+    the split it decides, every coarse range, declared-window edge set and category list.
+
+    ``budget`` is per unit of at most k = ``contribution_bound`` rows; the releases run on
+    :meth:`DiscoveryBudget.row_level` (ρ/k² each), so each is k²·ρ_row-zCDP per unit
+    (engine/privacy_unit/group.py), and the open-set clauses take their threshold for k
+    (engine/discovery/categories.py). k = 1 is the row-level release, bit for bit."""
+    k = check_contribution_bound(contribution_bound)
+    budget = budget.row_level(k)
     rows = None
     if budget.pooled:
         rows = noisy_row_count(counts.rows, budget.count_rho, source)
@@ -699,6 +765,7 @@ def release_first(
                 rho=allocation.rho,
                 delta=allocation.delta,
                 source=source,
+                contribution_bound=k,
             )
     fine_rho = {
         a.request.column: a.rho - ranges[a.request.column].cost.rho
@@ -731,7 +798,9 @@ def release_first(
                 allocation = replace(allocation, rho=ranges[column].cost.rho + fine_rho[column])
             updated.append(allocation)
         allocations = tuple(updated)
-    return FirstRelease(budget, rows, allocations, ranges, edges, categories, grids, fine_rho)
+    return FirstRelease(
+        budget, rows, allocations, ranges, edges, categories, grids, fine_rho, contribution_bound=k
+    )
 
 
 RESPLIT_FLOOR = Fraction(1, 20)
@@ -817,14 +886,15 @@ def release_second(
         first.ranges,
         first.rows,
         warnings,
+        contribution_bound=first.contribution_bound,
     )
-    charged = [(c.rho, c.delta) for c in result.costs().values()]
+    charged = [(c.rho, c.delta) for c in result._row_costs().values()]
     if first.rows is not None:
         charged.append((first.rows.cost.rho, first.rows.cost.delta))
-    if (sum(c[0] for c in charged), sum(c[1] for c in charged)) != (result.rho, result.delta):
+    if (sum(c[0] for c in charged), sum(c[1] for c in charged)) != (result.row_rho, result.delta):
         raise AssertionError("the mechanisms' costs differ from the allocations")
-    cap_rho, cap_delta = first.budget.cap
-    if result.rho > cap_rho or result.delta > cap_delta:
+    cap_rho, cap_delta = first.budget.cap  # row level, as the allocations
+    if result.row_rho > cap_rho or result.delta > cap_delta:
         raise AssertionError("the discovery spent more than its budget")
     return result
 
@@ -834,11 +904,13 @@ def release(
     counts: Counts,
     source: random.Random | None = None,
     fine: FineCounts | None = None,
+    *,
+    contribution_bound: int = 1,
 ) -> Discovered:
     """Both releases when there is no learned range (one pass), for callers and tests that count
     once; with learned ranges use :func:`release_first`, a second pass, then
     :func:`release_second` (engine/discovery/schema.py does)."""
-    first = release_first(budget, counts, source)
+    first = release_first(budget, counts, source, contribution_bound=contribution_bound)
     if first.fine_grids and fine is None:
         raise ValueError("learned ranges need a second counting pass (release_second)")
     return release_second(first, fine if fine is not None else FineCounts({}), source)

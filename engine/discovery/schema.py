@@ -139,9 +139,16 @@ def discover(
     budget: DiscoveryBudget,
     batches: Batches,
     source: random.Random | None = None,
+    *,
+    contribution_bound: int = 1,
 ) -> Discovered:
     """Count, release, and (for learned ranges) count again inside the released ranges and
     release the bins: the whole discovery of ``spec``'s pending columns.
+
+    ``budget`` is per privacy unit of at most k = ``contribution_bound`` rows (the table already
+    truncated to k rows per unit; k = 1: per row). Every release runs at the row-level ρ/k² and
+    is stated per unit; the result's ``rho``, ``costs()`` and ``describe()`` (which records
+    ``max_rows_per_unit`` when k > 1) are per unit (engine/discovery/plan.py, ``Discovered``).
 
     ``batches()`` starts a fresh pass over the table each time it is called (once, or twice with
     a learned range). ``source=None`` draws the noise from the OS CSPRNG.
@@ -150,7 +157,7 @@ def discover(
     counts = Counts(requests)
     for batch in batches():
         count_batch(counts, spec, requests, batch)
-    first = release_first(budget, counts, source)
+    first = release_first(budget, counts, source, contribution_bound=contribution_bound)
     fine = FineCounts(first.fine_grids)
     if first.fine_grids:
         for batch in batches():

@@ -28,8 +28,14 @@ from pydantic import BaseModel
 from engine.accounting import gaussian_rho
 from engine.domain import Dataset, Domain
 from engine.marginals import Measurement
-from engine.mechanisms.preview import NoisePreview
+from engine.mechanisms.preview import NoisePreview, unit_previews
 from engine.models.fitted import FittedModel
+from engine.privacy_unit.group import (
+    check_contribution_bound,
+    row_level_rho,
+    unit_level_epsilon,
+    unit_level_rho,
+)
 
 IntArray = npt.NDArray[np.int64]
 
@@ -432,6 +438,62 @@ class SynthesisResult:
         return tuple(out)
 
 
+UNIT_EXTRA_KEY = "max_rows_per_unit"
+"""The key of k in ``SynthesisResult.extra`` of a run per unit of at most k rows (k > 1)."""
+
+
+def per_unit_result(result: SynthesisResult, contribution_bound: int) -> SynthesisResult:
+    """``result`` of a run at the row-level budget ρ_row, stated per unit of at most k rows
+    (engine/privacy_unit/group.py): measurements and Gaussian releases with sensitivity k·Δ and
+    ρ k²·ρ_i (σ² and the noisy values unchanged), selections with ε k·ε_i (as a float no larger
+    than k·ε_i whose ε²/8 stays within the charge), sensitivity k·Δ and ρ k²·ρ_i, and
+    ``rho_used`` k²·ρ_row; ``extra`` gains ``{"max_rows_per_unit": k}`` (:data:`UNIT_EXTRA_KEY`)
+    so the release record and its reports can say "per person, at most k rows". k = 1 returns
+    ``result`` itself."""
+    k = check_contribution_bound(contribution_bound)
+    if k == 1:
+        return result
+    measurements = tuple(
+        Measurement(
+            attributes=m.attributes,
+            noisy_counts=m.noisy_counts,
+            sigma2=m.sigma2,
+            sensitivity=m.sensitivity * k,
+            rho=unit_level_rho(m.rho, k),
+        )
+        for m in result.measurements
+    )
+    selections = tuple(
+        SelectionCharge(
+            description=s.description,
+            epsilon=unit_level_epsilon(s.epsilon, s.rho, k),
+            sensitivity=s.sensitivity * k,
+            rho=unit_level_rho(s.rho, k),
+        )
+        for s in result.selections
+    )
+    releases = tuple(
+        GaussianCharge(
+            description=r.description,
+            sensitivity=r.sensitivity * k,
+            sigma2=r.sigma2,
+            rho=unit_level_rho(r.rho, k),
+        )
+        for r in result.releases
+    )
+    return SynthesisResult(
+        codes=result.codes,
+        measurements=measurements,
+        rho_used=unit_level_rho(result.rho_used, k),
+        estimated_total=result.estimated_total,
+        selections=selections,
+        releases=releases,
+        axis_maps=result.axis_maps,
+        model=result.model,
+        extra={**result.extra, UNIT_EXTRA_KEY: k},
+    )
+
+
 def _check_axes(name: str, result: SynthesisResult, domain: Domain) -> None:
     """Every measured axis either has the attribute's size (identity) or an axis map from all
     of its original codes: a mechanism that measured compressed codes must say so."""
@@ -627,12 +689,16 @@ class Mechanism(abc.ABC):
         del params
         return rho / max(1, len(domain))
 
-    def check_budget(self, domain: Domain, params: BaseModel, rho: Fraction) -> None:
+    def check_budget(
+        self, domain: Domain, params: BaseModel, rho: Fraction, *, contribution_bound: int = 1
+    ) -> None:
         """Raise :class:`DomainRefused` if ``rho`` is so small, for these params on this domain,
         that some release would need noise with σ² above :data:`MAX_NOISE_SIGMA2` (the sampler
         would refuse it after the charge). The service calls it at submission with the ρ it
-        would reserve; :meth:`run` calls it again."""
-        smallest = self.smallest_release_rho(domain, params, Fraction(rho))
+        would reserve and the privacy unit's k (``contribution_bound``: the run spends ρ/k² at
+        the row level, engine.privacy_unit.row_level_rho); :meth:`run` calls it again."""
+        row_rho = row_level_rho(Fraction(rho), contribution_bound)
+        smallest = self.smallest_release_rho(domain, params, row_rho)
         if smallest <= 0 or 1 / (2 * smallest) > MAX_NOISE_SIGMA2:
             raise DomainRefused(
                 f"ρ = {float(rho):.3g} is too small for these params on this domain: its "
@@ -679,6 +745,17 @@ class Mechanism(abc.ABC):
         del domain, params, rho
         return ()
 
+    def noise_preview(
+        self, domain: Domain, params: BaseModel, rho: Fraction, *, contribution_bound: int = 1
+    ) -> tuple[NoisePreview, ...]:
+        """:meth:`first_noise` of a run with budget ``rho`` per unit of at most k =
+        ``contribution_bound`` rows: the releases at the row-level budget ρ/k², stated per unit
+        (same σ², sensitivity k·Δ, ρ k²·ρ_row; :func:`engine.mechanisms.preview.unit_previews`).
+        With k = 1 exactly ``first_noise(domain, params, rho)``. Public information only."""
+        k = check_contribution_bound(contribution_bound)
+        row_rho = row_level_rho(Fraction(rho), k)
+        return unit_previews(self.first_noise(domain, params, row_rho), k)
+
     def params_schema(self) -> dict[str, Any]:
         """JSON schema of ``Params`` (for the API's documentation and the UI)."""
         return self.Params.model_json_schema()
@@ -695,8 +772,22 @@ class Mechanism(abc.ABC):
         progress: ProgressCallback | None = None,
         on_milestone: ProgressCallback | None = None,
         noise_source: random.Random | None = None,
+        contribution_bound: int = 1,
     ) -> SynthesisResult:
-        """Synthesise a dataset from ``data`` spending exactly ``rho`` (ρ-zCDP, add/remove-one-row).
+        """Synthesise a dataset from ``data`` spending exactly ``rho``: ρ-zCDP for neighbours that
+        differ by up to k = ``contribution_bound`` added or removed rows (one privacy unit after
+        truncation to k rows, engine.privacy_unit; k = 1 is add/remove-one-row).
+
+        Privacy per unit. The mechanism runs at the row-level budget ρ_row = ρ/k², and every
+        release it made is then stated per unit (:func:`per_unit_result`): each measurement and
+        Gaussian release with sensitivity k·Δ and ρ k²·ρ_i (σ² unchanged), each selection with
+        ε k·ε_i, sensitivity k·Δ and ρ k²·ρ_i. A statistic with per-row sensitivity Δ on every
+        table moves by at most kΔ when k rows are added or removed (triangle inequality along
+        the k single-row steps), and randomised releases are covered by zCDP's group privacy
+        (Bun & Steinke 2016, Proposition 27); the proof is in engine/privacy_unit/group.py. For
+        counts the factor k is attained (all of a unit's rows in one cell), so no tighter bound
+        holds. The stated ρ add up to k²·ρ_row = ρ exactly. With k = 1 the run is the row-level
+        run, bit for bit (same noise draws given the same ``noise_source`` and ``rng``).
 
         ``rng`` drives post-processing only (sampling rows); DP noise comes from ``noise_source``,
         which is ``None`` (the OS CSPRNG) everywhere but in reproducibility tests. ``rows=None``
@@ -731,13 +822,15 @@ class Mechanism(abc.ABC):
             raise ValueError("max_rows must be None or a non-negative int")
         if noise_source is not None and not isinstance(noise_source, random.Random):
             raise TypeError("noise_source must be a random.Random (or None for the OS CSPRNG)")
+        k = check_contribution_bound(contribution_bound)
+        row_rho = row_level_rho(rho, k)
 
         self.check_domain(data.domain, params)
-        self.check_budget(data.domain, params, rho)
+        self.check_budget(data.domain, params, rho, contribution_bound=k)
         reporter = ProgressReporter(progress, self.milestones, on_milestone)
         result = self._synthesize(
             data,
-            rho,
+            row_rho,
             params,
             rng=rng,
             rows=rows,
@@ -747,11 +840,14 @@ class Mechanism(abc.ABC):
         )
 
         spent = result.rho_spent
-        if spent != rho or result.rho_used != rho:
+        if spent != row_rho or result.rho_used != row_rho:
             raise RuntimeError(
                 f"mechanism {self.name!r} measured and selected with total rho {spent} "
-                f"(reported {result.rho_used}) but was given {rho}"
+                f"(reported {result.rho_used}) but was given {row_rho}"
             )
+        result = per_unit_result(result, k)
+        if result.rho_spent != rho or result.rho_used != rho:
+            raise RuntimeError(f"mechanism {self.name!r}: the per-unit charges do not add to rho")
         expected_rows = resolve_rows(rows, result.estimated_total, max_rows)
         if result.codes.shape != (expected_rows, len(data.domain)):
             raise RuntimeError(

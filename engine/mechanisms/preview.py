@@ -17,6 +17,7 @@ from fractions import Fraction
 
 from engine.accounting import gaussian_rho, sigma2_for_rho
 from engine.marginals import MARGINAL_SENSITIVITY
+from engine.privacy_unit.group import check_contribution_bound, unit_level_rho
 
 
 @dataclass(frozen=True)
@@ -67,3 +68,23 @@ def one_way_previews(
 ) -> tuple[NoisePreview, ...]:
     """One :func:`marginal_preview` per attribute at its part of ρ."""
     return tuple(marginal_preview([a], r) for a, r in zip(attributes, rhos, strict=True))
+
+
+def unit_previews(
+    previews: Sequence[NoisePreview], contribution_bound: int
+) -> tuple[NoisePreview, ...]:
+    """``previews`` (made at the row-level budget ρ/k²) stated per unit of at most k rows: the
+    same σ², sensitivity k·Δ and ρ = k²·ρ_row (engine/privacy_unit/group.py). k = 1: unchanged."""
+    k = check_contribution_bound(contribution_bound)
+    if k == 1:
+        return tuple(previews)
+    return tuple(
+        NoisePreview(
+            description=p.description,
+            attributes=p.attributes,
+            sensitivity=p.sensitivity * k,
+            sigma2=p.sigma2,
+            rho=unit_level_rho(p.rho, k),
+        )
+        for p in previews
+    )

@@ -93,6 +93,31 @@ def _columns(names: Sequence[str]) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+def _unit_rows(report: Mapping[str, Any]) -> list[list[Any]]:
+    """The privacy unit's rows of a summary table (none for a row-level dataset)."""
+    unit = report.get("privacy_unit")
+    if not unit:
+        return []
+    rows: list[list[Any]] = [["privacy unit", unit["guarantee"]]]
+    for section, labels in (("truncation", _DP_LABELS), ("truncation_exact", _EXACT_LABELS)):
+        figures = unit.get(section) or {}
+        rows += [[label, figures[key]] for key, label in labels if key in figures]
+    return rows
+
+
+_DP_LABELS = (
+    ("units_truncated", "people with rows removed by truncation (DP count)"),
+    ("rows_removed_at_least", "rows removed by truncation, at least (DP count)"),
+    ("sigma", "σ of each truncation count"),
+)
+_EXACT_LABELS = (
+    ("rows_removed", "rows removed by truncation (exact, owner only)"),
+    ("units_truncated", "people with rows removed by truncation (exact, owner only)"),
+    ("units", "people (exact, owner only)"),
+    ("rows_without_unit", "rows without a unit, dropped (exact, owner only)"),
+)
+
+
 def _release(report: Mapping[str, Any]) -> list[str]:
     out = ["<h2>Privacy</h2>", _explain(report, "rho")]
     params = [[key, json.dumps(value)] for key, value in sorted(report["params"].items())]
@@ -102,6 +127,7 @@ def _release(report: Mapping[str, Any]) -> list[str]:
             [
                 ["method", report["method"]],
                 ["ρ (zCDP)", report["rho"]["value"]],
+                *_unit_rows(report),
                 ["noisy row count N̂", report["estimated_total"]],
                 ["synthetic rows", report["synthetic_rows"]],
             ],
@@ -109,7 +135,9 @@ def _release(report: Mapping[str, Any]) -> list[str]:
     )
     if params:
         out += ["<h3>Parameters</h3>", _table(["parameter", "value"], params)]
-    out += ["<h3>(ε, δ) privacy profile</h3>", _explain(report, "privacy_profile")]
+    unit = report.get("privacy_unit")
+    per = f", {escape(unit['guarantee'])}" if unit else ""
+    out += [f"<h3>(ε, δ) privacy profile{per}</h3>", _explain(report, "privacy_profile")]
     out.append(
         _table(
             ["δ (total)", "conversion δ", "discovery δ", "ε"],
@@ -430,6 +458,7 @@ def _owner(report: Mapping[str, Any]) -> list[str]:
             [
                 ["real rows", report["rows"]["real"]],
                 ["synthetic rows", report["rows"]["synthetic"]],
+                *_unit_rows(report),
                 *_counted_rows(report["rows"]),
                 [score_label, marginals["k_marginal_score"]],
                 *[[f"mean {k}-way TVD", v] for k, v in marginals["mean_tvd"].items()],

@@ -317,9 +317,13 @@ def build_release_report(
     model_marginal: Callable[[tuple[str, ...]], npt.NDArray[np.float64]] | None = None,
     deltas: Sequence[float] = (1e-5, 1e-6, 1e-7, 1e-8, 1e-9),
     discovery_delta: float = 0.0,
+    privacy_unit: Mapping[str, Any] | None = None,
     rules: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The release-tier report (JSON-able) of one release; DP post-processing only.
+
+    ``privacy_unit``: the dataset's unit (:func:`engine.reports.unit.unit_statement`, with the
+    DP count of what truncation removed), shown beside ρ; None for a row-level dataset.
 
     ``synthetic`` holds the released rows' codes (rows × columns, domain order);
     ``model_marginal(attrs)`` returns the fitted model's distribution over ``attrs`` (shape: the
@@ -350,7 +354,9 @@ def build_release_report(
         for delta in deltas
     ]
     distribution_columns = domain.attributes[:MAX_DISTRIBUTION_COLUMNS]
+    unit = {} if privacy_unit is None else {"privacy_unit": dict(privacy_unit)}
     return {
+        **unit,
         "tier": "release",
         "notes": list(NOTES),
         "explanations": dict(EXPLANATIONS),

@@ -22,11 +22,14 @@ from engine.schema_draft.inference import (
     SchemaDraft,
     draft_schema,
 )
+from engine.schema_draft.units import UnitProposal, propose_unit
 
 __all__ = [
     "DEFAULT_MISSING_VALUES",
     "ColumnDraft",
     "DraftCancelled",
     "SchemaDraft",
+    "UnitProposal",
     "draft_schema",
+    "propose_unit",
 ]

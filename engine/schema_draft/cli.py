@@ -58,3 +58,6 @@ def draft(data: Path, missing: tuple[str, ...], show_values: bool) -> None:
             err=True,
         )
     click.echo(f"warning: {result.disclosure()}", err=True)
+    unit = result.privacy_unit
+    if unit is not None:
+        click.echo(f"suggestion (privacy unit): {unit.reason}", err=True)

@@ -47,6 +47,7 @@ from engine.columns.arrow_text import lower, strip
 from engine.columns.base import DEFAULT_MISSING_VALUES
 from engine.columns.categorical import DEFAULT_FALSE_VALUES, DEFAULT_TRUE_VALUES
 from engine.schema_draft.meanings import candidates_for, names_identifier, window_for
+from engine.schema_draft.units import UnitProposal, propose_unit
 
 TRUE_WORDS = ("true", "yes", "y", "t")
 FALSE_WORDS = ("false", "no", "n", "f")
@@ -135,6 +136,12 @@ class SchemaDraft:
             "columns": [column.entry for column in self.columns],
             "missing_values": list(self.missing_values),
         }
+
+    @property
+    def privacy_unit(self) -> UnitProposal | None:
+        """A suggested privacy unit (a column whose name and kind look like a person's or an
+        account's id), kept out of the schema: see engine/schema_draft/units.py."""
+        return propose_unit([column.entry for column in self.columns])
 
     @property
     def discovers(self) -> bool:

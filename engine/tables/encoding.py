@@ -58,6 +58,7 @@ from engine.constraints.keep import DEFAULT_ROUNDS, RuleKeeper, Sampler
 from engine.constraints.rules import Rule, check_rule_sizes, check_rules, parse_rules, rule_to_json
 from engine.discovery.learned import LearnedBins
 from engine.domain import Domain, narrowest_unsigned
+from engine.privacy_unit import DEFAULT_MAX_ROWS, MAX_MAX_ROWS, PrivacyUnit
 from engine.tables.buffers import null_mask
 
 __all__ = [
@@ -166,6 +167,49 @@ def _rules(raw: Mapping[str, Any]) -> tuple[Rule, ...]:
     return parse_rules(raw["rules"])
 
 
+def parse_privacy_unit(
+    raw: Mapping[str, Any], entries: tuple[Entry, ...]
+) -> tuple[tuple[Entry, ...], PrivacyUnit | None]:
+    """The schema's ``"privacy_unit": {"column": name, "max_rows": k}`` (k optional:
+    :data:`~engine.privacy_unit.DEFAULT_MAX_ROWS`), and the entries with the unit's column turned
+    into an ignored one: it may be declared as any type, but it is read for truncation only and
+    never stored, encoded or released. Only public facts (the schema's own text) are checked."""
+    if "privacy_unit" not in raw:
+        return entries, None
+    value = raw["privacy_unit"]
+    if not isinstance(value, Mapping):
+        raise SchemaError('privacy_unit must be an object {"column": <name>, "max_rows": <k>}')
+    unknown = sorted(str(key) for key in set(value) - {"column", "max_rows"})
+    if unknown:
+        shown_keys = ", ".join(map(repr, unknown))
+        raise SchemaError(f"privacy_unit has no keys but column and max_rows (not {shown_keys})")
+    column = value.get("column")
+    if not isinstance(column, str) or not column:
+        raise SchemaError("privacy_unit: column must be the name of a column in columns")
+    k = value.get("max_rows", DEFAULT_MAX_ROWS)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_MAX_ROWS:
+        raise SchemaError(f"privacy_unit: max_rows must be an integer from 1 to {MAX_MAX_ROWS}")
+    shown = column[:MAX_COLUMN_NAME_LENGTH]
+    if not any(entry.name == column for entry in entries):
+        raise SchemaError(f"privacy_unit: column {shown!r} is not in columns")
+    if column in _discovered(raw):
+        raise SchemaError(f"privacy_unit: column {shown!r} cannot be a discovered column")
+    stored = [e for e in entries if not isinstance(e, IgnoredColumn) and e.name != column]
+    if not stored:
+        raise SchemaError(
+            f"privacy_unit: column {shown!r} is never stored; declare at least one other column"
+        )
+    swapped = tuple(IgnoredColumn(e.name) if e.name == column else e for e in entries)
+    return swapped, PrivacyUnit(column, k)
+
+
+def _check_unit(unit: PrivacyUnit | None, entries: Sequence[Entry]) -> None:
+    if unit is None:
+        return
+    if not any(isinstance(e, IgnoredColumn) and e.name == unit.column for e in entries):
+        raise SchemaError(f"privacy_unit: column {unit.column!r} must be an ignored entry")
+
+
 def _missing_values(raw: Mapping[str, Any]) -> tuple[str, ...]:
     if "missing_values" not in raw:
         return DEFAULT_MISSING_VALUES
@@ -180,12 +224,16 @@ class SchemaSpec:
     missing_values: tuple[str, ...] = DEFAULT_MISSING_VALUES
     # Stored columns whose bins or categories were learned with DP at upload (not declared).
     discovered: tuple[str, ...] = ()
+    # The column naming each row's person or account, and the bound k on its rows (issue 28
+    # §1): an ignored entry here (read for truncation only, never stored).
+    privacy_unit: PrivacyUnit | None = None
     # Declared cross-column rules the synthetic rows keep (engine.constraints; public).
     rules: tuple[Rule, ...] = ()
 
     def __post_init__(self) -> None:
         _check_unique([entry.name for entry in self.entries])
         _check_discovered(self.discovered, self.entries)
+        _check_unit(self.privacy_unit, self.entries)
         if not any(not isinstance(entry, IgnoredColumn) for entry in self.entries):
             raise SchemaError("the schema declares no columns to store")
         check_rules(self.rules, self.entries)
@@ -206,14 +254,17 @@ class SchemaSpec:
         if limits is not None:
             check_schema_sizes(raw, limits)
         if "columns" in raw and isinstance(raw["columns"], list):
-            if not set(raw) <= {"columns", "missing_values", "discovered", "rules"}:
+            keys = {"columns", "missing_values", "discovered", "privacy_unit", "rules"}
+            if not set(raw) <= keys:
                 raise SchemaError(
-                    'a {"columns": [...]} schema has no keys but columns, missing_values and rules'
+                    'a {"columns": [...]} schema has no keys but columns, missing_values, '
+                    "privacy_unit and rules"
                 )
             entries = tuple(parse_column(entry, i) for i, entry in enumerate(raw["columns"]))
             if not entries:
                 raise SchemaError("the schema declares no columns")
-            return cls(entries, _missing_values(raw), _discovered(raw), rules=_rules(raw))
+            entries, unit = parse_privacy_unit(raw, entries)
+            return cls(entries, _missing_values(raw), _discovered(raw), unit, rules=_rules(raw))
         columns: list[Entry] = []
         for name, size in raw.items():
             if isinstance(size, bool) or not isinstance(size, int):
@@ -232,6 +283,8 @@ class SchemaSpec:
             out["missing_values"] = list(self.missing_values)
         if self.discovered:
             out["discovered"] = list(self.discovered)
+        if self.privacy_unit is not None:
+            out["privacy_unit"] = self.privacy_unit.to_json()
         if self.rules:
             out["rules"] = [rule_to_json(rule) for rule in self.rules]
         return out

@@ -208,7 +208,13 @@ def test_actions_record_actor_object_and_request_id(
             "dataset.create",
             "dataset",
             dataset["id"],
-            {"name": "people", "budget_rho": "2", "budget_delta": "0", "discovery_rho": None},
+            {
+                "name": "people",
+                "budget_rho": "2",
+                "budget_delta": "0",
+                "discovery_rho": None,
+                "unit_max_rows": None,
+            },
         ),
         (
             owner_id,

@@ -395,6 +395,14 @@ class AIMMechanism(Mechanism):
     """Start from noisy one-way marginals, then repeatedly select (exponential mechanism) the
     workload-relevant marginal the current model gets most wrong, measure it, re-fit.
 
+    Per privacy unit (at most k rows after truncation; ``run(..., contribution_bound=k)``): the
+    run below is made at the row-level budget ρ/k² and each release is stated with sensitivity
+    k·Δ and ρ k²·ρ_i, σ² unchanged, so the charges add up to ρ per unit (engine/privacy_unit/
+    group.py: k rows move a statistic of per-row sensitivity Δ by at most kΔ; for a count k is
+    attained, all of a unit's rows in one cell, so no tighter bound holds). The
+    selection scores (weighted L1 errors against a model fixed by earlier releases) move by at
+    most k times the largest weight.
+
     Privacy (add/remove one row, ρ-zCDP), with T rounds and selection share s: first the d
     one-way marginals are measured (discrete Gaussian, L2 sensitivity 1), together with
     ``one_way_share``·ρ split over them (equally or ∝ size^(2/3)), or 0.9ρ/T each as in the

@@ -661,6 +661,12 @@ class CIPHERMechanism(Mechanism):
     """CIPHER (Eugenio & Liu, SAND2021-0088 C / arXiv:1812.05671): measure every ``order``-way
     marginal, rebuild the full joint by stepwise l2-regularised linear solves, sample rows.
 
+    Per privacy unit (at most k rows after truncation; ``run(..., contribution_bound=k)``): the
+    run below is made at the row-level budget ρ/k² and each release is stated with sensitivity
+    k·Δ and ρ k²·ρ_i, σ² unchanged, so the charges add up to ρ per unit (engine/privacy_unit/
+    group.py: k rows move a statistic of per-row sensitivity Δ by at most kΔ; for a count k is
+    attained, all of a unit's rows in one cell, so no tighter bound holds).
+
     Privacy (add/remove one row, ρ-zCDP). Q = every ``order``-way marginal of the attributes
     with more than one value (the whole table over them if there are at most ``order``; the
     one-cell table of the first attribute if there are none). Q is fixed by the public domain

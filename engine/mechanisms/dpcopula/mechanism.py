@@ -419,6 +419,16 @@ class DPCopulaMechanism(Mechanism):
     through the copula (Li, Xiong, Jiang, EDBT 2014), optionally per partition of small-domain
     attributes (the paper's DPCopula-hybrid, Algorithm 6).
 
+    Per privacy unit (at most k rows after truncation; ``run(..., contribution_bound=k)``): the
+    run below is made at the row-level budget ρ/k² and each release is stated with sensitivity
+    k·Δ and ρ k²·ρ_i, σ² unchanged, so the charges add up to ρ per unit (engine/privacy_unit/
+    group.py: k rows move a statistic of per-row sensitivity Δ by at most kΔ; for a count k is
+    attained, all of a unit's rows in one cell, so no tighter bound holds). Kendall:
+    the size n̂_p of the subsample is fixed by released counts, and composing the one-row
+    couplings below along the k steps couples the subsamples of D and D′ with at most k
+    substituted rows, so S_p moves by at most k·Δ_p (or use the group privacy of zCDP, Bun &
+    Steinke 2016, Proposition 27); MLE: k rows land in at most k blocks, 2g·k.
+
     Privacy (ρ-zCDP; neighbours add or remove one row). ρ is split exactly into ρ_K (candidate
     partition keys, ``partition_share``·ρ when there are candidates), ρ_M (margins,
     ``margin_share`` of the rest) and ρ_C (correlations, the remainder); a stage with nothing to

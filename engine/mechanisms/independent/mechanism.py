@@ -52,6 +52,12 @@ def estimate_total(measurements: tuple[Measurement, ...]) -> float:
 class IndependentMechanism(Mechanism):
     """Measure every 1-way marginal, make them consistent, sample each column independently.
 
+    Per privacy unit (at most k rows after truncation; ``run(..., contribution_bound=k)``): the
+    run below is made at the row-level budget ρ/k² and each release is stated with sensitivity
+    k·Δ and ρ k²·ρ_i, σ² unchanged, so the charges add up to ρ per unit (engine/privacy_unit/
+    group.py: k rows move a statistic of per-row sensitivity Δ by at most kΔ; for a count k is
+    attained, all of a unit's rows in one cell, so no tighter bound holds).
+
     Privacy: d measurements, one per attribute, each the attribute's histogram (L2 sensitivity 1
     under add/remove-one-row) plus discrete Gaussian noise with σ² = d/(2ρ), i.e. ρ/d-zCDP each
     (Canonne, Kamath, Steinke 2020, Theorem 14); by composition (Bun & Steinke 2016, Lemma 2.3)

@@ -87,6 +87,13 @@ class MSTMechanism(Mechanism):
     """Measure all one-way marginals, choose a maximum spanning tree of two-way marginals with the
     exponential mechanism, measure its edges, fit a graphical model, sample.
 
+    Per privacy unit (at most k rows after truncation; ``run(..., contribution_bound=k)``): the
+    run below is made at the row-level budget ρ/k² and each release is stated with sensitivity
+    k·Δ and ρ k²·ρ_i, σ² unchanged, so the charges add up to ρ per unit (engine/privacy_unit/
+    group.py: k rows move a statistic of per-row sensitivity Δ by at most kΔ; for a count k is
+    attained, all of a unit's rows in one cell, so no tighter bound holds). The
+    L1-error scores of the tree selection move by at most k.
+
     Privacy (add/remove one row, ρ-zCDP): ρ is split exactly into thirds.
     * ρ/3 over the d one-way marginals (ρ/(3d) each; L2 sensitivity 1; discrete Gaussian with
       σ² = 3d/(2ρ); CKS 2020).

@@ -209,6 +209,12 @@ class PPSynMechanism(Mechanism):
     """PPSyn-safe: AIM-like rounds that measure *partitioned* marginals (sums over groups of
     cells) chosen by the exponential mechanism, with partitions computed from the current model.
 
+    Per privacy unit (at most k rows after truncation; ``run(..., contribution_bound=k)``): the
+    run below is made at the row-level budget ρ/k² and each release is stated with sensitivity
+    k·Δ and ρ k²·ρ_i, σ² unchanged, so the charges add up to ρ per unit (engine/privacy_unit/
+    group.py: k rows move a statistic of per-row sensitivity Δ by at most kΔ; for a count k is
+    attained, all of a unit's rows in one cell, so no tighter bound holds).
+
     Pipeline and privacy claim per step (add/remove one row, ρ-zCDP, exact fractions; the charges
     sum to ρ exactly):
 

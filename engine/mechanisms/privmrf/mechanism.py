@@ -194,6 +194,13 @@ class PrivMRFMechanism(Mechanism):
     initial marginals → t rounds of (fit MRF, Gaussian noisy-max over k sampled candidates,
     measure the winner) → final fit → sampling from the MRF.
 
+    Per privacy unit (at most k rows after truncation; ``run(..., contribution_bound=k)``): the
+    run below is made at the row-level budget ρ/k² and each release is stated with sensitivity
+    k·Δ and ρ k²·ρ_i, σ² unchanged, so the charges add up to ρ per unit (engine/privacy_unit/
+    group.py: k rows move a statistic of per-row sensitivity Δ by at most kΔ; for a count k is
+    attained, all of a unit's rows in one cell, so no tighter bound holds). R-scores:
+    per row 2g on the grid, per unit 2gk.
+
     Privacy (add/remove one row, ρ-zCDP; every release is integer-valued with exact discrete
     Gaussian noise N_Z(0, σ²) from the CSPRNG ``noise_source``, which is Δ²/(2σ²)-zCDP, Canonne,
     Kamath, Steinke 2020; composition by summing ρ, Bun & Steinke 2016). ρ is split in exact

@@ -252,6 +252,13 @@ class PrivSynMechanism(Mechanism):
     """Noisy one-way marginals, DenseMarg selection of many two-way marginals by noisy InDif,
     their combination into small cliques, measurement, consistency, and GUM record synthesis.
 
+    Per privacy unit (at most k rows after truncation; ``run(..., contribution_bound=k)``): the
+    run below is made at the row-level budget ρ/k² and each release is stated with sensitivity
+    k·Δ and ρ k²·ρ_i, σ² unchanged, so the charges add up to ρ per unit (engine/privacy_unit/
+    group.py: k rows move a statistic of per-row sensitivity Δ by at most kΔ; for a count k is
+    attained, all of a unit's rows in one cell, so no tighter bound holds). InDif:
+    per row 4g, per unit 4gk.
+
     Privacy (add/remove one row, ρ-zCDP). ρ is split exactly (``split_rho``) into
     ρ₁ = ``one_way_share``·ρ, ρ₂ = ``indif_share``·ρ and ρ₃ = ρ − ρ₁ − ρ₂.
     * One-way marginals: ρ₁ split over the d attributes ∝ c^(2/3) (c = domain size); each is the

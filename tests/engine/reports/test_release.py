@@ -49,6 +49,7 @@ def test_the_builder_takes_no_real_data() -> None:
         "model_marginal",
         "deltas",
         "discovery_delta",
+        "privacy_unit",  # k and the DP truncation count: public (issue 28 §1)
         "rules",  # counts of keeping the declared rules: functions of the model's output
     ]
 
