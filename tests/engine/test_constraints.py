@@ -425,3 +425,17 @@ def test_random_single_rules_leave_no_row_breaking_them(tmp_path: Path) -> None:
             assert kept is not None
             assert kept.report.remaining_rows == 0, (rule, kept.report.to_json())
     assert checked > 80
+
+
+def test_a_rule_cannot_name_the_privacy_unit_column() -> None:
+    """The unit's column is read for truncation only, never stored: a rule on it is refused."""
+    columns = [*COLUMNS, {"name": "person", "type": "categorical", "categories": ["p1", "p2"]}]
+    unit = {"column": "person", "max_rows": 2}
+    rule = {"allowed": {"columns": ["person"], "combinations": [["p1"]]}}
+    with pytest.raises(SchemaError, match="column 'person' is ignored"):
+        SchemaSpec.from_json({"columns": columns, "privacy_unit": unit, "rules": [rule]})
+    spec = SchemaSpec.from_json(
+        {"columns": columns, "privacy_unit": unit, "rules": [{"compare": ["end", ">=", "start"]}]}
+    )
+    assert spec.privacy_unit is not None and len(spec.rules) == 1
+    assert SchemaSpec.from_json(spec.to_json()) == spec
