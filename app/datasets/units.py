@@ -5,7 +5,7 @@ upload is read once more, first: every row's keyed hash (a fresh key per upload,
 its unit and every other column as read, and its unit. :func:`engine.privacy_unit.truncate` keeps
 the k rows of each unit with the smallest hashes (rows without a unit are dropped); discovery and
 encoding then read only the kept rows (``keep``). The unit's values are held in memory for that
-pass only, as Arrow text: at most :data:`UNIT_MAX_BYTES` bytes a cell and ``max_unit_rows`` rows
+pass only, as Arrow bytes: at most :data:`UNIT_MAX_BYTES` bytes a cell and ``max_unit_rows`` rows
 (docs/operations.md, "Privacy units"), both checked before the memory is taken.
 """
 
