@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from contextlib import closing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -22,8 +22,8 @@ from typing import Any
 from app.datasets.ingest import IngestLimits, UploadRejected, read_batches
 from engine.columns.spec import RHO_QUANTUM
 from engine.privacy_unit import PrivacyUnit, Truncation, noisy_truncation
-from engine.tables.encoding import CodesColumn, TableSchema
-from engine.tables.units import UnitCollector
+from engine.tables.encoding import TableSchema
+from engine.tables.units import UnitCollector, reading_schema
 
 UNIT_MAX_BYTES = 64
 """The longest unit value (an id) accepted, in UTF-8 bytes: the unit column is held in memory."""
@@ -63,9 +63,7 @@ def truncation_pass(
     """
     max_rows = min(limits.max_rows, unit_limits.max_rows)
     # Every column of the file, read as text from a CSV (Parquet: its own types).
-    reading = TableSchema(
-        tuple(CodesColumn(name, 1) for name in schema.file_names), (), schema.missing_values
-    )
+    reading = reading_schema(schema)
     collector = UnitCollector(
         unit, reading.names, schema.missing_values, key=key, max_unit_bytes=UNIT_MAX_BYTES
     )
@@ -166,11 +164,3 @@ def truncation_figures(truncation: Truncation) -> dict[str, int]:
         "units_truncated": truncation.units_truncated,
         "rows_without_unit": truncation.rows_without_unit,
     }
-
-
-def without_unit(schema: TableSchema, unit: PrivacyUnit | None) -> TableSchema:
-    """The stored schema: the upload's, without the unit's column (an ignored column of the
-    file), so that no model, report or export names it."""
-    if unit is None:
-        return schema
-    return replace(schema, ignored=tuple(n for n in schema.ignored if n != unit.column))

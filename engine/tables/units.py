@@ -12,6 +12,7 @@ schema's missing-value spellings is missing: its row is dropped.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -19,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.privacy_unit import PrivacyUnit, Truncation, new_hash_key, row_hashes, truncate
+from engine.tables.encoding import CodesColumn, TableSchema
 
 
 class UnitCollector:
@@ -100,6 +102,22 @@ def as_cells(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.cast(values, pa.large_string())
 
 
+def reading_schema(schema: TableSchema) -> TableSchema:
+    """How the truncation pass reads a file of ``schema`` (the upload's, the unit an ignored
+    column of it): every column, as text from a CSV (a Parquet file's own types)."""
+    return TableSchema(
+        tuple(CodesColumn(name, 1) for name in schema.file_names), (), schema.missing_values
+    )
+
+
+def without_unit(schema: TableSchema, unit: PrivacyUnit | None) -> TableSchema:
+    """The stored schema: the upload's, without the unit's column (an ignored column of the
+    file), so that no model, report or export names it."""
+    if unit is None:
+        return schema
+    return replace(schema, ignored=tuple(n for n in schema.ignored if n != unit.column))
+
+
 def kept_batches(batches: Iterable[pa.RecordBatch], keep: np.ndarray) -> Iterator[pa.RecordBatch]:
     """The rows of ``batches`` (read in file order) that ``keep`` marks; ``ValueError`` if the
     batches hold another number of rows than ``keep`` (a choice made on another reading)."""
@@ -118,4 +136,4 @@ def kept_batches(batches: Iterable[pa.RecordBatch], keep: np.ndarray) -> Iterato
         raise ValueError("the batches hold fewer rows than the truncation read")
 
 
-__all__ = ["UnitCollector", "as_cells", "kept_batches"]
+__all__ = ["UnitCollector", "as_cells", "kept_batches", "reading_schema", "without_unit"]

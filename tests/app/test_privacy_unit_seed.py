@@ -25,12 +25,12 @@ from app.datasets.units import (
     release_truncation,
     truncation_pass,
     truncation_rho,
-    without_unit,
 )
 from engine.discovery.schema import provisional
 from engine.domain import Dataset
 from engine.mechanisms import get_mechanism
 from engine.tables.encoding import SchemaSpec
+from engine.tables.units import without_unit
 
 LIMITS = IngestLimits(max_columns=20, max_rows=100_000, max_cell_bytes=1024)
 COLUMNS: list[dict[str, Any]] = [
