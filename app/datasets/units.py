@@ -68,16 +68,25 @@ def truncation_pass(
         unit, reading.names, schema.missing_values, key=key, max_unit_bytes=UNIT_MAX_BYTES
     )
     bounded = IngestLimits(limits.max_columns, max_rows, limits.max_cell_bytes)
+    over_rows = f"a table with a privacy unit has at most {max_rows} rows"
     too_long = 0
-    with closing(read_batches(source, reading, bounded)) as batches:
-        for batch in batches:
-            # Checked before the batch's units are held (a Parquet footer's row count is
-            # checked by the reader before any batch).
-            if collector.rows + batch.num_rows > max_rows:
-                raise UploadRejected(
-                    422, f"a table with a privacy unit has at most {max_rows} rows"
-                )
-            too_long += collector.add(batch)
+    try:
+        with closing(read_batches(source, reading, bounded)) as batches:
+            for batch in batches:
+                # Checked before the batch's units are held (a Parquet footer's row count is
+                # checked by the reader before any batch).
+                if collector.rows + batch.num_rows > max_rows:
+                    raise UploadRejected(422, over_rows)
+                too_long += collector.add(batch)
+    except UploadRejected as rejected:
+        if (
+            max_rows < limits.max_rows
+            and rejected.message == f"the table has more than {max_rows} rows"
+        ):
+            # The reader's own check (a Parquet footer) of the bound it was given: say which
+            # limit the table broke, as docs/api.md does.
+            raise UploadRejected(422, over_rows) from None
+        raise
     if too_long:
         raise UploadRejected(
             422,
