@@ -29,7 +29,7 @@ import math
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
@@ -64,7 +64,7 @@ from engine.release.from_result import record_from_result
 from engine.release.model_file import load_model_file, write_model_file
 from engine.release.record import RecordError, ReleaseRecord
 from engine.reports import build_owner_report, build_release_report, render_html
-from engine.tables.encoding import CodesColumn, SchemaError, SchemaSpec, TableSchema
+from engine.tables.encoding import SchemaError, SchemaSpec, TableSchema
 from engine.tables.files import atomic_path
 from engine.tables.local import (
     PARQUET_MAGIC,
@@ -79,7 +79,7 @@ from engine.tables.local import (
     write_table,
 )
 from engine.tables.synthetic_output import write_synthetic
-from engine.tables.units import UnitCollector, kept_batches
+from engine.tables.units import UnitCollector, kept_batches, reading_schema, without_unit
 
 MAX_EPSILON = Decimal(1000)
 """The service's cap on ε (a larger ε gives no meaningful guarantee)."""
@@ -258,9 +258,7 @@ def truncate_file(path: Path, spec: SchemaSpec) -> Truncation | None:
         return None
     try:
         schema = provisional(spec)
-        reading = TableSchema(
-            tuple(CodesColumn(name, 1) for name in schema.file_names), (), schema.missing_values
-        )
+        reading = reading_schema(schema)
         with open(path, "rb") as handle:
             magic = handle.read(4)
         read = parquet_batches if magic == PARQUET_MAGIC else csv_batches
@@ -551,11 +549,7 @@ def synthesize(
     except TableError as error:
         raise CommandError(f"DATA ({data}): {error}") from None
     # The unit's column is read for truncation only: no output, model or record names it.
-    schema = (
-        file_schema
-        if unit is None
-        else replace(file_schema, ignored=tuple(n for n in file_schema.ignored if n != unit.column))
-    )
+    schema = without_unit(file_schema, unit)
     if truncation is not None and unit is not None:
         click.echo(
             f"privacy unit: at most {unit.max_rows} rows per person kept; truncation removed "

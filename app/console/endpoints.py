@@ -51,6 +51,7 @@ from app.console.schema_form import (
     ColumnRow,
     SchemaFormError,
     apply_unit,
+    apply_unit_to_json,
     rows_from_form,
     rows_from_schema,
     schema_extra,
@@ -714,6 +715,16 @@ async def upload(
                         f"the schema is limited to {settings.max_schema_bytes} bytes"
                     )
                 form = _replace_form_field(request, form, "schema", fields["schema"])
+            elif fields["schema_source"] == "json":
+                # The unit's inputs show for either source: never drop a chosen unit silently.
+                with_unit = apply_unit_to_json(texts.get("schema", ""), texts)
+                if with_unit is not None:
+                    if len(with_unit.encode()) > settings.max_schema_bytes:
+                        raise SchemaFormError(
+                            f"the schema is limited to {settings.max_schema_bytes} bytes"
+                        )
+                    fields["schema"] = with_unit
+                    form = _replace_form_field(request, form, "schema", with_unit)
             created = await datasets_api.create_dataset(
                 request, db, settings, storage, signed.principal
             )

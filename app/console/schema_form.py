@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.privacy_unit import DEFAULT_MAX_ROWS
 from engine.schema_draft.inference import MAX_CATEGORIES as DRAFT_MAX_CATEGORIES
 
 COLUMN_TYPES = ("categorical", "numeric", "date", "datetime", "boolean", "codes", "ignore")
@@ -152,6 +153,39 @@ def apply_unit(schema: dict[str, Any], form: Mapping[str, str]) -> dict[str, Any
         unit["max_rows"] = _integer(rows, "k (rows per person)", "the privacy unit")
     schema["privacy_unit"] = unit
     return schema
+
+
+def apply_unit_to_json(text: str, form: Mapping[str, str]) -> str | None:
+    """The JSON source's schema text with the form's privacy unit added, or None when it needs
+    no change: no unit was chosen, the schema already names the same one (k defaulting as the
+    upload defaults it), or the text is not a JSON object (the upload refuses it as usual).
+
+    The unit's inputs show whichever schema source is chosen: a unit chosen there must not be
+    dropped silently by the JSON source (a row-level dataset its owner believes per person).
+    A JSON schema that names another unit is refused (:class:`SchemaFormError`)."""
+    wanted = apply_unit({}, form).get("privacy_unit")
+    if wanted is None:
+        return None
+    try:
+        schema = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(schema, dict):
+        return None
+    current = schema.get("privacy_unit")
+    if current is None:
+        schema["privacy_unit"] = wanted
+        return json.dumps(schema, indent=2)
+    if (
+        isinstance(current, Mapping)
+        and current.get("column") == wanted["column"]
+        and current.get("max_rows", DEFAULT_MAX_ROWS) == wanted.get("max_rows", DEFAULT_MAX_ROWS)
+    ):
+        return None
+    raise SchemaFormError(
+        "the privacy unit: the JSON schema names another privacy unit than the one chosen "
+        "above; choose the same one, or none above to keep the schema's"
+    )
 
 
 def form_values(rows: Sequence[ColumnRow], extra: str) -> dict[str, str]:

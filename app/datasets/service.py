@@ -40,7 +40,6 @@ from app.datasets.units import (
     release_truncation,
     truncation_figures,
     truncation_pass,
-    without_unit,
 )
 from app.db.base import utcnow
 from app.db.session import after_commit
@@ -66,6 +65,7 @@ from engine.tables.encoding import (
     schema_summary,
 )
 from engine.tables.raw_values import value_columns
+from engine.tables.units import without_unit
 
 logger = logging.getLogger(__name__)
 

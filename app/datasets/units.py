@@ -5,7 +5,7 @@ upload is read once more, first: every row's keyed hash (a fresh key per upload,
 its unit and every other column as read, and its unit. :func:`engine.privacy_unit.truncate` keeps
 the k rows of each unit with the smallest hashes (rows without a unit are dropped); discovery and
 encoding then read only the kept rows (``keep``). The unit's values are held in memory for that
-pass only, as Arrow text: at most :data:`UNIT_MAX_BYTES` bytes a cell and ``max_unit_rows`` rows
+pass only, as Arrow bytes: at most :data:`UNIT_MAX_BYTES` bytes a cell and ``max_unit_rows`` rows
 (docs/operations.md, "Privacy units"), both checked before the memory is taken.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from contextlib import closing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -22,8 +22,8 @@ from typing import Any
 from app.datasets.ingest import IngestLimits, UploadRejected, read_batches
 from engine.columns.spec import RHO_QUANTUM
 from engine.privacy_unit import PrivacyUnit, Truncation, noisy_truncation
-from engine.tables.encoding import CodesColumn, TableSchema
-from engine.tables.units import UnitCollector
+from engine.tables.encoding import TableSchema
+from engine.tables.units import UnitCollector, reading_schema
 
 UNIT_MAX_BYTES = 64
 """The longest unit value (an id) accepted, in UTF-8 bytes: the unit column is held in memory."""
@@ -63,23 +63,30 @@ def truncation_pass(
     """
     max_rows = min(limits.max_rows, unit_limits.max_rows)
     # Every column of the file, read as text from a CSV (Parquet: its own types).
-    reading = TableSchema(
-        tuple(CodesColumn(name, 1) for name in schema.file_names), (), schema.missing_values
-    )
+    reading = reading_schema(schema)
     collector = UnitCollector(
         unit, reading.names, schema.missing_values, key=key, max_unit_bytes=UNIT_MAX_BYTES
     )
     bounded = IngestLimits(limits.max_columns, max_rows, limits.max_cell_bytes)
+    over_rows = f"a table with a privacy unit has at most {max_rows} rows"
     too_long = 0
-    with closing(read_batches(source, reading, bounded)) as batches:
-        for batch in batches:
-            # Checked before the batch's units are held (a Parquet footer's row count is
-            # checked by the reader before any batch).
-            if collector.rows + batch.num_rows > max_rows:
-                raise UploadRejected(
-                    422, f"a table with a privacy unit has at most {max_rows} rows"
-                )
-            too_long += collector.add(batch)
+    try:
+        with closing(read_batches(source, reading, bounded)) as batches:
+            for batch in batches:
+                # Checked before the batch's units are held (a Parquet footer's row count is
+                # checked by the reader before any batch).
+                if collector.rows + batch.num_rows > max_rows:
+                    raise UploadRejected(422, over_rows)
+                too_long += collector.add(batch)
+    except UploadRejected as rejected:
+        if (
+            max_rows < limits.max_rows
+            and rejected.message == f"the table has more than {max_rows} rows"
+        ):
+            # The reader's own check (a Parquet footer) of the bound it was given: say which
+            # limit the table broke, as docs/api.md does.
+            raise UploadRejected(422, over_rows) from None
+        raise
     if too_long:
         raise UploadRejected(
             422,
@@ -166,11 +173,3 @@ def truncation_figures(truncation: Truncation) -> dict[str, int]:
         "units_truncated": truncation.units_truncated,
         "rows_without_unit": truncation.rows_without_unit,
     }
-
-
-def without_unit(schema: TableSchema, unit: PrivacyUnit | None) -> TableSchema:
-    """The stored schema: the upload's, without the unit's column (an ignored column of the
-    file), so that no model, report or export names it."""
-    if unit is None:
-        return schema
-    return replace(schema, ignored=tuple(n for n in schema.ignored if n != unit.column))

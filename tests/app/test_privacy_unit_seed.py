@@ -25,12 +25,12 @@ from app.datasets.units import (
     release_truncation,
     truncation_pass,
     truncation_rho,
-    without_unit,
 )
 from engine.discovery.schema import provisional
 from engine.domain import Dataset
 from engine.mechanisms import get_mechanism
 from engine.tables.encoding import SchemaSpec
+from engine.tables.units import without_unit
 
 LIMITS = IngestLimits(max_columns=20, max_rows=100_000, max_cell_bytes=1024)
 COLUMNS: list[dict[str, Any]] = [
@@ -163,6 +163,12 @@ def test_limits_are_checked_before_the_units_are_held(tmp_path: Path) -> None:
     assert spec.privacy_unit is not None
     with pytest.raises(Exception, match="a table with a privacy unit has at most 100 rows"):
         truncation_pass(source, provisional(spec), spec.privacy_unit, LIMITS, UnitLimits(100))
+    # A Parquet file's footer is checked before any batch, with the same message (not the
+    # RHOSYNTH_MAX_ROWS one, which names another limit than the one the table broke).
+    parquet = tmp_path / "table.parquet"
+    pd.read_csv(source).to_parquet(parquet, index=False)
+    with pytest.raises(Exception, match="a table with a privacy unit has at most 100 rows"):
+        truncation_pass(parquet, provisional(spec), spec.privacy_unit, LIMITS, UnitLimits(100))
     long = tmp_path / "long.csv"
     long.write_text("pid,age,city,tier\n" + "x" * 300 + ",30,Lyon,a\n")
     with pytest.raises(Exception, match=r"column 'pid' \(the privacy unit\): 1 rows hold a unit"):

@@ -13,7 +13,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from app.console.schema_form import SchemaFormError, apply_unit, schema_extra, unit_values
+from app.console.schema_form import (
+    SchemaFormError,
+    apply_unit,
+    apply_unit_to_json,
+    schema_extra,
+    unit_values,
+)
 from tests.conftest import Tenant
 from tests.console.support import Console, form_fields, sign_in
 from tests.support.stack import Stack
@@ -85,6 +91,44 @@ def test_the_form_shows_the_suggestion_sets_the_unit_and_the_pages_state_it(
     assert form_fields(refused.text, "/console/datasets/upload")["unit.max_rows"] == "4"
 
 
+def test_a_unit_chosen_in_the_form_is_not_dropped_by_a_json_schema(
+    tenant: Tenant, owner: Console
+) -> None:
+    # The "Privacy unit" inputs show whichever schema source is chosen: with the JSON source,
+    # a unit chosen there must not be silently dropped (a row-level dataset the owner believes
+    # per person). It is added to a JSON schema without one; a JSON schema naming another is
+    # refused beside the form.
+    data = _visits()
+    draft = owner.http.post(
+        "/console/datasets/upload",
+        data={"csrf": owner.token(), "name": "visits", "budget_rho": "5", "action": "draft"},
+        files={"file": ("visits.csv", data, "text/csv")},
+    )
+    assert draft.status_code == 200, draft.text
+    fields = form_fields(draft.text, "/console/datasets/upload")
+    fields.update({"unit.column": "customer_id", "unit.max_rows": "2", "schema_source": "json"})
+    uploaded = owner.http.post(
+        "/console/datasets/upload",
+        data={**fields, "action": "upload"},
+        files={"file": ("visits.csv", data, "text/csv")},
+    )
+    assert uploaded.status_code == 303, uploaded.text
+    dataset_id = uploaded.headers["location"].rsplit("/", 1)[1]
+    shown = tenant.owner.get(f"/v1/datasets/{dataset_id}").json()
+    assert shown["privacy"] == "per person, at most 2 rows"
+
+    other = json.loads(fields["schema"])
+    other["privacy_unit"] = {"column": "shop", "max_rows": 2}
+    fields["schema"] = json.dumps(other)
+    refused = owner.http.post(
+        "/console/datasets/upload",
+        data={**fields, "action": "upload"},
+        files={"file": ("visits.csv", data, "text/csv")},
+    )
+    assert refused.status_code == 422, refused.text[:300]
+    assert "names another privacy unit" in refused.text
+
+
 def test_the_unit_fields_round_trip_a_schema() -> None:
     schema = {"columns": [{"name": "a", "type": "ignore"}], "privacy_unit": {"column": "a"}}
     assert "privacy_unit" not in schema_extra(schema)
@@ -96,6 +140,15 @@ def test_the_unit_fields_round_trip_a_schema() -> None:
     }
     with pytest.raises(SchemaFormError, match="must be a whole number"):
         apply_unit({"columns": []}, {"unit.column": "a", "unit.max_rows": "two"})
+    # The JSON source: the same unit (k defaulting to 1) needs no change, none is added.
+    same = json.dumps({"columns": [], "privacy_unit": {"column": "a", "max_rows": 1}})
+    assert apply_unit_to_json(same, {"unit.column": "a"}) is None
+    assert apply_unit_to_json(same, {"unit.column": ""}) is None
+    added = apply_unit_to_json('{"columns": []}', {"unit.column": "a", "unit.max_rows": "3"})
+    assert added is not None and json.loads(added)["privacy_unit"] == {"column": "a", "max_rows": 3}
+    assert apply_unit_to_json("not json", {"unit.column": "a"}) is None
+    with pytest.raises(SchemaFormError, match="another privacy unit"):
+        apply_unit_to_json(same, {"unit.column": "a", "unit.max_rows": "2"})
 
 
 @pytest.mark.browser

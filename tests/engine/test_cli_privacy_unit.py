@@ -11,6 +11,7 @@ import pandas as pd
 from click.testing import CliRunner
 
 from app.cli import main
+from engine.release.record import ReleaseRecord
 
 
 def test_synthesize_keeps_k_rows_per_person_and_writes_no_unit(tmp_path: Path) -> None:
@@ -35,11 +36,12 @@ def test_synthesize_keeps_k_rows_per_person_and_writes_no_unit(tmp_path: Path) -
             }
         )
     )
-    out, model = tmp_path / "out.csv", tmp_path / "model.npz"
+    out, model, record = tmp_path / "out.csv", tmp_path / "model.npz", tmp_path / "record.json"
     result = CliRunner().invoke(
         main,
         ["synthesize", str(data), "--schema", str(schema), "--method", "independent",
-         "--rho", "1", "--seed", "1", "--out", str(out), "--save-model", str(model)],
+         "--rho", "1", "--seed", "1", "--out", str(out), "--save-model", str(model),
+         "--save-record", str(record)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "rho=1 per person, at most 3 rows" in result.output
@@ -49,5 +51,11 @@ def test_synthesize_keeps_k_rows_per_person_and_writes_no_unit(tmp_path: Path) -
     assert list(frame.columns) == ["age", "city"]
     # About 60 × 3 = 180 rows are kept (the noisy row count is what is synthesized).
     assert 100 < len(frame) < 260
-    for path in (out, model):
+    # The run itself is per person: every measurement's noise is stated at sensitivity k = 3
+    # (rho = k²/(2σ²)), not just the summary line.
+    released = ReleaseRecord.from_bytes(record.read_bytes())
+    assert released.marginals
+    for marginal in released.marginals:
+        assert 2 * marginal.rho * marginal.sigma2 == 9, marginal.attributes
+    for path in (out, model, record):
         assert b"person" not in path.read_bytes() and b"~p0" not in path.read_bytes()
