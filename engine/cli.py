@@ -45,6 +45,7 @@ import pydantic
 from engine.accounting import RHO_QUANTUM, rho_from_epsilon_delta
 from engine.columns.spec import DELTA_QUANTUM
 from engine.columns.spec import RHO_QUANTUM as RHO_GRID
+from engine.constraints.keep import Sampler
 from engine.discovery.plan import (
     Discovered,
     DiscoveryRefused,
@@ -365,16 +366,30 @@ def _write_rows(
     rng: np.random.Generator,
     out: Path,
     file_format: Literal["csv", "parquet"] | None = None,
+    *,
+    sampler: Sampler | None = None,
 ) -> None:
     """Decode synthetic ``codes`` with ``schema`` (``rng``: values inside bins) and write them,
     in row batches, atomically (as :func:`write_table`, whose formats it keeps): the one path
-    from codes to a file, shared by ``synthesize`` and ``sample``."""
+    from codes to a file, shared by ``synthesize`` and ``sample``. The schema's rules are kept
+    (rows that break one redrawn from ``sampler``, the fitted model, then repaired; no ρ) and
+    what that did is printed to stderr."""
     parquet = file_format == "parquet" if file_format is not None else is_parquet_name(out)
     try:
         with atomic_path(out) as temporary:
-            write_synthetic(schema, codes, rng, temporary, "parquet" if parquet else "csv")
+            kept = write_synthetic(
+                schema, codes, rng, temporary, "parquet" if parquet else "csv", sampler=sampler
+            )
     except OSError as error:
         raise CommandError(f"--out: cannot write {str(out)!r} ({error.strerror})") from None
+    if kept is not None:
+        report = kept.report
+        click.echo(
+            f"rules: {report.violating_rows_before} of {report.rows} rows broke a rule; "
+            f"{report.redrawn_rows} redrawn from the model, {report.repaired_rows} repaired, "
+            f"{report.remaining_rows} still breaking",
+            err=True,
+        )
 
 
 PathArgument = click.Path(path_type=Path, dir_okay=False)
@@ -580,7 +595,8 @@ def synthesize(
         raise CommandError(f"method {method!r} failed: {type(error).__name__}: {error}") from None
     bar.close()
 
-    _write_rows(result.codes, schema, rng, out)
+    model = result.model
+    _write_rows(result.codes, schema, rng, out, sampler=model.sample if model is not None else None)
     if save_model is not None:
         if result.model is None:  # run() checks this against resamplable; never reached
             raise CommandError(f"method {method!r} returned no model")
@@ -723,7 +739,7 @@ def sample(
     fmt: Literal["csv", "parquet"] | None = (
         "parquet" if file_format == "parquet" else "csv" if file_format == "csv" else None
     )
-    _write_rows(codes, schema, rng, out, fmt)
+    _write_rows(codes, schema, rng, out, fmt, sampler=model.sample)
     click.echo(
         f"{model.method} model: {count} rows, {time.perf_counter() - started:.2f} s -> {out}",
         err=True,

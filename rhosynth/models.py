@@ -125,6 +125,8 @@ class Dataset(_Wire):
     columns: list[Column]
     warnings: list[DomainWarning] = Field(default_factory=list)
     dropped_columns: list[str] = Field(default_factory=list)
+    # The declared cross-column rules every synthetic table keeps (normalised JSON; public).
+    rules: list[dict[str, Any]] = Field(default_factory=list)
     created_at: datetime
     deleted_at: datetime | None
     budget: Budget

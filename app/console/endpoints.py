@@ -70,6 +70,7 @@ from app.samples import endpoints as samples_api
 from app.samples.schemas import SampleRequest
 from engine.accounting import epsilon_from_rho_delta
 from engine.columns.base import SchemaError
+from engine.constraints import describe, parse_rules
 from engine.discovery.plan import CategoryRequest
 from engine.discovery.schema import requests_for
 from engine.tables.encoding import SchemaSpec
@@ -787,6 +788,7 @@ def _dataset_page(
         {
             "dataset": dataset,
             "domains": {c.name: column_domain(c) for c in dataset.columns},
+            "rules": [describe(rule) for rule in parse_rules(dataset.rules)],
             "gauge": gauge(dataset.budget),
             "ledger": ledger,
             "spent_epsilon": spent_epsilons(ledger.items) if ledger else {},

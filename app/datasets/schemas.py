@@ -132,6 +132,11 @@ class DatasetOut(BaseModel):
     dropped_columns: list[str] = Field(
         default_factory=list, description="columns of the file declared 'ignore': never stored"
     )
+    rules: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="the declared cross-column rules every synthetic table keeps (docs/api.md, "
+        '"Rules"), normalised; public, declared by the owner',
+    )
     created_at: datetime
     deleted_at: datetime | None
     budget: BudgetOut

@@ -52,6 +52,7 @@ from app.storage import (
     dataset_values_key,
     sample_prefix,
 )
+from engine.constraints import rule_to_json
 from engine.discovery.plan import DEFAULT_DISCOVERY_SHARE
 from engine.discovery.schema import provisional
 from engine.discovery.warnings import domain_warnings
@@ -521,6 +522,7 @@ def dataset_out(dataset: Dataset, state: AccountState, principal: Principal) -> 
             for entry in schema_summary(schema.columns)
         ],
         dropped_columns=list(schema.ignored),
+        rules=[rule_to_json(rule) for rule in schema.rules],
         warnings=[DomainWarningOut.model_validate(w) for w in dataset.warnings or []],
         created_at=dataset.created_at,
         deleted_at=dataset.deleted_at,

@@ -564,7 +564,20 @@ def _synthesize(
         del data
         progress.phase("write")
         synthetic = result.codes
-        store_table(storage, schema, synthetic, rng, output_key)
+        # Declared rules are kept on the output (engine.constraints.keep): rows that break one
+        # are redrawn from the fitted model with the job's post-processing rng, then repaired.
+        # No ρ: only the model's output is used; the counts go to the release report.
+        model = result.model
+        kept = store_table(
+            storage,
+            schema,
+            synthetic,
+            rng,
+            output_key,
+            sampler=model.sample if model is not None else None,
+        )
+        if kept is not None:
+            synthetic = kept.codes
 
         # The release's artefacts: post-processing of what was released (app/reports/artefacts.py).
         # The owner tier, which reads the real table, is built after publication by a reports
@@ -582,6 +595,7 @@ def _synthesize(
             synthetic,
             title,
             discovery_delta=source.discovery_delta,
+            rules=None if kept is None else kept.report.to_json(),
             privacy_unit=source.unit,
         )
         del record, result

@@ -13,8 +13,9 @@ from fastapi.responses import StreamingResponse
 
 from app.storage import Storage
 from engine.columns.spreadsheet import csv_header, csv_rows
+from engine.constraints.keep import Sampler
 from engine.tables.encoding import TableSchema
-from engine.tables.synthetic_output import write_synthetic
+from engine.tables.synthetic_output import KeptRules, write_synthetic
 
 BATCH_ROWS = 65_536
 
@@ -58,15 +59,22 @@ def store_table(
     codes: npt.NDArray[np.integer[Any]],
     rng: np.random.Generator,
     key: str,
-) -> None:
+    *,
+    sampler: Sampler | None = None,
+) -> KeptRules | None:
     """Decode synthetic ``codes`` (``rng``: values drawn inside their bins; post-processing) and
     store them at ``key`` as Parquet, each column with its declared type (Int64, dates, booleans,
     nulls; see ``TableSchema.to_arrow``): a job's output and a derived sample alike. Decoded
     and written in row batches (engine.tables.synthetic_output), so memory beyond the codes is
-    bounded per batch."""
+    bounded per batch.
+
+    A schema with rules keeps them (engine.constraints.keep): rows that break one are redrawn
+    from ``sampler`` (the fitted model; None: repair only), then repaired; the written codes and
+    the public counts are returned (None without rules). Post-processing only: no ρ."""
     temp = storage.temp_path(".parquet")
     try:
-        write_synthetic(schema, codes, rng, temp, "parquet")
+        kept = write_synthetic(schema, codes, rng, temp, "parquet", sampler=sampler)
         storage.put_file(temp, key)
     finally:
         temp.unlink(missing_ok=True)
+    return kept

@@ -124,9 +124,11 @@ def write_release_artefacts(
     *,
     discovery_delta: float = 0.0,
     privacy_unit: Mapping[str, Any] | None = None,
+    rules: dict[str, Any] | None = None,
 ) -> None:
     """The record, the model, the measurements as tables and the release tier of the report
     (its privacy profile adds ``discovery_delta``, the dataset's discovery δ, to each δ;
+    ``rules``: what keeping the schema's rules did, engine.constraints.keep;
     ``privacy_unit``: :func:`engine.reports.unit.unit_statement` with the DP truncation count)."""
     writer.put_bytes(RECORD, record.to_bytes())
     if model is not None:
@@ -156,6 +158,7 @@ def write_release_artefacts(
             synthetic,
             model_marginal=model.marginal if model is not None else None,
             discovery_delta=discovery_delta,
+            rules=rules,
             privacy_unit=privacy_unit,
         )
         writer.put_json(RELEASE_JSON, built)

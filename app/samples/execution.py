@@ -161,5 +161,20 @@ def _draw(storage: Storage, claimed: _Claimed, schema: TableSchema, output_key: 
         model, _schema = read_model_file(path.read_bytes())
     rng = np.random.default_rng(claimed.seed)  # post-processing only; no DP noise is drawn here
     codes = model.sample(claimed.rows, rng)
-    store_table(storage, schema, codes, rng, output_key)
+    # The schema's rules are kept as in the job (redrawn from the model, then repaired); the
+    # counts are not stored for a sample (a sample has no report).
+    kept = store_table(storage, schema, codes, rng, output_key, sampler=model.sample)
+    if kept is not None:
+        report = kept.report
+        logger.info(
+            "sample %s: %d of %d rows broke a rule; %d resampled in their bins, %d redrawn, "
+            "%d repaired, %d still breaking",
+            claimed.sample_id,
+            report.violating_rows_before,
+            report.rows,
+            report.resampled_rows,
+            report.redrawn_rows,
+            report.repaired_rows,
+            report.remaining_rows,
+        )
     return int(codes.shape[0])

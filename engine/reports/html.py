@@ -152,6 +152,38 @@ def _release(report: Mapping[str, Any]) -> list[str]:
             ],
         )
     )
+    rules = report.get("rules")
+    if rules:
+        out += ["<h2>Rules kept</h2>", _explain(report, "rules")]
+        out.append(
+            _table(
+                [
+                    "rule",
+                    "broke it as drawn",
+                    "values drawn again in their bins",
+                    "rows redrawn from the model",
+                    "repaired",
+                    "still breaking",
+                ],
+                [
+                    [
+                        r["rule"],
+                        r["violating_before"],
+                        r.get("resampled_in_bins", 0),
+                        r["redrawn"],
+                        r["repaired"],
+                        r["remaining"],
+                    ]
+                    for r in rules["rules"]
+                ],
+            )
+        )
+        out.append(
+            f'<p class="note">{escape(str(rules["rows"]))} rows; '
+            f"{escape(str(rules['violating_rows_before']))} broke a rule as drawn; redraw: "
+            f"{escape(str(rules['redraw']))}, {escape(str(rules['redraw_rounds']))} rounds, "
+            f"{escape(str(rules['drawn_rows']))} rows drawn.</p>"
+        )
     out += [
         "<h2>Measurements</h2>",
         _explain(report, "sigma", "σ"),

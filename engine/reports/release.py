@@ -79,6 +79,12 @@ EXPLANATIONS: dict[str, str] = {
     "connected": "Pairs of columns measured together (or linked in the model's structure). The "
     "synthetic data can reproduce the relation of a connected pair; an unconnected pair's "
     "relation is only implied through other columns, so it is often weakened.",
+    "rules": "The schema's declared rules (cross-column constraints) and what keeping them did "
+    "to the synthetic rows: how many rows broke each rule as first drawn, how many had their "
+    "values drawn again inside the same bins (the model's draw kept), how many were redrawn "
+    "from the model (rejection within the stated number of rounds), how many were then "
+    "repaired to the nearest row that keeps it, and how many still break it (0 unless a repair "
+    "of another rule undid it). Computed from the model's output only; no privacy cost.",
     "mutual_information": "How much knowing one column tells about the other, in bits, from the "
     "model (or the synthetic rows): 0 = independent. The normalised value divides by the smaller "
     "column's entropy: 1 = one column determines the other; n/a (–) when a column has a single "
@@ -312,6 +318,7 @@ def build_release_report(
     deltas: Sequence[float] = (1e-5, 1e-6, 1e-7, 1e-8, 1e-9),
     discovery_delta: float = 0.0,
     privacy_unit: Mapping[str, Any] | None = None,
+    rules: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The release-tier report (JSON-able) of one release; DP post-processing only.
 
@@ -323,6 +330,8 @@ def build_release_report(
     attributes' sizes, original codes). Without it, the synthetic rows' marginals stand in.
     ``discovery_delta``: the δ the dataset's discovery spent (its ledger's ``spent_delta``),
     added to each conversion δ of the privacy profile: the release uses the discovered domain.
+    ``rules``: what keeping the schema's declared rules did (``KeepReport.to_json``, functions
+    of the model's output only), shown under ``"rules"`` (null when the schema has none).
     Raises ValueError when the record's domain is not the schema's.
     """
     domain = schema.domain()
@@ -371,6 +380,7 @@ def build_release_report(
             _distribution(attr, labels[attr], data, record, n_hat) for attr in distribution_columns
         ],
         "pairs": _pairs(record, fit),
+        "rules": None if rules is None else dict(rules),
         "caps": {
             "distribution_columns": cap_note(
                 len(domain), len(distribution_columns), "columns with a distribution"

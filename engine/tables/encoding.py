@@ -54,6 +54,8 @@ from engine.columns.arrow_text import (
 from engine.columns.base import MAX_COLUMN_NAME_LENGTH, MAX_SPELLINGS, check_spellings
 from engine.columns.coupling import Coupling, fit_coupling
 from engine.columns.spec import Entry, declared_lists, declared_size, parse_column
+from engine.constraints.keep import DEFAULT_ROUNDS, RuleKeeper, Sampler
+from engine.constraints.rules import Rule, check_rule_sizes, check_rules, parse_rules, rule_to_json
 from engine.discovery.learned import LearnedBins
 from engine.domain import Domain, narrowest_unsigned
 from engine.privacy_unit import DEFAULT_MAX_ROWS, MAX_MAX_ROWS, PrivacyUnit
@@ -157,6 +159,14 @@ def _check_discovered(discovered: Sequence[str], entries: Sequence[Entry]) -> No
         raise SchemaError("discovered must name distinct stored columns")
 
 
+def _rules(raw: Mapping[str, Any]) -> tuple[Rule, ...]:
+    """The declared cross-column rules (engine.constraints): public, checked against the
+    columns when the schema is built."""
+    if "rules" not in raw:
+        return ()
+    return parse_rules(raw["rules"])
+
+
 def parse_privacy_unit(
     raw: Mapping[str, Any], entries: tuple[Entry, ...]
 ) -> tuple[tuple[Entry, ...], PrivacyUnit | None]:
@@ -217,6 +227,8 @@ class SchemaSpec:
     # The column naming each row's person or account, and the bound k on its rows (issue 28
     # §1): an ignored entry here (read for truncation only, never stored).
     privacy_unit: PrivacyUnit | None = None
+    # Declared cross-column rules the synthetic rows keep (engine.constraints; public).
+    rules: tuple[Rule, ...] = ()
 
     def __post_init__(self) -> None:
         _check_unique([entry.name for entry in self.entries])
@@ -224,6 +236,7 @@ class SchemaSpec:
         _check_unit(self.privacy_unit, self.entries)
         if not any(not isinstance(entry, IgnoredColumn) for entry in self.entries):
             raise SchemaError("the schema declares no columns to store")
+        check_rules(self.rules, self.entries)
 
     @property
     def pending(self) -> tuple[Pending, ...]:
@@ -241,16 +254,17 @@ class SchemaSpec:
         if limits is not None:
             check_schema_sizes(raw, limits)
         if "columns" in raw and isinstance(raw["columns"], list):
-            if not set(raw) <= {"columns", "missing_values", "discovered", "privacy_unit"}:
+            keys = {"columns", "missing_values", "discovered", "privacy_unit", "rules"}
+            if not set(raw) <= keys:
                 raise SchemaError(
-                    'a {"columns": [...]} schema has no keys but columns, missing_values and '
-                    "privacy_unit"
+                    'a {"columns": [...]} schema has no keys but columns, missing_values, '
+                    "privacy_unit and rules"
                 )
             entries = tuple(parse_column(entry, i) for i, entry in enumerate(raw["columns"]))
             if not entries:
                 raise SchemaError("the schema declares no columns")
             entries, unit = parse_privacy_unit(raw, entries)
-            return cls(entries, _missing_values(raw), _discovered(raw), unit)
+            return cls(entries, _missing_values(raw), _discovered(raw), unit, rules=_rules(raw))
         columns: list[Entry] = []
         for name, size in raw.items():
             if isinstance(size, bool) or not isinstance(size, int):
@@ -271,6 +285,8 @@ class SchemaSpec:
             out["discovered"] = list(self.discovered)
         if self.privacy_unit is not None:
             out["privacy_unit"] = self.privacy_unit.to_json()
+        if self.rules:
+            out["rules"] = [rule_to_json(rule) for rule in self.rules]
         return out
 
     def complete(self) -> TableSchema:
@@ -313,7 +329,13 @@ class SchemaSpec:
         if learned is not None and not set(learned) <= set(pending):
             raise SchemaError("only pending columns can be learned")
         marked = pending if learned is None else tuple(n for n in pending if n in set(learned))
-        return TableSchema(tuple(columns), ignored, self.missing_values, self.discovered + marked)
+        return TableSchema(
+            tuple(columns),
+            ignored,
+            self.missing_values,
+            self.discovered + marked,
+            rules=self.rules,
+        )
 
 
 @dataclass(frozen=True)
@@ -326,12 +348,15 @@ class TableSchema:
     missing_values: tuple[str, ...] = DEFAULT_MISSING_VALUES
     # Columns whose bins or categories were learned with DP at upload; the rest were declared.
     discovered: tuple[str, ...] = ()
+    # Declared cross-column rules the synthetic rows keep (engine.constraints; public).
+    rules: tuple[Rule, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.columns:
             raise SchemaError("the schema declares no columns")
         _check_unique([*self.names, *self.ignored])
         _check_discovered(self.discovered, self.columns)
+        check_rules(self.rules, [*self.columns, *(IgnoredColumn(n) for n in self.ignored)])
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -356,7 +381,9 @@ class TableSchema:
     def to_json(self) -> dict[str, Any]:
         """The normalised ``{"columns": [...]}`` form (bins as explicit edges, ignored last)."""
         entries: list[Entry] = [*self.columns, *(IgnoredColumn(n) for n in self.ignored)]
-        return SchemaSpec(tuple(entries), self.missing_values, self.discovered).to_json()
+        return SchemaSpec(
+            tuple(entries), self.missing_values, self.discovered, rules=self.rules
+        ).to_json()
 
     @classmethod
     def from_json(cls, raw: Any, limits: SchemaLimits | None = None) -> TableSchema:
@@ -464,6 +491,47 @@ class TableSchema:
             batch = codes[start : start + batch_rows]
             yield self.to_arrow(self._decode(batch, generators, coupling))
 
+    def kept_batches(
+        self,
+        codes: np.ndarray,
+        rng: np.random.Generator,
+        sampler: Sampler | None,
+        batch_rows: int = DECODE_BATCH_ROWS,
+        rounds: int = DEFAULT_ROUNDS,
+    ) -> tuple[RuleKeeper, Iterator[tuple[np.ndarray, pa.Table]]]:
+        """:meth:`decode_batches` keeping the declared :attr:`rules` (engine.constraints.keep):
+        each batch's rows that break a rule are redrawn with ``sampler`` (the fitted model; None:
+        repair only), then repaired. Yields each batch's codes (as kept) with its Arrow table;
+        the keeper's ``report`` counts what was done once the batches are consumed.
+
+        Post-processing with the job's ``rng``: the table's own values are drawn as in
+        :meth:`decode_batches` (same generators), redrawn rows with generators of their own
+        seeded after them, so a run is deterministic given ``rng``.
+        """
+        if batch_rows < 1:
+            raise ValueError("batch_rows must be positive")
+        self._check_codes(codes)
+        generators = self.column_generators(rng)
+        coupling = self.coupling(codes)
+        redraw_rng = np.random.default_rng(int(rng.integers(0, 2**63)))
+        redraw_generators = self.column_generators(redraw_rng)
+        keeper = RuleKeeper(
+            self,
+            self.rules,
+            lambda drawn: self._decode(drawn, redraw_generators, coupling),
+            sampler,
+            redraw_rng,
+            rounds=rounds,
+        )
+
+        def batches() -> Iterator[tuple[np.ndarray, pa.Table]]:
+            for start in range(0, codes.shape[0], batch_rows):
+                batch = codes[start : start + batch_rows]
+                kept, frame = keeper.keep(batch, self._decode(batch, generators, coupling))
+                yield kept, self.to_arrow(frame)
+
+        return keeper, batches()
+
     def coupling(self, codes: np.ndarray) -> Coupling | None:
         """The copula that draws values inside the bins of linked numeric, date and datetime
         columns jointly (engine.columns.coupling), estimated from the synthetic ``codes``
@@ -556,6 +624,7 @@ def check_schema_sizes(raw: Mapping[str, Any], limits: SchemaLimits) -> None:
         lists = []
     if count > limits.max_columns:
         raise SchemaError(f"the schema declares more than {limits.max_columns} columns")
+    check_rule_sizes(raw.get("rules"))
     spellings = raw.get("missing_values")
     if isinstance(spellings, list) and len(spellings) > MAX_SPELLINGS:
         raise SchemaError(f"missing_values are limited to {MAX_SPELLINGS} entries")

@@ -821,3 +821,18 @@ def test_an_owner_report_being_built_is_a_page_that_reloads(
     assert '<meta http-equiv="refresh" content="5">' in page.text
     assert "The owner report is being built" in page.text
     assert f'href="/console/jobs/{job_id}"' in page.text
+
+
+def test_the_dataset_page_lists_its_rules(tenant: Tenant, analyst: Console) -> None:
+    """Issue 28 §2: declared rules are public; the dataset page shows them to an analyst."""
+    data = (FIXTURES / "spans.csv").read_bytes()
+    schema = (FIXTURES / "spans-schema.json").read_text()
+    created = upload(tenant.owner, data, schema)
+    assert created.status_code == 201, created.text
+    page = analyst.http.get(f"/console/datasets/{created.json()['id']}")
+    assert page.status_code == 200
+    assert 'id="rules"' in page.text
+    assert str(escape("end >= start")) in page.text
+    assert str(escape("age >= 16 if wrkstat in ['Full-Time']")) in page.text
+    plain = upload(tenant.owner, data, json.dumps({**json.loads(schema), "rules": []}))
+    assert 'id="rules"' not in analyst.http.get(f"/console/datasets/{plain.json()['id']}").text

@@ -226,3 +226,27 @@ def test_save_record_feeds_the_release_tier_of_report(table: tuple[Path, Path]) 
         "--out", out, "--save-record", out,
     )  # fmt: skip
     assert_refused(same_file, "--save-record")
+
+
+def test_synthesize_and_sample_keep_the_schemas_rules(
+    tmp_path: Path, table: tuple[Path, Path]
+) -> None:
+    """Issue 28 §2: the CLI keeps declared rules and says what that did."""
+    data, schema = table
+    ruled = dict(SCHEMA, rules=[
+        {"compare": ["age", ">=", 30], "if": {"city": ["Lyon"]}},
+        {"allowed": {"columns": ["member", "tier"], "combinations": [[True, 0], [False, 3]]}},
+    ])  # fmt: skip
+    schema.write_text(json.dumps(ruled))
+    out, model = tmp_path / "out.csv", tmp_path / "model.npz"
+    result = synthesize(data, schema, out, model, "independent")
+    assert result.exit_code == 0, result.output
+    assert "rules:" in result.output and "0 still breaking" in result.output
+    drawn = tmp_path / "drawn.csv"
+    result = invoke("sample", model, "--rows", "500", "--seed", "1", "--out", drawn)
+    assert result.exit_code == 0, result.output
+    for path in (out, drawn):
+        frame = pd.read_csv(path)
+        assert not ((frame["city"] == "Lyon") & (frame["age"] < 30)).any()
+        pairs = set(zip(frame["member"].astype(str), frame["tier"], strict=True))
+        assert pairs <= {("True", 0), ("False", 3)}

@@ -50,7 +50,32 @@ def test_the_builder_takes_no_real_data() -> None:
         "deltas",
         "discovery_delta",
         "privacy_unit",  # k and the DP truncation count: public (issue 28 §1)
+        "rules",  # counts of keeping the declared rules: functions of the model's output
     ]
+
+
+def test_the_rules_kept_are_reported() -> None:
+    """Issue 28 §2: what keeping the declared rules did is in the JSON and the HTML."""
+    schema, record, synthetic = _tiny()
+    assert build_release_report(schema, record, synthetic)["rules"] is None
+    counts = {
+        "rows": 4,
+        "violating_rows_before": 2,
+        "redrawn_rows": 1,
+        "repaired_rows": 1,
+        "remaining_rows": 0,
+        "drawn_rows": 16,
+        "redraw": "model",
+        "redraw_rounds": 10,
+        "rules": [
+            {"rule": "end >= start", "violating_before": 2, "redrawn": 1, "repaired": 1,
+             "remaining": 0}
+        ],
+    }  # fmt: skip
+    report = build_release_report(schema, record, synthetic, rules=counts)
+    assert report["rules"] == counts and "rules" in report["explanations"]
+    html = render_html(report, title="t")
+    assert "Rules kept" in html and "end &gt;= start" in html
 
 
 def test_the_profile_adds_the_discovery_delta_and_states_dp_correctly() -> None:
