@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -506,10 +506,21 @@ def column_facts(entry: Any) -> Facts:
 # --- validation against the columns -----------------------------------------------------------
 
 
-def check_rules(rules: Sequence[Rule], entries: Sequence[Any]) -> None:
+def check_rules(
+    rules: Sequence[Rule], entries: Sequence[Any], learned: Collection[str] = ()
+) -> None:
     """Refuse a rule that names an unknown or ignored column, mixes kinds, names an undeclared
-    value, or can never hold given the declared bounds. Public facts only."""
+    value, or can never hold given the declared bounds. Public facts only.
+
+    ``learned`` names columns whose bins were learned with DP at upload: their bounds are not
+    declared (a learned range is a DP output inside its declared window), so a rule naming one is
+    not checked against bounds here. It was checked against the declared window before
+    discovery (the pending column's facts); refusing it after discovery would make an upload
+    whose discovery was charged fail on what discovery learned. A rule the learned range makes
+    impossible is left to the repair, and the rows it cannot mend are counted in ``remaining``.
+    """
     by_name = {entry.name: entry for entry in entries}
+    unlearned = set(learned)
     for i, rule in enumerate(rules):
         where = f"rules[{i}] ({describe(rule)})"
         names = rule_columns(rule)
@@ -523,11 +534,12 @@ def check_rules(rules: Sequence[Rule], entries: Sequence[Any]) -> None:
             if isinstance(entry, IgnoredColumn):
                 raise SchemaError(f"{where}: column {name!r} is ignored (never stored)")
             facts[name] = column_facts(entry)
-        check_rule(rule, facts, where)
+        check_rule(rule, facts, where, bounds=not unlearned & set(names))
 
 
-def check_rule(rule: Rule, facts: Mapping[str, Facts], where: str) -> None:
-    """One rule against its columns' facts (see :func:`check_rules`)."""
+def check_rule(rule: Rule, facts: Mapping[str, Facts], where: str, *, bounds: bool = True) -> None:
+    """One rule against its columns' facts (see :func:`check_rules`); ``bounds=False`` skips
+    the checks that read the columns' bounds (whether the rule can ever hold within them)."""
     for condition in rule.when:
         fact = facts[condition.column]
         if condition.values is not None:
@@ -547,7 +559,7 @@ def check_rule(rule: Rule, facts: Mapping[str, Facts], where: str) -> None:
             for _, value in condition.tests:
                 fact.constant(value, where)
     if isinstance(rule, Compare):
-        _check_compare(rule, facts, where)
+        _check_compare(rule, facts, where, bounds)
     elif isinstance(rule, Allowed):
         if len(set(rule.columns)) != len(rule.columns):
             raise SchemaError(f"{where}: the columns must be distinct")
@@ -577,7 +589,7 @@ def check_rule(rule: Rule, facts: Mapping[str, Facts], where: str) -> None:
         total = facts[rule.column]
         low = sum(facts[p].low for p in rule.parts)
         high = sum(facts[p].high for p in rule.parts)
-        if high < total.low or low > total.high:
+        if bounds and (high < total.low or low > total.high):
             raise SchemaError(f"{where}: can never hold within the columns' declared bounds")
 
 
@@ -592,7 +604,7 @@ def _discrete_value(fact: Facts, value: Scalar, where: str) -> float:
     return fact.constant(value, where)
 
 
-def _check_compare(rule: Compare, facts: Mapping[str, Facts], where: str) -> None:
+def _check_compare(rule: Compare, facts: Mapping[str, Facts], where: str, bounds: bool) -> None:
     left = facts[rule.left]
     op = rule.op
     if rule.right_column is None:
@@ -607,7 +619,7 @@ def _check_compare(rule: Compare, facts: Mapping[str, Facts], where: str) -> Non
                 raise SchemaError(f"{where}: can never hold (the column has one value)")
             return
         _check_step(left, op, where)
-        if not _feasible(left.low, left.high, op, value, value):
+        if bounds and not _feasible(left.low, left.high, op, value, value):
             raise SchemaError(f"{where}: can never hold within the column's declared bounds")
         if op == "==" and left.step is not None:
             steps = value / left.step
@@ -631,7 +643,7 @@ def _check_compare(rule: Compare, facts: Mapping[str, Facts], where: str) -> Non
         )
     _check_step(left, op, where)
     _check_step(right, flip(op), where)
-    if not _feasible(left.low, left.high, op, right.low, right.high):
+    if bounds and not _feasible(left.low, left.high, op, right.low, right.high):
         raise SchemaError(f"{where}: can never hold within the columns' declared bounds")
 
 

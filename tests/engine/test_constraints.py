@@ -439,3 +439,37 @@ def test_a_rule_cannot_name_the_privacy_unit_column() -> None:
     )
     assert spec.privacy_unit is not None and len(spec.rules) == 1
     assert SchemaSpec.from_json(spec.to_json()) == spec
+
+
+def test_a_learned_range_never_refuses_a_rule_after_discovery(tmp_path: Path) -> None:
+    """A rule is checked against a learned range's declared window before discovery; once the
+    range is learned (a DP output, its discovery charged) it is not refused any more, so the
+    upload's outcome does not hinge on what discovery learned: the repair keeps what it can and
+    counts the rest in ``remaining``."""
+    from fractions import Fraction
+
+    from engine.discovery.cost import DiscoveryCost
+    from engine.discovery.learned import LearnedBins
+
+    columns = [
+        {"name": "x", "type": "numeric", "integer": True, "min": 0, "max": 100,
+         "bins": {"quantiles": 2, "range": True}},
+        {"name": "y", "type": "numeric", "min": 0, "max": 100, "bins": 4, "integer": True},
+    ]  # fmt: skip
+    rules = [{"compare": ["x", "<=", 5]}, {"sum": {"column": "y", "of": ["x"]}}]
+    spec = SchemaSpec.from_json({"columns": columns, "rules": rules})
+    with pytest.raises(SchemaError, match="can never hold"):  # the declared window decides
+        SchemaSpec.from_json({"columns": columns, "rules": [{"compare": ["x", ">", 100]}]})
+    # Discovery learned [19.5, 80.5]: x <= 5 can no longer hold.
+    cost = DiscoveryCost("x", Fraction(1))
+    learned = LearnedBins((19.5, 50.5, 80.5), None, False, True, 2, cost)
+    schema = spec.resolve({}, learned=["x"], learned_bins={"x": learned})
+    assert schema.discovered == ("x",)
+    assert TableSchema.from_json(schema.to_json()) == schema  # the stored schema reads back
+    codes = np.random.default_rng(1).integers(0, 2, (500, 2))
+    kept = write_synthetic(schema, codes, np.random.default_rng(2), tmp_path / "f.csv", "csv")
+    assert kept is not None
+    assert kept.report.rules[0].violating_before == 500
+    assert kept.report.rules[0].remaining == 500  # counted, never hidden
+    frame = pd.read_csv(tmp_path / "f.csv")
+    assert frame["x"].min() >= 20  # repairs stay inside the learned range
