@@ -45,6 +45,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engine.columns import (
     BooleanColumn,
@@ -199,25 +200,33 @@ def _on_grid(fact: Facts, values: npt.NDArray[np.float64], how: str) -> npt.NDAr
     """``values`` moved onto the column's grid (``up``, ``down`` or ``nearest``) and into its
     bounds."""
     out = values
-    if fact.step is not None:
-        scaled = values / fact.step
+    step = fact.grid
+    if step is not None:
+        scaled = values / step
         if how == "up":
             scaled = np.ceil(scaled - 1e-9)
         elif how == "down":
             scaled = np.floor(scaled + 1e-9)
         else:
             scaled = np.round(scaled)
-        out = scaled * fact.step
-        low = math.ceil(fact.low / fact.step - 1e-9) * fact.step
-        high = math.floor(fact.high / fact.step + 1e-9) * fact.step
+        out = scaled * step
+        low = math.ceil(fact.low / step - 1e-9) * step
+        high = math.floor(fact.high / step + 1e-9) * step
+        if fact.places is not None:  # a written grid: exactly the values the CSV shows
+            out, low, high = (
+                np.round(out, fact.places),
+                round(low, fact.places),
+                round(high, fact.places),
+            )
         return np.clip(out, low, high)
     return np.clip(out, fact.low, fact.high)
 
 
 def _nudge(fact: Facts, values: npt.NDArray[np.float64], up: bool) -> npt.NDArray[np.float64]:
     """The next value of the column's grid above (or below) ``values``."""
-    if fact.step is not None:
-        return values + (fact.step if up else -fact.step)
+    step = fact.grid
+    if step is not None:
+        return values + (step if up else -step)
     return np.nextafter(values, np.inf if up else -np.inf)
 
 
@@ -237,7 +246,20 @@ class _Compiled:
         return out
 
     def violations(self, views: dict[str, npt.NDArray[np.float64]]) -> npt.NDArray[np.bool_]:
-        """Rows that break the rule (rows it does not apply to never do)."""
+        """Rows that break the rule (rows it does not apply to never do), as decoded or as
+        written: a continuous column with a ``"%.Nf"`` format is also checked at its N places
+        (the CSV's values), so both the Parquet and the CSV output keep the rule."""
+        out = self._violations(views)
+        written = {
+            name: _written(fact, views[name])
+            for name, fact in self.facts.items()
+            if fact.places is not None
+        }
+        if written:
+            out |= self._violations({**views, **written})
+        return out
+
+    def _violations(self, views: dict[str, npt.NDArray[np.float64]]) -> npt.NDArray[np.bool_]:
         applies = self.applies(views)
         rule = self.rule
         if isinstance(rule, Compare):
@@ -334,6 +356,9 @@ class _Compiled:
         rule = self.rule
         assert isinstance(rule, Sum)
         total_fact = self.facts[rule.column]
+        for part in rule.parts:  # parts written at N places are summed as written
+            if self.facts[part].places is not None:
+                views[part][rows] = _on_grid(self.facts[part], views[part][rows], "nearest")
         parts = self._parts(views)[rows]
         low = max(total_fact.low, sum(self.facts[p].low for p in rule.parts))
         high = min(total_fact.high, sum(self.facts[p].high for p in rule.parts))
@@ -387,6 +412,14 @@ def _target(fact: Facts, op: str, other: npt.NDArray[np.float64]) -> npt.NDArray
     up = _on_grid(fact, _nudge(fact, other, up=True), "up")
     down = _on_grid(fact, _nudge(fact, other, up=False), "down")
     return np.where(up != other, up, down)
+
+
+def _written(fact: Facts, values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """The values as the CSV writes them (engine.columns.output.fixed_places: rounded half to
+    even at ``fact.places``)."""
+    assert fact.places is not None
+    rounded = pc.round(pa.array(values, from_pandas=True), ndigits=fact.places)
+    return np.asarray(rounded.to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
 def _most_frequent_other(values: npt.NDArray[np.float64], value: float, size: int) -> float:

@@ -50,6 +50,7 @@ from engine.columns import (
     QuantileBins,
     SchemaError,
 )
+from engine.columns.output import number_places
 
 MAX_RULES = 64
 """Rules a schema may declare."""
@@ -409,6 +410,17 @@ class Facts:
     step: float | None  # the grid of values (None: continuous)
     labels: tuple[str, ...] | None = None  # categorical labels; None: discovered (unknown)
     codes: bool = False  # a codes column (a number kind that is also discrete)
+    # A continuous numeric column written with a "%.Nf" format: the N places its CSV keeps.
+    places: int | None = None
+
+    @property
+    def grid(self) -> float | None:
+        """The grid repairs put values on: the column's own (``step``), or for a continuous
+        column written with N decimal places, multiples of 10^-N (so a repaired value is
+        written as it was checked)."""
+        if self.step is not None or self.places is None:
+            return self.step
+        return 10.0**-self.places
 
     def constant(self, value: Scalar, where: str) -> float:
         """A rule's constant in view units; :class:`SchemaError` if it does not fit the kind."""
@@ -482,9 +494,17 @@ def column_facts(entry: Any) -> Facts:
         entry_low, entry_high = entry.bounds()
         provisional = entry.provisional()
         base = column_facts(provisional)
-        return Facts(name, base.kind, entry_low, entry_high, base.step)
+        return Facts(name, base.kind, entry_low, entry_high, base.step, places=base.places)
     if isinstance(entry, NumericColumn):
-        return Facts(name, "number", entry.edges[0], entry.edges[-1], entry.step)
+        places = number_places(entry.format) if entry.format is not None else None
+        return Facts(
+            name,
+            "number",
+            entry.edges[0],
+            entry.edges[-1],
+            entry.step,
+            places=places if entry.step is None else None,
+        )
     if isinstance(entry, CodesColumn):
         return Facts(name, "number", 0.0, float(entry.size - 1), 1.0, codes=True)
     if isinstance(entry, DateColumn | DatetimeColumn):
