@@ -92,9 +92,12 @@ class Decoder(Protocol):
 
 @dataclass
 class RuleCounts:
-    """Per rule: rows that broke it before, rows whose values were drawn again inside their
-    bins, rows replaced by rows redrawn from the model, rows repaired, rows that still break it
-    (0 unless a repair of another rule undid it; reported, never hidden)."""
+    """Per rule: rows that broke it before, of those the rows mended by drawing their values
+    again inside their bins and by replacing them with rows redrawn from the model, rows
+    repaired (those left, plus rows a repair of another rule broke), rows that still break it
+    (0 unless a repair of another rule undid it; reported, never hidden). So
+    ``violating_before <= resampled_in_bins + redrawn + repaired + remaining``, with equality
+    when no repair of another rule touches the rule's columns."""
 
     rule: str
     violating_before: int = 0
@@ -550,8 +553,6 @@ class RuleKeeper:
                 frame_parts.append(decoded.iloc[ok])
                 offset += len(ok)
         in_bins = replaced.copy()
-        for counts, mask in zip(report.rules, before, strict=True):
-            counts.resampled_in_bins += int((mask & in_bins).sum())
         report.resampled_rows += int(in_bins.sum())
         rate = max(1.0 - broken.mean(), 1 / 64)  # the share of rows that keep every rule
         for _ in range(self._rounds if self._sampler is not None else 0):
@@ -572,8 +573,6 @@ class RuleKeeper:
                 frame_parts.append(decoded.iloc[ok[:take]])
                 offset += take
             rate = max(len(ok) / draw, 1 / 64)
-        for counts, mask in zip(report.rules, before, strict=True):
-            counts.redrawn += int((mask & replaced & ~in_bins).sum())
         report.redrawn_rows += int((replaced & ~in_bins).sum())
         if len(codes_parts) > 1:
             dtype = np.result_type(*(part.dtype for part in codes_parts))
@@ -581,6 +580,12 @@ class RuleKeeper:
             frame = pd.concat(frame_parts, ignore_index=True).take(source)
             frame = frame.reset_index(drop=True)
             views = self._views(frame)
+            # A rule counts a replaced row as mended only if the new row keeps it (a sum is
+            # not redrawn for: a replaced row that still breaks it is counted in its repairs).
+            for counts, compiled, mask in zip(report.rules, self._compiled, before, strict=True):
+                mended = mask & replaced & ~compiled.violations(views)
+                counts.resampled_in_bins += int((mended & in_bins).sum())
+                counts.redrawn += int((mended & ~in_bins).sum())
         else:
             codes = codes.copy()
         changed = np.zeros(rows, dtype=bool)

@@ -503,3 +503,36 @@ def test_formatted_continuous_columns_keep_the_rules_as_written(
         # Written at one place, the sum holds to the written precision (half a step).
         gap = (frame["t"] - frame["s"] - frame["a"]).abs()
         assert int((gap > 0.05 + 1e-9).sum()) == 0
+
+
+@pytest.mark.parametrize("redraw", [True, False])
+def test_rule_counts_add_up(tmp_path: Path, redraw: bool) -> None:
+    """A replaced row counts as mended for a rule only if the new row keeps it. A continuous
+    sum (tolerance 1e-9 relative) holds by chance with probability 0, so it is never mended by a
+    resample or a redraw: every row that broke it is counted as repaired. The compare rule,
+    whose columns no other repair touches, has each row that broke it counted exactly once."""
+    columns = [
+        *COLUMNS[:2],
+        {"name": "a", "type": "numeric", "min": 0, "max": 10, "bins": 5},
+        {"name": "b", "type": "numeric", "min": 0, "max": 10, "bins": 5},
+        {"name": "total", "type": "numeric", "min": 0, "max": 20, "bins": 5},
+    ]
+    rules = [{"compare": ["end", ">=", "start"]}, {"sum": {"column": "total", "of": ["a", "b"]}}]
+    schema = TableSchema.from_json({"columns": columns, "rules": rules})
+    codes = _uniform(schema)(3000, np.random.default_rng(1))
+    out = tmp_path / "f.csv"
+    kept = write_synthetic(
+        schema, codes, np.random.default_rng(7), out, "csv", batch_rows=1000,
+        sampler=_uniform(schema) if redraw else None,
+    )  # fmt: skip
+    assert kept is not None
+    report = kept.report
+    assert report.resampled_rows > 0 and (report.redrawn_rows > 0) == redraw
+    ordered, total = report.rules
+    assert ordered.violating_before > 100
+    mended = ordered.resampled_in_bins + ordered.redrawn + ordered.repaired + ordered.remaining
+    assert mended == ordered.violating_before
+    assert total.resampled_in_bins == total.redrawn == 0
+    assert total.repaired >= total.violating_before == 3000
+    frame = pd.read_csv(out)
+    assert int((frame["end"] < frame["start"]).sum()) == 0
