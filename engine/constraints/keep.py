@@ -203,6 +203,12 @@ def _on_grid(fact: Facts, values: npt.NDArray[np.float64], how: str) -> npt.NDAr
     """``values`` moved onto the column's grid (``up``, ``down`` or ``nearest``) and into its
     bounds."""
     out = values
+    if fact.unit is not None:
+        low = float(_calendar(fact, np.array([fact.low]), "up")[0])
+        high = float(_calendar(fact, np.array([fact.high]), "down")[0])
+        if low > high:  # no grid value inside the bounds: the bounds win (kept encodable)
+            low, high = fact.low, fact.high
+        return np.clip(_calendar(fact, values, how), low, high)
     step = fact.grid
     if step is not None:
         scaled = values / step
@@ -225,8 +231,31 @@ def _on_grid(fact: Facts, values: npt.NDArray[np.float64], how: str) -> npt.NDAr
     return np.clip(out, fact.low, fact.high)
 
 
+def _calendar(fact: Facts, values: npt.NDArray[np.float64], how: str) -> npt.NDArray[np.float64]:
+    """Dates or datetimes (view units) moved onto the column's written grid (``fact.unit``:
+    days, hours, minutes, seconds, or calendar months and years) ``up``, ``down`` or to the
+    ``nearest``."""
+    assert fact.unit is not None
+    stamps = values.astype(np.int64).astype(f"datetime64[{fact.base}]")
+    floor = stamps.astype(f"datetime64[{fact.unit}]")
+    down = floor.astype(f"datetime64[{fact.base}]").astype(np.int64).astype(np.float64)
+    if how == "down":
+        return down
+    up_stamps = (floor + np.where(down < values, 1, 0)).astype(f"datetime64[{fact.base}]")
+    up = up_stamps.astype(np.int64).astype(np.float64)
+    if how == "up":
+        return up
+    return np.where(values - down <= up - values, down, up)
+
+
 def _nudge(fact: Facts, values: npt.NDArray[np.float64], up: bool) -> npt.NDArray[np.float64]:
     """The next value of the column's grid above (or below) ``values``."""
+    if fact.unit is not None:
+        stamps = values.astype(np.int64).astype(f"datetime64[{fact.base}]")
+        moved = (stamps.astype(f"datetime64[{fact.unit}]") + (1 if up else -1)).astype(
+            f"datetime64[{fact.base}]"
+        )
+        return moved.astype(np.int64).astype(np.float64)
     step = fact.grid
     if step is not None:
         return values + (step if up else -step)
@@ -256,7 +285,7 @@ class _Compiled:
         written = {
             name: _written(fact, views[name])
             for name, fact in self.facts.items()
-            if fact.places is not None
+            if fact.places is not None or fact.unit not in (None, fact.base)
         }
         if written:
             out |= self._violations({**views, **written})
@@ -418,8 +447,13 @@ def _target(fact: Facts, op: str, other: npt.NDArray[np.float64]) -> npt.NDArray
 
 
 def _written(fact: Facts, values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """The values as the CSV writes them (engine.columns.output.fixed_places: rounded half to
-    even at ``fact.places``)."""
+    """The values as the CSV writes them: numbers rounded half to even at ``fact.places``
+    (engine.columns.output.fixed_places), dates and datetimes truncated to ``fact.unit``."""
+    if fact.unit is not None:  # strftime writes a date or datetime truncated to its unit
+        known = ~np.isnan(values)
+        out = values.copy()
+        out[known] = _calendar(fact, values[known], "down")
+        return out
     assert fact.places is not None
     rounded = pc.round(pa.array(values, from_pandas=True), ndigits=fact.places)
     return np.asarray(rounded.to_numpy(zero_copy_only=False), dtype=np.float64)

@@ -69,6 +69,7 @@ Kind = Literal["number", "date", "datetime", "label", "boolean"]
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 _ISO = re.compile(r"\d{4}-\d{2}(-\d{2}([T ]\d{2}(:\d{2}(:\d{2})?)?)?)?\Z")
 _RESOLUTION_SECONDS = {"day": 86_400, "hour": 3_600, "minute": 60, "second": 1}
+_NUMPY_UNITS = {"year": "Y", "month": "M", "day": "D", "hour": "h", "minute": "m", "second": "s"}
 
 
 def flip(op: str) -> str:
@@ -412,6 +413,9 @@ class Facts:
     codes: bool = False  # a codes column (a number kind that is also discrete)
     # A continuous numeric column written with a "%.Nf" format: the N places its CSV keeps.
     places: int | None = None
+    # A date or datetime column: the numpy unit of the values it writes ("D", "h", "m", "s",
+    # or the calendar's "M", "Y"), the grid its repaired values are put on.
+    unit: str | None = None
 
     @property
     def grid(self) -> float | None:
@@ -421,6 +425,11 @@ class Facts:
         if self.step is not None or self.places is None:
             return self.step
         return 10.0**-self.places
+
+    @property
+    def base(self) -> str:
+        """The numpy unit of the view values of a date (days) or datetime (seconds)."""
+        return "D" if self.kind == "date" else "s"
 
     def constant(self, value: Scalar, where: str) -> float:
         """A rule's constant in view units; :class:`SchemaError` if it does not fit the kind."""
@@ -494,7 +503,9 @@ def column_facts(entry: Any) -> Facts:
         entry_low, entry_high = entry.bounds()
         provisional = entry.provisional()
         base = column_facts(provisional)
-        return Facts(name, base.kind, entry_low, entry_high, base.step, places=base.places)
+        return Facts(
+            name, base.kind, entry_low, entry_high, base.step, places=base.places, unit=base.unit
+        )
     if isinstance(entry, NumericColumn):
         places = number_places(entry.format) if entry.format is not None else None
         return Facts(
@@ -509,10 +520,14 @@ def column_facts(entry: Any) -> Facts:
         return Facts(name, "number", 0.0, float(entry.size - 1), 1.0, codes=True)
     if isinstance(entry, DateColumn | DatetimeColumn):
         kind: Kind = "date" if isinstance(entry, DateColumn) else "datetime"
-        seconds = _RESOLUTION_SECONDS.get(entry.output_resolution)
-        step = None if seconds is None else (1.0 if kind == "date" else float(seconds))
-        # step None: a month/year resolution, whose grid is not evenly spaced.
-        return Facts(name, kind, float(entry.edges[0]), float(entry.edges[-1] - 1), step)
+        written = entry.written_resolution  # what the CSV shows (its format may be coarser)
+        seconds = _RESOLUTION_SECONDS.get(written)
+        if seconds is None:
+            step = None  # a month/year resolution, whose grid is not evenly spaced
+        else:
+            step = max(1.0, seconds / 86_400) if kind == "date" else float(seconds)
+        low, high = float(entry.edges[0]), float(entry.edges[-1] - 1)
+        return Facts(name, kind, low, high, step, unit=_NUMPY_UNITS[written])
     if isinstance(entry, BooleanColumn):
         return Facts(name, "boolean", 0.0, 1.0, 1.0)
     if isinstance(entry, CategoricalColumn):

@@ -536,3 +536,37 @@ def test_rule_counts_add_up(tmp_path: Path, redraw: bool) -> None:
     assert total.repaired >= total.violating_before == 3000
     frame = pd.read_csv(out)
     assert int((frame["end"] < frame["start"]).sum()) == 0
+
+
+def test_dates_and_datetimes_keep_the_rules_as_written(tmp_path: Path) -> None:
+    """A datetime drawn to the second but written to the minute ("%Y-%m-%d %H:%M"), and a date
+    written by month ("%Y-%m"), keep the rules in the CSV: a repair does not move a value by one
+    second (written as the same minute) or to a day inside a month (written as its first)."""
+    columns = [
+        {"name": "t", "type": "datetime", "min": "2020-01-01T00:00:00",
+         "max": "2020-01-31T00:00:00", "bins": 4, "format": "%Y-%m-%d %H:%M",
+         "resolution": "second"},
+        {"name": "u", "type": "datetime", "min": "2020-01-01T00:00:00",
+         "max": "2020-01-31T00:00:00", "bins": 4, "format": "%Y-%m-%d %H:%M",
+         "resolution": "second"},
+        {"name": "d", "type": "date", "min": "2020-01-01", "max": "2020-12-31", "bins": 4,
+         "format": "%Y-%m"},
+    ]  # fmt: skip
+    rules = [{"compare": ["u", ">", "t"]}, {"compare": ["d", ">=", {"value": "2020-03-15"}]}]
+    schema = TableSchema.from_json({"columns": columns, "rules": rules})
+    codes = np.random.default_rng(1).integers(0, 4, (2000, 3))
+    out = tmp_path / "f.csv"
+    kept = write_synthetic(schema, codes, np.random.default_rng(2), out, "csv")
+    assert kept is not None and kept.report.remaining_rows == 0
+    assert all(r.violating_before > 100 for r in kept.report.rules)
+    frame = pd.read_csv(out, dtype=str)
+    t = pd.to_datetime(frame["t"], format="%Y-%m-%d %H:%M")
+    u = pd.to_datetime(frame["u"], format="%Y-%m-%d %H:%M")
+    d = pd.to_datetime(frame["d"], format="%Y-%m")
+    assert int((u <= t).sum()) == 0
+    assert int((d < pd.Timestamp("2020-03-15")).sum()) == 0
+    parquet = tmp_path / "f.parquet"
+    write_synthetic(schema, codes, np.random.default_rng(2), parquet, "parquet")
+    values = pd.read_parquet(parquet)
+    assert int((values["u"] <= values["t"]).sum()) == 0
+    assert int((pd.to_datetime(values["d"]) < pd.Timestamp("2020-03-15")).sum()) == 0
