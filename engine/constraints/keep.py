@@ -227,6 +227,13 @@ def _on_grid(fact: Facts, values: npt.NDArray[np.float64], how: str) -> npt.NDAr
                 round(low, fact.places),
                 round(high, fact.places),
             )
+        # The grid values inside the bounds (the 1e-9 slack above may step just past them).
+        low = low + step if low < fact.low else low
+        high = high - step if high > fact.high else high
+        if fact.places is not None:
+            low, high = round(low, fact.places), round(high, fact.places)
+        if low > high or low < fact.low or high > fact.high:
+            low, high = fact.low, fact.high  # no grid value inside: the bounds win (encodable)
         return np.clip(out, low, high)
     return np.clip(out, fact.low, fact.high)
 

@@ -570,3 +570,20 @@ def test_dates_and_datetimes_keep_the_rules_as_written(tmp_path: Path) -> None:
     values = pd.read_parquet(parquet)
     assert int((values["u"] <= values["t"]).sum()) == 0
     assert int((pd.to_datetime(values["d"]) < pd.Timestamp("2020-03-15")).sum()) == 0
+
+
+def test_repairs_stay_inside_bounds_just_past_a_grid_value(tmp_path: Path) -> None:
+    """A bound a hair above a grid value (3.0000000001 for an integer column, within the grid's
+    1e-9 slack) must not let a repair write 3, outside the declared domain (the job would
+    fail when the repaired row is encoded)."""
+    columns = [
+        {"name": "x", "type": "numeric", "min": 3.0000000001, "max": 10, "bins": 1,
+         "integer": True},
+        {"name": "y", "type": "numeric", "min": 0, "max": 10, "bins": 1, "integer": True},
+    ]  # fmt: skip
+    schema = TableSchema.from_json({"columns": columns, "rules": [{"compare": ["x", "<=", "y"]}]})
+    codes = np.zeros((500, 2), dtype=np.uint8)
+    kept = write_synthetic(schema, codes, np.random.default_rng(2), tmp_path / "f.csv", "csv")
+    assert kept is not None and kept.report.repaired_rows > 0
+    frame = pd.read_csv(tmp_path / "f.csv")
+    assert int((frame["x"] > frame["y"]).sum()) == 0
