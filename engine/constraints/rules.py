@@ -411,7 +411,8 @@ class Facts:
     step: float | None  # the grid of values (None: continuous)
     labels: tuple[str, ...] | None = None  # categorical labels; None: discovered (unknown)
     codes: bool = False  # a codes column (a number kind that is also discrete)
-    # A continuous numeric column written with a "%.Nf" format: the N places its CSV keeps.
+    # The decimal places a numeric column is written at: its decimals, or for a continuous
+    # column written with a "%.Nf" format, N (None: integers, or the shortest form).
     places: int | None = None
     # A date or datetime column: the numpy unit of the values it writes ("D", "h", "m", "s",
     # or the calendar's "M", "Y"), the grid its repaired values are put on.
@@ -508,14 +509,9 @@ def column_facts(entry: Any) -> Facts:
         )
     if isinstance(entry, NumericColumn):
         places = number_places(entry.format) if entry.format is not None else None
-        return Facts(
-            name,
-            "number",
-            entry.edges[0],
-            entry.edges[-1],
-            entry.step,
-            places=places if entry.step is None else None,
-        )
+        if entry.step is not None:  # integers are exact; decimals are written at their places
+            places = entry.decimals
+        return Facts(name, "number", entry.edges[0], entry.edges[-1], entry.step, places=places)
     if isinstance(entry, CodesColumn):
         return Facts(name, "number", 0.0, float(entry.size - 1), 1.0, codes=True)
     if isinstance(entry, DateColumn | DatetimeColumn):

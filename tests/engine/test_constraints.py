@@ -334,7 +334,7 @@ def test_sizes_are_limited_before_parsing() -> None:
 
 
 FUZZ_COLUMNS: list[dict[str, Any]] = [
-    {"name": "n1", "type": "numeric", "min": 0, "max": 10, "bins": 3},
+    {"name": "n1", "type": "numeric", "min": 0, "max": 10, "bins": 3, "format": "%.2f"},
     {"name": "n2", "type": "numeric", "min": 0, "max": 10, "bins": 4, "integer": True},
     {"name": "n3", "type": "numeric", "min": -5, "max": 20, "bins": 5, "decimals": 2,
      "nullable": True},
@@ -345,7 +345,7 @@ FUZZ_COLUMNS: list[dict[str, Any]] = [
     {"name": "t1", "type": "datetime", "min": "2020-01-01T00:00:00", "max": "2020-01-31T00:00:00",
      "bins": 3, "resolution": "hour"},
     {"name": "t2", "type": "datetime", "min": "2020-01-01T00:00:00", "max": "2020-01-31T00:00:00",
-     "bins": 5},
+     "bins": 5, "format": "%Y-%m-%d %H:%M", "resolution": "second"},
     {"name": "b", "type": "boolean", "nullable": True},
     {"name": "k", "type": "codes", "size": 4},
 ]  # fmt: skip
