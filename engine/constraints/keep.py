@@ -384,10 +384,11 @@ class _Compiled:
             return
         right_fact = self.facts[rule.right_column]
         right = views[rule.right_column]
-        left[rows] = _target(left_fact, rule.op, right[rows])
-        still = rows[~compare(left[rows], rule.op, right[rows])]
+        left[rows] = _target(left_fact, rule.op, _bound(right_fact, right[rows], rule.op))
+        still = rows[self.violations(views)[rows]]
         if len(still):
-            right[still] = _target(right_fact, flip(rule.op), left[still])
+            other = _bound(left_fact, left[still], flip(rule.op))
+            right[still] = _target(right_fact, flip(rule.op), other)
 
     def _repair_sum(
         self, views: dict[str, npt.NDArray[np.float64]], rows: npt.NDArray[np.intp]
@@ -451,6 +452,20 @@ def _target(fact: Facts, op: str, other: npt.NDArray[np.float64]) -> npt.NDArray
     up = _on_grid(fact, _nudge(fact, other, up=True), "up")
     down = _on_grid(fact, _nudge(fact, other, up=False), "down")
     return np.where(up != other, up, down)
+
+
+def _bound(fact: Facts, values: npt.NDArray[np.float64], op: str) -> npt.NDArray[np.float64]:
+    """What a value compared with ``op`` must beat both as decoded and as written: for ``>``
+    and ``>=`` the larger of the two (3.00 for 2.996 written at two places), for ``<`` and
+    ``<=`` the smaller, else the value."""
+    if fact.places is None and fact.unit in (None, fact.base):
+        return values
+    written = _written(fact, values)
+    if op in (">", ">="):
+        return np.maximum(values, written)
+    if op in ("<", "<="):
+        return np.minimum(values, written)
+    return values
 
 
 def _written(fact: Facts, values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

@@ -587,3 +587,23 @@ def test_repairs_stay_inside_bounds_just_past_a_grid_value(tmp_path: Path) -> No
     assert kept is not None and kept.report.repaired_rows > 0
     frame = pd.read_csv(tmp_path / "f.csv")
     assert int((frame["x"] > frame["y"]).sum()) == 0
+
+
+@pytest.mark.parametrize("op", [">", "<"])
+def test_strict_comparison_with_a_formatted_column_holds_as_written(
+    tmp_path: Path, op: str
+) -> None:
+    """``n > m`` where m is drawn continuous and written at two places: a repair must beat m as
+    written too (m = 2.996 is written 3.00: n = 3.00 keeps it as decoded, not as written)."""
+    columns = [
+        {"name": "n", "type": "numeric", "min": 0, "max": 10, "bins": 2, "decimals": 2},
+        {"name": "m", "type": "numeric", "min": 0, "max": 10, "bins": 2, "format": "%.2f"},
+    ]
+    schema = TableSchema.from_json({"columns": columns, "rules": [{"compare": ["n", op, "m"]}]})
+    codes = np.random.default_rng(1).integers(0, 2, (4000, 2))
+    out = tmp_path / "f.csv"
+    kept = write_synthetic(schema, codes, np.random.default_rng(2), out, "csv")
+    assert kept is not None and kept.report.remaining_rows == 0
+    frame = pd.read_csv(out)
+    broken = frame["n"] <= frame["m"] if op == ">" else frame["n"] >= frame["m"]
+    assert int(broken.sum()) == 0
