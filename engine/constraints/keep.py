@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -131,7 +131,6 @@ class KeepReport:
     drawn_rows: int = 0  # rows drawn from the model by redraws (accepted or not)
     redraw: bool = True  # False: no re-samplable model, straight to repair
     rounds: int = DEFAULT_ROUNDS
-    pending_rounds: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
