@@ -217,9 +217,10 @@ def test_repairs_are_nearest() -> None:
     assert list(out["age"]) == [16, 10]  # the condition holds only on the first row
     assert list(out["total"]) == [4.0, 5.0]
     assert list(out["d2"].astype(str)) == ["2020-03-06", "2020-02-01"]
-    # (p, False) is one change from (p, True) and from (q, False): the declared order (or the
-    # more frequent among kept rows) decides; the second row has a null y and is not checked.
-    assert out.loc[0, "x"] in ("p", "q") and str(out.loc[1, "x"]) == "r"
+    # (p, False) is one change from (p, True) and from (q, False): no row keeps the rule (the
+    # second row has a null y and is not checked), so the declared order decides: (p, True).
+    assert str(out.loc[0, "x"]) == "p" and bool(out.loc[0, "y"]) is True
+    assert str(out.loc[1, "x"]) == "r" and out["y"].isna().iloc[1]
     assert keeper.report.rules[4].repaired == 1
 
 
