@@ -445,6 +445,9 @@ class Facts:
             refused = f"{what}: a constant is not an ISO 8601 {self.kind} (without a zone, UTC)"
             if not _ISO.match(value):
                 raise SchemaError(refused)
+            if self.kind == "date" and len(value) > len("2020-01-01"):
+                # A time would be cut off: d >= "2020-01-10T05:00" would keep 2020-01-10.
+                raise SchemaError(f"{what} is a date: give a date constant without a time")
             try:
                 stamp = np.datetime64(value.replace(" ", "T"))
             except (ValueError, OverflowError):

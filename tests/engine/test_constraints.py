@@ -273,6 +273,8 @@ def test_rules_round_trip_and_are_public() -> None:
         ({"compare": ["age", "==", 2.5]}, "the column's values are multiples of 1"),
         ({"compare": ["age", ">=", "16"]}, "column '16' is not in the schema"),
         ({"compare": ["d1", ">=", {"value": "June"}]}, "not an ISO 8601 date"),
+        ({"compare": ["d1", ">=", {"value": "2020-01-10T05:00"}]}, "without a time"),
+        ({"compare": ["age", ">=", 16], "if": {"d1": {"<": "2020-01-10 05"}}}, "without a time"),
         ({"compare": ["x", "==", "wrkstat"]}, 'use "allowed"'),
         ({"compare": ["age", "=>", 16]}, "an operator among"),
         (
