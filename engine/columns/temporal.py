@@ -117,6 +117,18 @@ class _TemporalColumn(BinnedCodes):
         return derived
 
     @property
+    def written_resolution(self) -> str:
+        """The resolution a CSV writes: the output resolution, or the format's finest directive
+        when it is coarser (a "%Y-%m-%d %H:%M" format writes minutes of values drawn to the
+        second)."""
+        derived = _finest(self.format) if self.format is not None else None
+        if derived is not None and RESOLUTIONS.index(derived) < RESOLUTIONS.index(
+            self.output_resolution
+        ):
+            return derived
+        return self.output_resolution
+
+    @property
     def type(self) -> str:
         raise NotImplementedError
 

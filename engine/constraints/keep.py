@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engine.columns import (
     BooleanColumn,
@@ -91,9 +92,12 @@ class Decoder(Protocol):
 
 @dataclass
 class RuleCounts:
-    """Per rule: rows that broke it before, rows whose values were drawn again inside their
-    bins, rows replaced by rows redrawn from the model, rows repaired, rows that still break it
-    (0 unless a repair of another rule undid it; reported, never hidden)."""
+    """Per rule: rows that broke it before, of those the rows mended by drawing their values
+    again inside their bins and by replacing them with rows redrawn from the model, rows
+    repaired (those left, plus rows a repair of another rule broke), rows that still break it
+    (0 unless a repair of another rule undid it; reported, never hidden). So
+    ``violating_before <= resampled_in_bins + redrawn + repaired + remaining``, with equality
+    when no repair of another rule touches the rule's columns."""
 
     rule: str
     violating_before: int = 0
@@ -127,7 +131,6 @@ class KeepReport:
     drawn_rows: int = 0  # rows drawn from the model by redraws (accepted or not)
     redraw: bool = True  # False: no re-samplable model, straight to repair
     rounds: int = DEFAULT_ROUNDS
-    pending_rounds: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -199,25 +202,69 @@ def _on_grid(fact: Facts, values: npt.NDArray[np.float64], how: str) -> npt.NDAr
     """``values`` moved onto the column's grid (``up``, ``down`` or ``nearest``) and into its
     bounds."""
     out = values
-    if fact.step is not None:
-        scaled = values / fact.step
+    if fact.unit is not None:
+        low = float(_calendar(fact, np.array([fact.low]), "up")[0])
+        high = float(_calendar(fact, np.array([fact.high]), "down")[0])
+        if low > high:  # no grid value inside the bounds: the bounds win (kept encodable)
+            low, high = fact.low, fact.high
+        return np.clip(_calendar(fact, values, how), low, high)
+    step = fact.grid
+    if step is not None:
+        scaled = values / step
         if how == "up":
             scaled = np.ceil(scaled - 1e-9)
         elif how == "down":
             scaled = np.floor(scaled + 1e-9)
         else:
             scaled = np.round(scaled)
-        out = scaled * fact.step
-        low = math.ceil(fact.low / fact.step - 1e-9) * fact.step
-        high = math.floor(fact.high / fact.step + 1e-9) * fact.step
+        out = scaled * step
+        low = math.ceil(fact.low / step - 1e-9) * step
+        high = math.floor(fact.high / step + 1e-9) * step
+        if fact.places is not None:  # a written grid: exactly the values the CSV shows
+            out, low, high = (
+                np.round(out, fact.places),
+                round(low, fact.places),
+                round(high, fact.places),
+            )
+        # The grid values inside the bounds (the 1e-9 slack above may step just past them).
+        low = low + step if low < fact.low else low
+        high = high - step if high > fact.high else high
+        if fact.places is not None:
+            low, high = round(low, fact.places), round(high, fact.places)
+        if low > high or low < fact.low or high > fact.high:
+            low, high = fact.low, fact.high  # no grid value inside: the bounds win (encodable)
         return np.clip(out, low, high)
     return np.clip(out, fact.low, fact.high)
 
 
+def _calendar(fact: Facts, values: npt.NDArray[np.float64], how: str) -> npt.NDArray[np.float64]:
+    """Dates or datetimes (view units) moved onto the column's written grid (``fact.unit``:
+    days, hours, minutes, seconds, or calendar months and years) ``up``, ``down`` or to the
+    ``nearest``."""
+    assert fact.unit is not None
+    stamps = values.astype(np.int64).astype(f"datetime64[{fact.base}]")
+    floor = stamps.astype(f"datetime64[{fact.unit}]")
+    down = floor.astype(f"datetime64[{fact.base}]").astype(np.int64).astype(np.float64)
+    if how == "down":
+        return down
+    up_stamps = (floor + np.where(down < values, 1, 0)).astype(f"datetime64[{fact.base}]")
+    up = up_stamps.astype(np.int64).astype(np.float64)
+    if how == "up":
+        return up
+    return np.where(values - down <= up - values, down, up)
+
+
 def _nudge(fact: Facts, values: npt.NDArray[np.float64], up: bool) -> npt.NDArray[np.float64]:
     """The next value of the column's grid above (or below) ``values``."""
-    if fact.step is not None:
-        return values + (fact.step if up else -fact.step)
+    if fact.unit is not None:
+        stamps = values.astype(np.int64).astype(f"datetime64[{fact.base}]")
+        moved = (stamps.astype(f"datetime64[{fact.unit}]") + (1 if up else -1)).astype(
+            f"datetime64[{fact.base}]"
+        )
+        return moved.astype(np.int64).astype(np.float64)
+    step = fact.grid
+    if step is not None:
+        return values + (step if up else -step)
     return np.nextafter(values, np.inf if up else -np.inf)
 
 
@@ -237,7 +284,20 @@ class _Compiled:
         return out
 
     def violations(self, views: dict[str, npt.NDArray[np.float64]]) -> npt.NDArray[np.bool_]:
-        """Rows that break the rule (rows it does not apply to never do)."""
+        """Rows that break the rule (rows it does not apply to never do), as decoded or as
+        written: a continuous column with a ``"%.Nf"`` format is also checked at its N places
+        (the CSV's values), so both the Parquet and the CSV output keep the rule."""
+        out = self._violations(views)
+        written = {
+            name: _written(fact, views[name])
+            for name, fact in self.facts.items()
+            if fact.places is not None or fact.unit not in (None, fact.base)
+        }
+        if written:
+            out |= self._violations({**views, **written})
+        return out
+
+    def _violations(self, views: dict[str, npt.NDArray[np.float64]]) -> npt.NDArray[np.bool_]:
         applies = self.applies(views)
         rule = self.rule
         if isinstance(rule, Compare):
@@ -323,10 +383,11 @@ class _Compiled:
             return
         right_fact = self.facts[rule.right_column]
         right = views[rule.right_column]
-        left[rows] = _target(left_fact, rule.op, right[rows])
-        still = rows[~compare(left[rows], rule.op, right[rows])]
+        left[rows] = _target(left_fact, rule.op, _bound(right_fact, right[rows], rule.op))
+        still = rows[self.violations(views)[rows]]
         if len(still):
-            right[still] = _target(right_fact, flip(rule.op), left[still])
+            other = _bound(left_fact, left[still], flip(rule.op))
+            right[still] = _target(right_fact, flip(rule.op), other)
 
     def _repair_sum(
         self, views: dict[str, npt.NDArray[np.float64]], rows: npt.NDArray[np.intp]
@@ -334,6 +395,9 @@ class _Compiled:
         rule = self.rule
         assert isinstance(rule, Sum)
         total_fact = self.facts[rule.column]
+        for part in rule.parts:  # parts written at N places are summed as written
+            if self.facts[part].places is not None:
+                views[part][rows] = _on_grid(self.facts[part], views[part][rows], "nearest")
         parts = self._parts(views)[rows]
         low = max(total_fact.low, sum(self.facts[p].low for p in rule.parts))
         high = min(total_fact.high, sum(self.facts[p].high for p in rule.parts))
@@ -387,6 +451,33 @@ def _target(fact: Facts, op: str, other: npt.NDArray[np.float64]) -> npt.NDArray
     up = _on_grid(fact, _nudge(fact, other, up=True), "up")
     down = _on_grid(fact, _nudge(fact, other, up=False), "down")
     return np.where(up != other, up, down)
+
+
+def _bound(fact: Facts, values: npt.NDArray[np.float64], op: str) -> npt.NDArray[np.float64]:
+    """What a value compared with ``op`` must beat both as decoded and as written: for ``>``
+    and ``>=`` the larger of the two (3.00 for 2.996 written at two places), for ``<`` and
+    ``<=`` the smaller, else the value."""
+    if fact.places is None and fact.unit in (None, fact.base):
+        return values
+    written = _written(fact, values)
+    if op in (">", ">="):
+        return np.maximum(values, written)
+    if op in ("<", "<="):
+        return np.minimum(values, written)
+    return values
+
+
+def _written(fact: Facts, values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """The values as the CSV writes them: numbers rounded half to even at ``fact.places``
+    (engine.columns.output.fixed_places), dates and datetimes truncated to ``fact.unit``."""
+    if fact.unit is not None:  # strftime writes a date or datetime truncated to its unit
+        known = ~np.isnan(values)
+        out = values.copy()
+        out[known] = _calendar(fact, values[known], "down")
+        return out
+    assert fact.places is not None
+    rounded = pc.round(pa.array(values, from_pandas=True), ndigits=fact.places)
+    return np.asarray(rounded.to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
 def _most_frequent_other(values: npt.NDArray[np.float64], value: float, size: int) -> float:
@@ -517,8 +608,6 @@ class RuleKeeper:
                 frame_parts.append(decoded.iloc[ok])
                 offset += len(ok)
         in_bins = replaced.copy()
-        for counts, mask in zip(report.rules, before, strict=True):
-            counts.resampled_in_bins += int((mask & in_bins).sum())
         report.resampled_rows += int(in_bins.sum())
         rate = max(1.0 - broken.mean(), 1 / 64)  # the share of rows that keep every rule
         for _ in range(self._rounds if self._sampler is not None else 0):
@@ -539,8 +628,6 @@ class RuleKeeper:
                 frame_parts.append(decoded.iloc[ok[:take]])
                 offset += take
             rate = max(len(ok) / draw, 1 / 64)
-        for counts, mask in zip(report.rules, before, strict=True):
-            counts.redrawn += int((mask & replaced & ~in_bins).sum())
         report.redrawn_rows += int((replaced & ~in_bins).sum())
         if len(codes_parts) > 1:
             dtype = np.result_type(*(part.dtype for part in codes_parts))
@@ -548,6 +635,12 @@ class RuleKeeper:
             frame = pd.concat(frame_parts, ignore_index=True).take(source)
             frame = frame.reset_index(drop=True)
             views = self._views(frame)
+            # A rule counts a replaced row as mended only if the new row keeps it (a sum is
+            # not redrawn for: a replaced row that still breaks it is counted in its repairs).
+            for counts, compiled, mask in zip(report.rules, self._compiled, before, strict=True):
+                mended = mask & replaced & ~compiled.violations(views)
+                counts.resampled_in_bins += int((mended & in_bins).sum())
+                counts.redrawn += int((mended & ~in_bins).sum())
         else:
             codes = codes.copy()
         changed = np.zeros(rows, dtype=bool)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -50,6 +50,7 @@ from engine.columns import (
     QuantileBins,
     SchemaError,
 )
+from engine.columns.output import number_places
 
 MAX_RULES = 64
 """Rules a schema may declare."""
@@ -68,6 +69,7 @@ Kind = Literal["number", "date", "datetime", "label", "boolean"]
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 _ISO = re.compile(r"\d{4}-\d{2}(-\d{2}([T ]\d{2}(:\d{2}(:\d{2})?)?)?)?\Z")
 _RESOLUTION_SECONDS = {"day": 86_400, "hour": 3_600, "minute": 60, "second": 1}
+_NUMPY_UNITS = {"year": "Y", "month": "M", "day": "D", "hour": "h", "minute": "m", "second": "s"}
 
 
 def flip(op: str) -> str:
@@ -409,6 +411,26 @@ class Facts:
     step: float | None  # the grid of values (None: continuous)
     labels: tuple[str, ...] | None = None  # categorical labels; None: discovered (unknown)
     codes: bool = False  # a codes column (a number kind that is also discrete)
+    # The decimal places a numeric column is written at: its decimals, or for a continuous
+    # column written with a "%.Nf" format, N (None: integers, or the shortest form).
+    places: int | None = None
+    # A date or datetime column: the numpy unit of the values it writes ("D", "h", "m", "s",
+    # or the calendar's "M", "Y"), the grid its repaired values are put on.
+    unit: str | None = None
+
+    @property
+    def grid(self) -> float | None:
+        """The grid repairs put values on: the column's own (``step``), or for a continuous
+        column written with N decimal places, multiples of 10^-N (so a repaired value is
+        written as it was checked)."""
+        if self.step is not None or self.places is None:
+            return self.step
+        return 10.0**-self.places
+
+    @property
+    def base(self) -> str:
+        """The numpy unit of the view values of a date (days) or datetime (seconds)."""
+        return "D" if self.kind == "date" else "s"
 
     def constant(self, value: Scalar, where: str) -> float:
         """A rule's constant in view units; :class:`SchemaError` if it does not fit the kind."""
@@ -423,6 +445,9 @@ class Facts:
             refused = f"{what}: a constant is not an ISO 8601 {self.kind} (without a zone, UTC)"
             if not _ISO.match(value):
                 raise SchemaError(refused)
+            if self.kind == "date" and len(value) > len("2020-01-01"):
+                # A time would be cut off: d >= "2020-01-10T05:00" would keep 2020-01-10.
+                raise SchemaError(f"{what} is a date: give a date constant without a time")
             try:
                 stamp = np.datetime64(value.replace(" ", "T"))
             except (ValueError, OverflowError):
@@ -482,17 +507,26 @@ def column_facts(entry: Any) -> Facts:
         entry_low, entry_high = entry.bounds()
         provisional = entry.provisional()
         base = column_facts(provisional)
-        return Facts(name, base.kind, entry_low, entry_high, base.step)
+        return Facts(
+            name, base.kind, entry_low, entry_high, base.step, places=base.places, unit=base.unit
+        )
     if isinstance(entry, NumericColumn):
-        return Facts(name, "number", entry.edges[0], entry.edges[-1], entry.step)
+        places = number_places(entry.format) if entry.format is not None else None
+        if entry.step is not None:  # integers are exact; decimals are written at their places
+            places = entry.decimals
+        return Facts(name, "number", entry.edges[0], entry.edges[-1], entry.step, places=places)
     if isinstance(entry, CodesColumn):
         return Facts(name, "number", 0.0, float(entry.size - 1), 1.0, codes=True)
     if isinstance(entry, DateColumn | DatetimeColumn):
         kind: Kind = "date" if isinstance(entry, DateColumn) else "datetime"
-        seconds = _RESOLUTION_SECONDS.get(entry.output_resolution)
-        step = None if seconds is None else (1.0 if kind == "date" else float(seconds))
-        # step None: a month/year resolution, whose grid is not evenly spaced.
-        return Facts(name, kind, float(entry.edges[0]), float(entry.edges[-1] - 1), step)
+        written = entry.written_resolution  # what the CSV shows (its format may be coarser)
+        seconds = _RESOLUTION_SECONDS.get(written)
+        if seconds is None:
+            step = None  # a month/year resolution, whose grid is not evenly spaced
+        else:
+            step = max(1.0, seconds / 86_400) if kind == "date" else float(seconds)
+        low, high = float(entry.edges[0]), float(entry.edges[-1] - 1)
+        return Facts(name, kind, low, high, step, unit=_NUMPY_UNITS[written])
     if isinstance(entry, BooleanColumn):
         return Facts(name, "boolean", 0.0, 1.0, 1.0)
     if isinstance(entry, CategoricalColumn):
@@ -506,10 +540,21 @@ def column_facts(entry: Any) -> Facts:
 # --- validation against the columns -----------------------------------------------------------
 
 
-def check_rules(rules: Sequence[Rule], entries: Sequence[Any]) -> None:
+def check_rules(
+    rules: Sequence[Rule], entries: Sequence[Any], learned: Collection[str] = ()
+) -> None:
     """Refuse a rule that names an unknown or ignored column, mixes kinds, names an undeclared
-    value, or can never hold given the declared bounds. Public facts only."""
+    value, or can never hold given the declared bounds. Public facts only.
+
+    ``learned`` names columns whose bins were learned with DP at upload: their bounds are not
+    declared (a learned range is a DP output inside its declared window), so a rule naming one is
+    not checked against bounds here. It was checked against the declared window before
+    discovery (the pending column's facts); refusing it after discovery would make an upload
+    whose discovery was charged fail on what discovery learned. A rule the learned range makes
+    impossible is left to the repair, and the rows it cannot mend are counted in ``remaining``.
+    """
     by_name = {entry.name: entry for entry in entries}
+    unlearned = set(learned)
     for i, rule in enumerate(rules):
         where = f"rules[{i}] ({describe(rule)})"
         names = rule_columns(rule)
@@ -523,11 +568,12 @@ def check_rules(rules: Sequence[Rule], entries: Sequence[Any]) -> None:
             if isinstance(entry, IgnoredColumn):
                 raise SchemaError(f"{where}: column {name!r} is ignored (never stored)")
             facts[name] = column_facts(entry)
-        check_rule(rule, facts, where)
+        check_rule(rule, facts, where, bounds=not unlearned & set(names))
 
 
-def check_rule(rule: Rule, facts: Mapping[str, Facts], where: str) -> None:
-    """One rule against its columns' facts (see :func:`check_rules`)."""
+def check_rule(rule: Rule, facts: Mapping[str, Facts], where: str, *, bounds: bool = True) -> None:
+    """One rule against its columns' facts (see :func:`check_rules`); ``bounds=False`` skips
+    the checks that read the columns' bounds (whether the rule can ever hold within them)."""
     for condition in rule.when:
         fact = facts[condition.column]
         if condition.values is not None:
@@ -547,7 +593,7 @@ def check_rule(rule: Rule, facts: Mapping[str, Facts], where: str) -> None:
             for _, value in condition.tests:
                 fact.constant(value, where)
     if isinstance(rule, Compare):
-        _check_compare(rule, facts, where)
+        _check_compare(rule, facts, where, bounds)
     elif isinstance(rule, Allowed):
         if len(set(rule.columns)) != len(rule.columns):
             raise SchemaError(f"{where}: the columns must be distinct")
@@ -577,7 +623,7 @@ def check_rule(rule: Rule, facts: Mapping[str, Facts], where: str) -> None:
         total = facts[rule.column]
         low = sum(facts[p].low for p in rule.parts)
         high = sum(facts[p].high for p in rule.parts)
-        if high < total.low or low > total.high:
+        if bounds and (high < total.low or low > total.high):
             raise SchemaError(f"{where}: can never hold within the columns' declared bounds")
 
 
@@ -592,7 +638,7 @@ def _discrete_value(fact: Facts, value: Scalar, where: str) -> float:
     return fact.constant(value, where)
 
 
-def _check_compare(rule: Compare, facts: Mapping[str, Facts], where: str) -> None:
+def _check_compare(rule: Compare, facts: Mapping[str, Facts], where: str, bounds: bool) -> None:
     left = facts[rule.left]
     op = rule.op
     if rule.right_column is None:
@@ -607,7 +653,7 @@ def _check_compare(rule: Compare, facts: Mapping[str, Facts], where: str) -> Non
                 raise SchemaError(f"{where}: can never hold (the column has one value)")
             return
         _check_step(left, op, where)
-        if not _feasible(left.low, left.high, op, value, value):
+        if bounds and not _feasible(left.low, left.high, op, value, value):
             raise SchemaError(f"{where}: can never hold within the column's declared bounds")
         if op == "==" and left.step is not None:
             steps = value / left.step
@@ -631,7 +677,7 @@ def _check_compare(rule: Compare, facts: Mapping[str, Facts], where: str) -> Non
         )
     _check_step(left, op, where)
     _check_step(right, flip(op), where)
-    if not _feasible(left.low, left.high, op, right.low, right.high):
+    if bounds and not _feasible(left.low, left.high, op, right.low, right.high):
         raise SchemaError(f"{where}: can never hold within the columns' declared bounds")
 
 

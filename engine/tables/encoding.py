@@ -236,7 +236,7 @@ class SchemaSpec:
         _check_unit(self.privacy_unit, self.entries)
         if not any(not isinstance(entry, IgnoredColumn) for entry in self.entries):
             raise SchemaError("the schema declares no columns to store")
-        check_rules(self.rules, self.entries)
+        check_rules(self.rules, self.entries, learned=self.discovered)
 
     @property
     def pending(self) -> tuple[Pending, ...]:
@@ -356,7 +356,11 @@ class TableSchema:
             raise SchemaError("the schema declares no columns")
         _check_unique([*self.names, *self.ignored])
         _check_discovered(self.discovered, self.columns)
-        check_rules(self.rules, [*self.columns, *(IgnoredColumn(n) for n in self.ignored)])
+        check_rules(
+            self.rules,
+            [*self.columns, *(IgnoredColumn(n) for n in self.ignored)],
+            learned=self.discovered,
+        )
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -217,9 +217,10 @@ def test_repairs_are_nearest() -> None:
     assert list(out["age"]) == [16, 10]  # the condition holds only on the first row
     assert list(out["total"]) == [4.0, 5.0]
     assert list(out["d2"].astype(str)) == ["2020-03-06", "2020-02-01"]
-    # (p, False) is one change from (p, True) and from (q, False): the declared order (or the
-    # more frequent among kept rows) decides; the second row has a null y and is not checked.
-    assert out.loc[0, "x"] in ("p", "q") and str(out.loc[1, "x"]) == "r"
+    # (p, False) is one change from (p, True) and from (q, False): no row keeps the rule (the
+    # second row has a null y and is not checked), so the declared order decides: (p, True).
+    assert str(out.loc[0, "x"]) == "p" and bool(out.loc[0, "y"]) is True
+    assert str(out.loc[1, "x"]) == "r" and out["y"].isna().iloc[1]
     assert keeper.report.rules[4].repaired == 1
 
 
@@ -272,6 +273,8 @@ def test_rules_round_trip_and_are_public() -> None:
         ({"compare": ["age", "==", 2.5]}, "the column's values are multiples of 1"),
         ({"compare": ["age", ">=", "16"]}, "column '16' is not in the schema"),
         ({"compare": ["d1", ">=", {"value": "June"}]}, "not an ISO 8601 date"),
+        ({"compare": ["d1", ">=", {"value": "2020-01-10T05:00"}]}, "without a time"),
+        ({"compare": ["age", ">=", 16], "if": {"d1": {"<": "2020-01-10 05"}}}, "without a time"),
         ({"compare": ["x", "==", "wrkstat"]}, 'use "allowed"'),
         ({"compare": ["age", "=>", 16]}, "an operator among"),
         (
@@ -334,7 +337,7 @@ def test_sizes_are_limited_before_parsing() -> None:
 
 
 FUZZ_COLUMNS: list[dict[str, Any]] = [
-    {"name": "n1", "type": "numeric", "min": 0, "max": 10, "bins": 3},
+    {"name": "n1", "type": "numeric", "min": 0, "max": 10, "bins": 3, "format": "%.2f"},
     {"name": "n2", "type": "numeric", "min": 0, "max": 10, "bins": 4, "integer": True},
     {"name": "n3", "type": "numeric", "min": -5, "max": 20, "bins": 5, "decimals": 2,
      "nullable": True},
@@ -345,7 +348,7 @@ FUZZ_COLUMNS: list[dict[str, Any]] = [
     {"name": "t1", "type": "datetime", "min": "2020-01-01T00:00:00", "max": "2020-01-31T00:00:00",
      "bins": 3, "resolution": "hour"},
     {"name": "t2", "type": "datetime", "min": "2020-01-01T00:00:00", "max": "2020-01-31T00:00:00",
-     "bins": 5},
+     "bins": 5, "format": "%Y-%m-%d %H:%M", "resolution": "second"},
     {"name": "b", "type": "boolean", "nullable": True},
     {"name": "k", "type": "codes", "size": 4},
 ]  # fmt: skip
@@ -439,3 +442,171 @@ def test_a_rule_cannot_name_the_privacy_unit_column() -> None:
     )
     assert spec.privacy_unit is not None and len(spec.rules) == 1
     assert SchemaSpec.from_json(spec.to_json()) == spec
+
+
+def test_a_learned_range_never_refuses_a_rule_after_discovery(tmp_path: Path) -> None:
+    """A rule is checked against a learned range's declared window before discovery; once the
+    range is learned (a DP output, its discovery charged) it is not refused any more, so the
+    upload's outcome does not hinge on what discovery learned: the repair keeps what it can and
+    counts the rest in ``remaining``."""
+    from fractions import Fraction
+
+    from engine.discovery.cost import DiscoveryCost
+    from engine.discovery.learned import LearnedBins
+
+    columns = [
+        {"name": "x", "type": "numeric", "integer": True, "min": 0, "max": 100,
+         "bins": {"quantiles": 2, "range": True}},
+        {"name": "y", "type": "numeric", "min": 0, "max": 100, "bins": 4, "integer": True},
+    ]  # fmt: skip
+    rules = [{"compare": ["x", "<=", 5]}, {"sum": {"column": "y", "of": ["x"]}}]
+    spec = SchemaSpec.from_json({"columns": columns, "rules": rules})
+    with pytest.raises(SchemaError, match="can never hold"):  # the declared window decides
+        SchemaSpec.from_json({"columns": columns, "rules": [{"compare": ["x", ">", 100]}]})
+    # Discovery learned [19.5, 80.5]: x <= 5 can no longer hold.
+    cost = DiscoveryCost("x", Fraction(1))
+    learned = LearnedBins((19.5, 50.5, 80.5), None, False, True, 2, cost)
+    schema = spec.resolve({}, learned=["x"], learned_bins={"x": learned})
+    assert schema.discovered == ("x",)
+    assert TableSchema.from_json(schema.to_json()) == schema  # the stored schema reads back
+    codes = np.random.default_rng(1).integers(0, 2, (500, 2))
+    kept = write_synthetic(schema, codes, np.random.default_rng(2), tmp_path / "f.csv", "csv")
+    assert kept is not None
+    assert kept.report.rules[0].violating_before == 500
+    assert kept.report.rules[0].remaining == 500  # counted, never hidden
+    frame = pd.read_csv(tmp_path / "f.csv")
+    assert frame["x"].min() >= 20  # repairs stay inside the learned range
+
+
+@pytest.mark.parametrize("sampler", [False, True])
+def test_formatted_continuous_columns_keep_the_rules_as_written(
+    tmp_path: Path, sampler: bool
+) -> None:
+    """A continuous column written with "%.1f" keeps the rules in the CSV too: values checked
+    as written (4.13 > 4.11 is written 4.1 > 4.1) and repaired onto the written grid, parts of a
+    sum included (their rounding would otherwise move the written sum)."""
+    columns = [
+        {"name": "s", "type": "numeric", "min": 0, "max": 10, "bins": 2, "format": "%.1f"},
+        {"name": "e", "type": "numeric", "min": 0, "max": 10, "bins": 2, "format": "%.1f"},
+        {"name": "a", "type": "numeric", "min": 0, "max": 10, "bins": 2, "format": "%.1f"},
+        {"name": "t", "type": "numeric", "min": 0, "max": 20, "bins": 2, "format": "%.1f"},
+    ]
+    rules = [{"compare": ["e", ">", "s"]}, {"sum": {"column": "t", "of": ["s", "a"]}}]
+    schema = TableSchema.from_json({"columns": columns, "rules": rules})
+    codes = np.random.default_rng(1).integers(0, 2, (3000, 4))
+    draw = _uniform(schema) if sampler else None
+    for fmt in ("csv", "parquet"):
+        out = tmp_path / f"f.{fmt}"
+        kept = write_synthetic(
+            schema, codes, np.random.default_rng(2), out, fmt, batch_rows=1000, sampler=draw
+        )
+        assert kept is not None and kept.report.remaining_rows == 0
+        frame = pd.read_csv(out) if fmt == "csv" else pd.read_parquet(out)
+        assert int((frame["e"] <= frame["s"]).sum()) == 0
+        # Written at one place, the sum holds to the written precision (half a step).
+        gap = (frame["t"] - frame["s"] - frame["a"]).abs()
+        assert int((gap > 0.05 + 1e-9).sum()) == 0
+
+
+@pytest.mark.parametrize("redraw", [True, False])
+def test_rule_counts_add_up(tmp_path: Path, redraw: bool) -> None:
+    """A replaced row counts as mended for a rule only if the new row keeps it. A continuous
+    sum (tolerance 1e-9 relative) holds by chance with probability 0, so it is never mended by a
+    resample or a redraw: every row that broke it is counted as repaired. The compare rule,
+    whose columns no other repair touches, has each row that broke it counted exactly once."""
+    columns = [
+        *COLUMNS[:2],
+        {"name": "a", "type": "numeric", "min": 0, "max": 10, "bins": 5},
+        {"name": "b", "type": "numeric", "min": 0, "max": 10, "bins": 5},
+        {"name": "total", "type": "numeric", "min": 0, "max": 20, "bins": 5},
+    ]
+    rules = [{"compare": ["end", ">=", "start"]}, {"sum": {"column": "total", "of": ["a", "b"]}}]
+    schema = TableSchema.from_json({"columns": columns, "rules": rules})
+    codes = _uniform(schema)(3000, np.random.default_rng(1))
+    out = tmp_path / "f.csv"
+    kept = write_synthetic(
+        schema, codes, np.random.default_rng(7), out, "csv", batch_rows=1000,
+        sampler=_uniform(schema) if redraw else None,
+    )  # fmt: skip
+    assert kept is not None
+    report = kept.report
+    assert report.resampled_rows > 0 and (report.redrawn_rows > 0) == redraw
+    ordered, total = report.rules
+    assert ordered.violating_before > 100
+    mended = ordered.resampled_in_bins + ordered.redrawn + ordered.repaired + ordered.remaining
+    assert mended == ordered.violating_before
+    assert total.resampled_in_bins == total.redrawn == 0
+    assert total.repaired >= total.violating_before == 3000
+    frame = pd.read_csv(out)
+    assert int((frame["end"] < frame["start"]).sum()) == 0
+
+
+def test_dates_and_datetimes_keep_the_rules_as_written(tmp_path: Path) -> None:
+    """A datetime drawn to the second but written to the minute ("%Y-%m-%d %H:%M"), and a date
+    written by month ("%Y-%m"), keep the rules in the CSV: a repair does not move a value by one
+    second (written as the same minute) or to a day inside a month (written as its first)."""
+    columns = [
+        {"name": "t", "type": "datetime", "min": "2020-01-01T00:00:00",
+         "max": "2020-01-31T00:00:00", "bins": 4, "format": "%Y-%m-%d %H:%M",
+         "resolution": "second"},
+        {"name": "u", "type": "datetime", "min": "2020-01-01T00:00:00",
+         "max": "2020-01-31T00:00:00", "bins": 4, "format": "%Y-%m-%d %H:%M",
+         "resolution": "second"},
+        {"name": "d", "type": "date", "min": "2020-01-01", "max": "2020-12-31", "bins": 4,
+         "format": "%Y-%m"},
+    ]  # fmt: skip
+    rules = [{"compare": ["u", ">", "t"]}, {"compare": ["d", ">=", {"value": "2020-03-15"}]}]
+    schema = TableSchema.from_json({"columns": columns, "rules": rules})
+    codes = np.random.default_rng(1).integers(0, 4, (2000, 3))
+    out = tmp_path / "f.csv"
+    kept = write_synthetic(schema, codes, np.random.default_rng(2), out, "csv")
+    assert kept is not None and kept.report.remaining_rows == 0
+    assert all(r.violating_before > 100 for r in kept.report.rules)
+    frame = pd.read_csv(out, dtype=str)
+    t = pd.to_datetime(frame["t"], format="%Y-%m-%d %H:%M")
+    u = pd.to_datetime(frame["u"], format="%Y-%m-%d %H:%M")
+    d = pd.to_datetime(frame["d"], format="%Y-%m")
+    assert int((u <= t).sum()) == 0
+    assert int((d < pd.Timestamp("2020-03-15")).sum()) == 0
+    parquet = tmp_path / "f.parquet"
+    write_synthetic(schema, codes, np.random.default_rng(2), parquet, "parquet")
+    values = pd.read_parquet(parquet)
+    assert int((values["u"] <= values["t"]).sum()) == 0
+    assert int((pd.to_datetime(values["d"]) < pd.Timestamp("2020-03-15")).sum()) == 0
+
+
+def test_repairs_stay_inside_bounds_just_past_a_grid_value(tmp_path: Path) -> None:
+    """A bound a hair above a grid value (3.0000000001 for an integer column, within the grid's
+    1e-9 slack) must not let a repair write 3, outside the declared domain (the job would
+    fail when the repaired row is encoded)."""
+    columns = [
+        {"name": "x", "type": "numeric", "min": 3.0000000001, "max": 10, "bins": 1,
+         "integer": True},
+        {"name": "y", "type": "numeric", "min": 0, "max": 10, "bins": 1, "integer": True},
+    ]  # fmt: skip
+    schema = TableSchema.from_json({"columns": columns, "rules": [{"compare": ["x", "<=", "y"]}]})
+    codes = np.zeros((500, 2), dtype=np.uint8)
+    kept = write_synthetic(schema, codes, np.random.default_rng(2), tmp_path / "f.csv", "csv")
+    assert kept is not None and kept.report.repaired_rows > 0
+    frame = pd.read_csv(tmp_path / "f.csv")
+    assert int((frame["x"] > frame["y"]).sum()) == 0
+
+
+@pytest.mark.parametrize("op", [">", "<"])
+def test_strict_comparison_with_a_formatted_column_holds_as_written(
+    tmp_path: Path, op: str
+) -> None:
+    """``n > m`` where m is drawn continuous and written at two places: a repair must beat m as
+    written too (m = 2.996 is written 3.00: n = 3.00 keeps it as decoded, not as written)."""
+    columns = [
+        {"name": "n", "type": "numeric", "min": 0, "max": 10, "bins": 2, "decimals": 2},
+        {"name": "m", "type": "numeric", "min": 0, "max": 10, "bins": 2, "format": "%.2f"},
+    ]
+    schema = TableSchema.from_json({"columns": columns, "rules": [{"compare": ["n", op, "m"]}]})
+    codes = np.random.default_rng(1).integers(0, 2, (4000, 2))
+    out = tmp_path / "f.csv"
+    kept = write_synthetic(schema, codes, np.random.default_rng(2), out, "csv")
+    assert kept is not None and kept.report.remaining_rows == 0
+    frame = pd.read_csv(out)
+    broken = frame["n"] <= frame["m"] if op == ">" else frame["n"] >= frame["m"]
+    assert int(broken.sum()) == 0
