@@ -431,7 +431,8 @@ def test_a_release_in_rho_shows_its_epsilon_on_the_job_and_dataset_pages(
             data={**fields, "method": "independent", "rho": "0.1", "action": "preview"},
         )
         assert preview.status_code == 200, preview.text
-        assert f"ρ 0.1 ({expected}) of" in html.unescape(preview.text)
+        # Issue 28 §1: what ρ protects ("per row" here: the dataset has no privacy unit).
+        assert f"ρ 0.1 ({expected}), per row, of" in html.unescape(preview.text)
     finally:
         console.close()
 
