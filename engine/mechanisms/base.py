@@ -815,6 +815,11 @@ class Mechanism(abc.ABC):
         ``on_milestone`` receives the public schedule ``milestones``: on a completed run exactly
         that sequence, whatever the data and the noise (see :class:`ProgressReporter`).
 
+        ``data`` is the codes in memory (a :class:`Dataset`) or, for a method that reads nothing
+        but counts (:attr:`runs_on_counts`), any :class:`~engine.counting.CountingEngine`
+        (DuckDB, Spark): the same counts give the same release, bit for bit. Any other method
+        raises :class:`EngineRefused` for a non-``Dataset`` before anything is read.
+
         Raises ``RuntimeError`` if the mechanism's measurements do not add up to exactly ``rho``,
         if a measured axis fits neither its attribute nor an axis map (``axis_maps``), or if the
         result's ``model`` disagrees with :attr:`resamplable`; exceptions from ``progress`` and

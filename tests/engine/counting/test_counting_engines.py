@@ -138,6 +138,18 @@ def test_duckdb_reads_a_directory_of_files_and_counts_the_union(tmp_path: Path) 
         np.testing.assert_array_equal(got, want)
 
 
+def test_duckdb_applies_its_memory_limit_and_threads(tmp_path: Path) -> None:
+    write_codes(_sparse_dataset(DOMAIN, 10, 6), tmp_path / "c.parquet")
+    engine = DuckDBCounts(tmp_path / "c.parquet", DOMAIN, memory_limit="300MB", threads=1)
+    connection = engine._connection  # the engine's own connection
+    threads = connection.execute("SELECT current_setting('threads')").fetchone()
+    limit = connection.execute("SELECT current_setting('memory_limit')").fetchone()
+    assert threads is not None and int(threads[0]) == 1
+    assert limit is not None and limit[0] == "286.1 MiB"  # 300 MB, in binary units
+    with pytest.raises(ValueError, match="threads"):
+        DuckDBCounts(tmp_path / "c.parquet", DOMAIN, threads=0)
+
+
 def test_duckdb_refuses_codes_outside_the_domain_naming_only_the_column(tmp_path: Path) -> None:
     wide = Domain.from_mapping({"secret": 10})
     write_codes(Dataset(wide, np.array([[0], [9]])), tmp_path / "c.parquet")
