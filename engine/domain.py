@@ -191,3 +191,10 @@ class Dataset:
     def column(self, attr: str) -> npt.NDArray[np.integer[Any]]:
         """The (read-only) code column of ``attr``."""
         return self.codes[:, self.domain.index(attr)]
+
+    def counts(self, attribute_sets: Sequence[Sequence[str]]) -> list[npt.NDArray[np.int64]]:
+        """The exact contingency table of each attribute tuple (the numpy
+        :class:`~engine.counting.CountingEngine`: :func:`engine.marginals.count_marginal`)."""
+        from engine.marginals import count_marginal  # engine.marginals imports this module
+
+        return [count_marginal(self, attrs) for attrs in attribute_sets]

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.accounting import gaussian_rho, sigma2_for_rho
+from engine.counting import CountingEngine
 from engine.domain import Dataset, narrowest_unsigned
 from engine.noise import discrete_gaussian_noise
 
@@ -30,18 +31,31 @@ FLAT_CACHE_BYTES = 512 * 1024 * 1024
 (their tables or flat cell indices, per cache)."""
 
 
-def count_marginal(data: Dataset, attrs: Sequence[str]) -> npt.NDArray[np.int64]:
+def count_marginal(data: Dataset | CountingEngine, attrs: Sequence[str]) -> npt.NDArray[np.int64]:
     """The exact contingency table of ``attrs`` (int64, shape = the attributes' sizes, in order).
 
     Rows are mapped to a flat mixed-radix cell index (:func:`flat_index`) and counted with
     ``np.bincount``. An empty ``attrs`` gives a 0-d array holding the number of rows.
+
+    Any other :class:`~engine.counting.CountingEngine` (DuckDB, Spark) is asked for the table,
+    which is checked to have the same type and shape as this function's own.
     """
     sub = tuple(attrs)
+    if not isinstance(data, Dataset):
+        return _engine_table(data, sub)
     if not sub:
         return np.array(data.n_rows, dtype=np.int64)
     shape = data.domain.project(sub).sizes
     flat = flat_index([data.column(attr) for attr in sub], shape)
     return count_flat(flat, shape)
+
+
+def _engine_table(engine: CountingEngine, attrs: tuple[str, ...]) -> npt.NDArray[np.int64]:
+    shape = engine.domain.project(attrs).sizes if attrs else ()
+    (table,) = engine.counts([attrs])
+    if not isinstance(table, np.ndarray) or table.dtype != np.int64 or table.shape != shape:
+        raise RuntimeError("the counting engine returned a table of the wrong type or shape")
+    return table
 
 
 def index_dtype(cells: int) -> np.dtype[np.integer[Any]]:
@@ -216,7 +230,7 @@ class Measurement:
 
 
 def measure_marginal(
-    data: Dataset,
+    data: Dataset | CountingEngine,
     attrs: Sequence[str],
     rho: Fraction,
     source: random.Random | None = None,

@@ -26,6 +26,7 @@ import numpy.typing as npt
 from pydantic import BaseModel
 
 from engine.accounting import gaussian_rho
+from engine.counting import CountingEngine, is_counting_engine
 from engine.domain import Dataset, Domain
 from engine.marginals import Measurement
 from engine.mechanisms.preview import NoisePreview, unit_previews
@@ -58,6 +59,14 @@ class DomainRefused(ValueError):
 
     Decided from public information only (the declared domain and the params), so the message may
     be shown to analysts; the service turns it into a 422 before anything is reserved.
+    """
+
+
+class EngineRefused(DomainRefused):
+    """A method reads more of the data than counts, so it runs only on codes in memory (a
+    :class:`~engine.domain.Dataset`), not on another :class:`~engine.counting.CountingEngine`.
+
+    Decided from the method alone, before any data is read; the message names no data.
     """
 
 
@@ -760,9 +769,17 @@ class Mechanism(abc.ABC):
         """JSON schema of ``Params`` (for the API's documentation and the UI)."""
         return self.Params.model_json_schema()
 
+    @property
+    def runs_on_counts(self) -> bool:
+        """Whether the method reads nothing of the data but exact counts (the contingency tables
+        it measures and the row count), so any :class:`~engine.counting.CountingEngine` can run
+        it (:meth:`_synthesize_counts`). Methods that read rows (re-coding the codes after a
+        compression, rank statistics on a subsample) run only on a :class:`Dataset`."""
+        return type(self)._synthesize_counts is not Mechanism._synthesize_counts
+
     def run(
         self,
-        data: Dataset,
+        data: Dataset | CountingEngine,
         rho: Fraction,
         params: BaseModel,
         *,
@@ -798,13 +815,24 @@ class Mechanism(abc.ABC):
         ``on_milestone`` receives the public schedule ``milestones``: on a completed run exactly
         that sequence, whatever the data and the noise (see :class:`ProgressReporter`).
 
+        ``data`` is the codes in memory (a :class:`Dataset`) or, for a method that reads nothing
+        but counts (:attr:`runs_on_counts`), any :class:`~engine.counting.CountingEngine`
+        (DuckDB, Spark): the same counts give the same release, bit for bit. Any other method
+        raises :class:`EngineRefused` for a non-``Dataset`` before anything is read.
+
         Raises ``RuntimeError`` if the mechanism's measurements do not add up to exactly ``rho``,
         if a measured axis fits neither its attribute nor an axis map (``axis_maps``), or if the
         result's ``model`` disagrees with :attr:`resamplable`; exceptions from ``progress`` and
         ``on_milestone`` propagate unchanged.
         """
         if not isinstance(data, Dataset):
-            raise TypeError("data must be a Dataset")
+            if not is_counting_engine(data):  # looks nothing up on the data
+                raise TypeError("data must be a Dataset or a CountingEngine")
+            if not self.runs_on_counts:
+                raise EngineRefused(
+                    f"method {self.name!r} reads more than counts from the data; it runs only "
+                    "on codes in memory, not on another counting engine"
+                )
         if isinstance(rho, bool) or not isinstance(rho, Fraction | int):
             raise TypeError("rho must be a Fraction (exact), not a float")
         rho = Fraction(rho)
@@ -828,16 +856,28 @@ class Mechanism(abc.ABC):
         self.check_domain(data.domain, params)
         self.check_budget(data.domain, params, rho, contribution_bound=k)
         reporter = ProgressReporter(progress, self.milestones, on_milestone)
-        result = self._synthesize(
-            data,
-            row_rho,
-            params,
-            rng=rng,
-            rows=rows,
-            max_rows=max_rows,
-            progress=reporter,
-            noise_source=noise_source,
-        )
+        if isinstance(data, Dataset):
+            result = self._synthesize(
+                data,
+                row_rho,
+                params,
+                rng=rng,
+                rows=rows,
+                max_rows=max_rows,
+                progress=reporter,
+                noise_source=noise_source,
+            )
+        else:
+            result = self._synthesize_counts(
+                data,
+                row_rho,
+                params,
+                rng=rng,
+                rows=rows,
+                max_rows=max_rows,
+                progress=reporter,
+                noise_source=noise_source,
+            )
 
         spent = result.rho_spent
         if spent != row_rho or result.rho_used != row_rho:
@@ -887,3 +927,20 @@ class Mechanism(abc.ABC):
         report progress at the start and end of each stage, report each declared milestone with
         ``progress.milestone(stage)`` when it starts, and size its output with
         :func:`resolve_rows`."""
+
+    def _synthesize_counts(
+        self,
+        data: CountingEngine,
+        rho: Fraction,
+        params: BaseModel,
+        *,
+        rng: np.random.Generator,
+        rows: int | None,
+        max_rows: int | None,
+        progress: ProgressReporter,
+        noise_source: random.Random | None,
+    ) -> SynthesisResult:
+        """:meth:`_synthesize` through a counting engine; overridden only by the methods that
+        read nothing but counts (:attr:`runs_on_counts`). Unreachable otherwise: :meth:`run`
+        refuses first."""
+        raise EngineRefused(f"method {self.name!r} runs only on codes in memory")

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from scipy import sparse
 
 from engine.accounting import split_rho
+from engine.counting import CountingEngine
 from engine.domain import Dataset, Domain
 from engine.marginals import Measurement, measure_marginal
 from engine.mechanisms.base import (
@@ -779,6 +780,30 @@ class CIPHERMechanism(Mechanism):
         progress: ProgressReporter,
         noise_source: random.Random | None,
     ) -> SynthesisResult:
+        return self._synthesize_counts(
+            data,
+            rho,
+            params,
+            rng=rng,
+            rows=rows,
+            max_rows=max_rows,
+            progress=progress,
+            noise_source=noise_source,
+        )
+
+    def _synthesize_counts(
+        self,
+        data: CountingEngine,
+        rho: Fraction,
+        params: BaseModel,
+        *,
+        rng: np.random.Generator,
+        rows: int | None,
+        max_rows: int | None,
+        progress: ProgressReporter,
+        noise_source: random.Random | None,
+    ) -> SynthesisResult:
+        # Reads the data only through measure_marginal's counts: runs on any counting engine.
         assert isinstance(params, CIPHERParams)
         domain = data.domain
         kept, queries = measured_queries(domain, params)

@@ -10,6 +10,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
 from engine.accounting import split_rho
+from engine.counting import CountingEngine
 from engine.domain import Dataset, Domain
 from engine.estimation.simplex import project_to_simplex
 from engine.marginals import Measurement, measure_marginal
@@ -97,6 +98,30 @@ class IndependentMechanism(Mechanism):
         progress: ProgressReporter,
         noise_source: random.Random | None,
     ) -> SynthesisResult:
+        return self._synthesize_counts(
+            data,
+            rho,
+            params,
+            rng=rng,
+            rows=rows,
+            max_rows=max_rows,
+            progress=progress,
+            noise_source=noise_source,
+        )
+
+    def _synthesize_counts(
+        self,
+        data: CountingEngine,
+        rho: Fraction,
+        params: BaseModel,
+        *,
+        rng: np.random.Generator,
+        rows: int | None,
+        max_rows: int | None,
+        progress: ProgressReporter,
+        noise_source: random.Random | None,
+    ) -> SynthesisResult:
+        # Reads the data only through measure_marginal's counts: runs on any counting engine.
         attributes = data.domain.attributes
         d = len(attributes)
 
