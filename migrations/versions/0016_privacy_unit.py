@@ -9,7 +9,8 @@
 
 Plain ADD COLUMNs (a batch copy of ``datasets`` on SQLite would drop a table others reference,
 see 0011); the CHECK constraints are added on PostgreSQL only, as in 0011 and 0014. Existing
-datasets are row-level (all NULL). The downgrade drops the columns.
+datasets are row-level (all NULL). The downgrade drops the columns, and refuses while any
+dataset has a privacy unit (older code would release it per row).
 
 Revision ID: 0016_privacy_unit
 Revises: 0015_owner_keys
@@ -44,6 +45,19 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # Older code knows no privacy unit: it would run a per-person dataset's jobs at the row-level
+    # noise, a k-fold weaker guarantee than the one its owner was given. Refuse instead.
+    per_person = (
+        op.get_bind()
+        .execute(sa.text("SELECT count(*) FROM datasets WHERE privacy_unit IS NOT NULL"))
+        .scalar_one()
+    )
+    if per_person:
+        raise RuntimeError(
+            f"{per_person} dataset(s) have a privacy unit; the code before revision "
+            "0016_privacy_unit would release them per row. Delete them (or keep this revision) "
+            "before downgrading."
+        )
     if op.get_bind().dialect.name != "sqlite":
         for name, _ in _CHECKS:
             op.drop_constraint(op.f(name), "datasets", type_="check")

@@ -13,11 +13,13 @@ import math
 import random
 import uuid
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 
 from tests.conftest import Tenant
 from tests.console.support import sign_in
@@ -238,3 +240,34 @@ def test_the_draft_suggests_the_unit_beside_a_schema_that_stays_row_level(
     )
     assert dataset["privacy"] == "per person, at most 3 rows"
     assert dataset["privacy_unit"]["truncation"]["exact_rows_removed"] == 0
+
+
+def test_the_migration_refuses_to_downgrade_past_a_per_person_dataset(tmp_path: Path) -> None:
+    """Code before revision 0016 knows no privacy unit and would release a per-person dataset
+    per row (a k-fold weaker guarantee): the downgrade refuses while one exists."""
+    from alembic import command
+    from alembic.config import Config
+    from fastapi.testclient import TestClient
+
+    import migrations
+    from app.auth.service import create_key
+    from app.db.session import get_session_factory, transaction
+    from app.main import create_app
+    from tests.support import services
+
+    with services.migrated_settings("sqlite", tmp_path, "unit-downgrade") as settings:
+        with transaction(get_session_factory(settings.sqlalchemy_url)) as session:
+            owner = create_key(session, settings.secret_key_bytes(), "t", "owner", "o").key
+        config = Config()
+        config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+        config.attributes["database_url"] = settings.sqlalchemy_url
+        with TestClient(create_app(settings)) as client:
+            client.headers["Authorization"] = f"Bearer {owner}"
+            row_level = json.loads(_schema(None))
+            row_level["columns"][0] = {"name": UNIT, "type": "ignore"}
+            create_dataset(client, _table(lambda rng: 1), json.dumps(row_level))
+            command.downgrade(config, "0015_owner_keys")  # row-level datasets only: allowed
+            command.upgrade(config, "head")
+            create_dataset(client, _table(lambda rng: 2), _schema(2))
+        with pytest.raises(RuntimeError, match="privacy unit"):
+            command.downgrade(config, "0015_owner_keys")
