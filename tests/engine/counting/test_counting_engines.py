@@ -244,3 +244,48 @@ def test_recognising_an_engine_reads_nothing() -> None:
 def test_a_non_engine_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="Dataset or a CountingEngine"):
         seeded_run("independent", object())  # type: ignore[arg-type]
+
+
+def _write_column(path: Path, column: Any) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"secret": column}), path)
+
+
+@pytest.mark.parametrize(
+    ("column", "message"),
+    [
+        ([1, None, 2], "missing codes"),  # a null was counted as code 0
+        (["Alice", "Bob", "Carol"], "no integer codes"),  # the value was in the error message
+        ([1.7, 2.2, 0.5], "no integer codes"),  # the codes were truncated
+    ],
+)
+def test_duckdb_refuses_codes_that_are_not_integers_naming_only_the_column(
+    tmp_path: Path, column: list[Any], message: str
+) -> None:
+    _write_column(tmp_path / "c.parquet", column)
+    engine = DuckDBCounts(tmp_path / "c.parquet", Domain.from_mapping({"secret": 5}))
+    with pytest.raises(ValueError, match=f"column 'secret' has {message}") as info:
+        engine.counts([("secret",)])
+    assert "Alice" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("column", "message"),
+    [([1, None, 2], "missing codes"), (["Alice", "Bob", "Carol"], "no integer codes")],
+)
+def test_spark_refuses_codes_that_are_not_integers_naming_only_the_column(
+    tmp_path: Path, request: pytest.FixtureRequest, column: list[Any], message: str
+) -> None:
+    _write_column(tmp_path / "c.parquet", column)
+    from engine.counting.spark import SparkCounts
+
+    session = request.getfixturevalue("spark")
+    engine = SparkCounts(
+        tmp_path / "c.parquet", Domain.from_mapping({"secret": 5}), session=session
+    )
+    with pytest.raises(ValueError, match=f"column 'secret' has {message}") as info:
+        engine.counts([("secret",)])
+    assert "Alice" not in str(info.value)
+
