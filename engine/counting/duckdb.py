@@ -47,7 +47,14 @@ class DuckDBCounts:
         self._domain = domain
         self._source = parquet_glob(path)
         self._connection = duckdb.connect(
-            ":memory:", config={"memory_limit": memory_limit, "threads": threads}
+            ":memory:",
+            config={
+                "memory_limit": memory_limit,
+                "threads": threads,
+                # Nothing downloaded or loaded behind our back (e.g. httpfs for an https:// path).
+                "autoinstall_known_extensions": False,
+                "autoload_known_extensions": False,
+            },
         )
         self._n_rows: int | None = None
 

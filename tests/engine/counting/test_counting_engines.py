@@ -289,3 +289,11 @@ def test_spark_refuses_codes_that_are_not_integers_naming_only_the_column(
         engine.counts([("secret",)])
     assert "Alice" not in str(info.value)
 
+
+def test_duckdb_never_installs_or_loads_an_extension_by_itself(tmp_path: Path) -> None:
+    """Nothing is downloaded at run time: a path such as https://… must not fetch httpfs."""
+    write_codes(_sparse_dataset(DOMAIN, 3, 7), tmp_path / "c.parquet")
+    connection = DuckDBCounts(tmp_path / "c.parquet", DOMAIN)._connection
+    for setting in ("autoinstall_known_extensions", "autoload_known_extensions"):
+        row = connection.execute(f"SELECT current_setting('{setting}')").fetchone()
+        assert row is not None and row[0] is False, setting
