@@ -297,3 +297,16 @@ def test_duckdb_never_installs_or_loads_an_extension_by_itself(tmp_path: Path) -
     for setting in ("autoinstall_known_extensions", "autoload_known_extensions"):
         row = connection.execute(f"SELECT current_setting('{setting}')").fetchone()
         assert row is not None and row[0] is False, setting
+
+
+def test_duckdb_errors_never_quote_the_data(tmp_path: Path) -> None:
+    """DuckDB's own message quotes the value it failed to cast (files of mixed schemas)."""
+    folder = tmp_path / "codes"
+    folder.mkdir()
+    _write_column(folder / "p0.parquet", [1, 2])
+    _write_column(folder / "p1.parquet", ["Alice", "Bob"])
+    engine = DuckDBCounts(folder, Domain.from_mapping({"secret": 5}))
+    with pytest.raises(RuntimeError, match="DuckDB could not count the table of 'secret'") as info:
+        engine.counts([("secret",)])
+    assert "Alice" not in str(info.value)
+    assert info.value.__context__ is None and info.value.__cause__ is None
