@@ -310,3 +310,17 @@ def test_duckdb_errors_never_quote_the_data(tmp_path: Path) -> None:
         engine.counts([("secret",)])
     assert "Alice" not in str(info.value)
     assert info.value.__context__ is None and info.value.__cause__ is None
+
+
+def test_the_digest_script_runs_on_a_tree_without_engine_counting() -> None:
+    """The pinned digests are reproducible on main's tree before issue 29 (as they were made)."""
+    import subprocess
+    import sys
+
+    # The engine's own modules import engine.counting here; digests.py itself must not.
+    script = (
+        "import sys, engine.mechanisms; sys.modules['engine.counting'] = None; "
+        "import tests.engine.counting.digests"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-500:]
