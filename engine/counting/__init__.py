@@ -72,7 +72,8 @@ def table_from_groups(
     """The dense int64 table of ``attrs`` from a ``GROUP BY``'s key columns and counts.
 
     Raises ``ValueError`` naming only the attribute (codes may encode private values) when a key
-    lies outside ``0..size-1``.
+    is missing (null), is not an integer (a string or float column: never converted, so neither
+    truncated nor quoted in an error) or lies outside ``0..size-1``.
     """
     if not attrs:
         return np.array(int(np.asarray(counts, dtype=np.int64).sum()), dtype=np.int64)
@@ -80,7 +81,15 @@ def table_from_groups(
     table = np.zeros(shape, dtype=np.int64)
     index = []
     for attr, key, size in zip(attrs, keys, shape, strict=True):
-        column = np.asarray(key, dtype=np.int64)
+        given = np.asanyarray(key)
+        if np.ma.is_masked(given):  # DuckDB's nulls come back masked
+            raise ValueError(f"column {attr!r} has missing codes")
+        raw = np.ma.getdata(given)
+        if raw.size and raw.dtype.kind not in "iu":  # Spark's nulls come back as objects
+            if raw.dtype.kind == "O" and any(v is None for v in raw.ravel()):
+                raise ValueError(f"column {attr!r} has missing codes")
+            raise ValueError(f"column {attr!r} has no integer codes")
+        column = raw.astype(np.int64)  # uint64 beyond int64 wraps negative: refused below
         if column.size and (column.min() < 0 or column.max() >= size):
             raise ValueError(f"column {attr!r} has codes outside 0..{size - 1}")
         index.append(column)

@@ -47,7 +47,14 @@ class DuckDBCounts:
         self._domain = domain
         self._source = parquet_glob(path)
         self._connection = duckdb.connect(
-            ":memory:", config={"memory_limit": memory_limit, "threads": threads}
+            ":memory:",
+            config={
+                "memory_limit": memory_limit,
+                "threads": threads,
+                # Nothing downloaded or loaded behind our back (e.g. httpfs for an https:// path).
+                "autoinstall_known_extensions": False,
+                "autoload_known_extensions": False,
+            },
         )
         self._n_rows: int | None = None
 
@@ -58,11 +65,19 @@ class DuckDBCounts:
     @property
     def n_rows(self) -> int:
         if self._n_rows is None:
-            row = self._connection.execute(
-                "SELECT count(*) FROM read_parquet(?)", [self._source]
-            ).fetchone()
+            row = self._fetch("SELECT count(*) FROM read_parquet(?)", "the rows").fetchone()
             self._n_rows = int(row[0]) if row is not None else 0
         return self._n_rows
+
+    def _fetch(self, sql: str, what: str) -> duckdb.DuckDBPyConnection:
+        """``sql`` executed on the Parquet source; DuckDB's errors are replaced by their class
+        name alone, since their messages may quote data (``Could not convert string '…'``)."""
+        try:
+            return self._connection.execute(sql, [self._source])
+        except duckdb.Error as exc:
+            failure = type(exc).__name__
+        # Raised outside the except block, so the original message is not chained either.
+        raise RuntimeError(f"DuckDB could not count {what} ({failure})")
 
     def counts(self, attribute_sets: Sequence[Sequence[str]]) -> list[IntArray]:
         return [self._table(attrs) for attrs in checked_attributes(self._domain, attribute_sets)]
@@ -71,9 +86,9 @@ class DuckDBCounts:
         if not attrs:
             return np.array(self.n_rows, dtype=np.int64)
         keys = ", ".join(_quoted(a) for a in attrs)
-        result = self._connection.execute(
+        result = self._fetch(
             f"SELECT {keys}, count(*) AS n FROM read_parquet(?) GROUP BY {keys}",  # noqa: S608
-            [self._source],
+            "the table of " + ", ".join(repr(a) for a in attrs),
         ).fetchnumpy()
         columns = list(result.values())
         return table_from_groups(self._domain, attrs, columns[:-1], columns[-1])

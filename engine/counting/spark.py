@@ -74,6 +74,7 @@ class SparkCounts:
             return np.array(self.n_rows, dtype=np.int64)
         columns = [col("`" + a.replace("`", "``") + "`") for a in attrs]  # names taken as is
         groups = self._frame.groupBy(*columns).count().collect()
-        keys = [np.array([row[i] for row in groups], dtype=np.int64) for i in range(len(attrs))]
+        # Keys as Spark gave them (no cast): table_from_groups refuses nulls and non-integers.
+        keys = [np.array([row[i] for row in groups]) for i in range(len(attrs))]
         counts = np.array([row[len(attrs)] for row in groups], dtype=np.int64)
         return table_from_groups(self._domain, attrs, keys, counts)

@@ -244,3 +244,83 @@ def test_recognising_an_engine_reads_nothing() -> None:
 def test_a_non_engine_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="Dataset or a CountingEngine"):
         seeded_run("independent", object())  # type: ignore[arg-type]
+
+
+def _write_column(path: Path, column: Any) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"secret": column}), path)
+
+
+@pytest.mark.parametrize(
+    ("column", "message"),
+    [
+        ([1, None, 2], "missing codes"),  # a null was counted as code 0
+        (["Alice", "Bob", "Carol"], "no integer codes"),  # the value was in the error message
+        ([1.7, 2.2, 0.5], "no integer codes"),  # the codes were truncated
+    ],
+)
+def test_duckdb_refuses_codes_that_are_not_integers_naming_only_the_column(
+    tmp_path: Path, column: list[Any], message: str
+) -> None:
+    _write_column(tmp_path / "c.parquet", column)
+    engine = DuckDBCounts(tmp_path / "c.parquet", Domain.from_mapping({"secret": 5}))
+    with pytest.raises(ValueError, match=f"column 'secret' has {message}") as info:
+        engine.counts([("secret",)])
+    assert "Alice" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("column", "message"),
+    [([1, None, 2], "missing codes"), (["Alice", "Bob", "Carol"], "no integer codes")],
+)
+def test_spark_refuses_codes_that_are_not_integers_naming_only_the_column(
+    tmp_path: Path, request: pytest.FixtureRequest, column: list[Any], message: str
+) -> None:
+    _write_column(tmp_path / "c.parquet", column)
+    from engine.counting.spark import SparkCounts
+
+    session = request.getfixturevalue("spark")
+    engine = SparkCounts(
+        tmp_path / "c.parquet", Domain.from_mapping({"secret": 5}), session=session
+    )
+    with pytest.raises(ValueError, match=f"column 'secret' has {message}") as info:
+        engine.counts([("secret",)])
+    assert "Alice" not in str(info.value)
+
+
+def test_duckdb_never_installs_or_loads_an_extension_by_itself(tmp_path: Path) -> None:
+    """Nothing is downloaded at run time: a path such as https://… must not fetch httpfs."""
+    write_codes(_sparse_dataset(DOMAIN, 3, 7), tmp_path / "c.parquet")
+    connection = DuckDBCounts(tmp_path / "c.parquet", DOMAIN)._connection
+    for setting in ("autoinstall_known_extensions", "autoload_known_extensions"):
+        row = connection.execute(f"SELECT current_setting('{setting}')").fetchone()
+        assert row is not None and row[0] is False, setting
+
+
+def test_duckdb_errors_never_quote_the_data(tmp_path: Path) -> None:
+    """DuckDB's own message quotes the value it failed to cast (files of mixed schemas)."""
+    folder = tmp_path / "codes"
+    folder.mkdir()
+    _write_column(folder / "p0.parquet", [1, 2])
+    _write_column(folder / "p1.parquet", ["Alice", "Bob"])
+    engine = DuckDBCounts(folder, Domain.from_mapping({"secret": 5}))
+    with pytest.raises(RuntimeError, match="DuckDB could not count the table of 'secret'") as info:
+        engine.counts([("secret",)])
+    assert "Alice" not in str(info.value)
+    assert info.value.__context__ is None and info.value.__cause__ is None
+
+
+def test_the_digest_script_runs_on_a_tree_without_engine_counting() -> None:
+    """The pinned digests are reproducible on main's tree before issue 29 (as they were made)."""
+    import subprocess
+    import sys
+
+    # The engine's own modules import engine.counting here; digests.py itself must not.
+    script = (
+        "import sys, engine.mechanisms; sys.modules['engine.counting'] = None; "
+        "import tests.engine.counting.digests"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-500:]
