@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import inspect
 import itertools
 import json
 import math
@@ -677,6 +678,11 @@ class Mechanism(abc.ABC):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.milestones = check_milestones(cls.milestones)
+        if not inspect.isabstract(cls) and (
+            cls._synthesize is Mechanism._synthesize
+            and cls._synthesize_counts is Mechanism._synthesize_counts
+        ):
+            raise TypeError(f"{cls.__name__} defines neither _synthesize nor _synthesize_counts")
 
     def validate_params(self, raw: Mapping[str, Any]) -> BaseModel:
         """Parse user parameters into ``Params``; raises ``pydantic.ValidationError``."""
@@ -910,7 +916,6 @@ class Mechanism(abc.ABC):
         reporter.finish()
         return result
 
-    @abc.abstractmethod
     def _synthesize(
         self,
         data: Dataset,
@@ -926,7 +931,19 @@ class Mechanism(abc.ABC):
         """The mechanism itself; inputs are already validated. Must measure with exactly ``rho``,
         report progress at the start and end of each stage, report each declared milestone with
         ``progress.milestone(stage)`` when it starts, and size its output with
-        :func:`resolve_rows`."""
+        :func:`resolve_rows`. Every method defines it but those that read only counts, which
+        define :meth:`_synthesize_counts` instead (checked when the class is defined): for them
+        the codes in memory are one more counting engine."""
+        return self._synthesize_counts(
+            data,
+            rho,
+            params,
+            rng=rng,
+            rows=rows,
+            max_rows=max_rows,
+            progress=progress,
+            noise_source=noise_source,
+        )
 
     def _synthesize_counts(
         self,

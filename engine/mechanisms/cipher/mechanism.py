@@ -27,7 +27,7 @@ from scipy import sparse
 
 from engine.accounting import split_rho
 from engine.counting import CountingEngine
-from engine.domain import Dataset, Domain
+from engine.domain import Domain
 from engine.marginals import Measurement, measure_marginal
 from engine.mechanisms.base import (
     DomainRefused,
@@ -766,29 +766,6 @@ class CIPHERMechanism(Mechanism):
         return tuple(
             marginal_preview([names[i] for i in query], share)
             for query, share in zip(queries, shares, strict=True)
-        )
-
-    def _synthesize(
-        self,
-        data: Dataset,
-        rho: Fraction,
-        params: BaseModel,
-        *,
-        rng: np.random.Generator,
-        rows: int | None,
-        max_rows: int | None,
-        progress: ProgressReporter,
-        noise_source: random.Random | None,
-    ) -> SynthesisResult:
-        return self._synthesize_counts(
-            data,
-            rho,
-            params,
-            rng=rng,
-            rows=rows,
-            max_rows=max_rows,
-            progress=progress,
-            noise_source=noise_source,
         )
 
     def _synthesize_counts(

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from engine.accounting import split_rho
 from engine.counting import CountingEngine
-from engine.domain import Dataset, Domain
+from engine.domain import Domain
 from engine.estimation.simplex import project_to_simplex
 from engine.marginals import Measurement, measure_marginal
 from engine.mechanisms.base import (
@@ -85,29 +85,6 @@ class IndependentMechanism(Mechanism):
         """The one-way marginal of every column, at equal parts of ρ."""
         del params
         return one_way_previews(domain.attributes, one_way_rhos(domain, rho))
-
-    def _synthesize(
-        self,
-        data: Dataset,
-        rho: Fraction,
-        params: BaseModel,
-        *,
-        rng: np.random.Generator,
-        rows: int | None,
-        max_rows: int | None,
-        progress: ProgressReporter,
-        noise_source: random.Random | None,
-    ) -> SynthesisResult:
-        return self._synthesize_counts(
-            data,
-            rho,
-            params,
-            rng=rng,
-            rows=rows,
-            max_rows=max_rows,
-            progress=progress,
-            noise_source=noise_source,
-        )
 
     def _synthesize_counts(
         self,

@@ -331,3 +331,17 @@ def test_the_digest_script_runs_on_a_tree_without_engine_counting() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-500:]
+
+
+def test_a_method_must_define_how_it_synthesises() -> None:
+    """Neither ``_synthesize`` nor ``_synthesize_counts``: refused when the class is defined
+    (the base's ``_synthesize`` forwards to ``_synthesize_counts`` for the counting methods)."""
+    from engine.mechanisms.base import Mechanism
+    from engine.mechanisms.independent.mechanism import IndependentParams
+
+    with pytest.raises(TypeError, match="neither _synthesize nor _synthesize_counts"):
+
+        class _Nothing(Mechanism):
+            name = "nothing"
+            description = "test double"
+            Params = IndependentParams
