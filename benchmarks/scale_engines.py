@@ -218,7 +218,6 @@ def child_method(spec: dict[str, Any]) -> dict[str, Any]:
 
     from engine.accounting import rho_from_epsilon_delta
     from engine.mechanisms import get_mechanism
-    from engine.tables.partitioned import write_partitioned_codes
 
     workdir = Path(spec["workdir"])
     domain = load_domain(workdir)
@@ -263,18 +262,19 @@ def child_method(spec: dict[str, Any]) -> dict[str, Any]:
     n_out = int(spec.get("rows_out", 0))
     if n_out and result.model is not None:
         from engine.tables.encoding import TableSchema
+        from engine.tables.partitioned import write_partitioned
 
-        schema = TableSchema.from_domain(domain) if hasattr(TableSchema, "from_domain") else None
+        schema = TableSchema.from_domain(domain)
         with tempfile.TemporaryDirectory(dir=spec.get("scratch")) as folder:
             start = time.perf_counter()
-            written = write_partitioned_codes(
+            written = write_partitioned(
+                schema,
                 result.model.sample,
                 n_out,
-                seed=0,
-                folder=Path(folder),
+                0,
+                Path(folder),
                 chunk_rows=int(spec.get("chunk_rows", 2_000_000)),
                 workers=int(spec.get("workers", 2)),
-                schema=schema,
             )
             out["write_s"] = round(time.perf_counter() - start, 2)
             out["rows_out"] = written.rows
