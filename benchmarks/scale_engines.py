@@ -250,6 +250,7 @@ def child_method(spec: dict[str, Any]) -> dict[str, Any]:
     else:
         engine = make_engine(spec["engine"], path, domain)
         out["start_s"] = round(time.perf_counter() - start, 2)
+    scans = _count_scans(spec["engine"])
     rng = np.random.default_rng(0)
     start = time.perf_counter()
     try:
@@ -258,6 +259,7 @@ def child_method(spec: dict[str, Any]) -> dict[str, Any]:
         out["refused"] = f"{type(error).__name__}: {error}"[:300]
         return out
     out["run_s"] = round(time.perf_counter() - start, 2)
+    out["scans"] = scans[0]
     out["estimated_total"] = round(result.estimated_total)
     n_out = int(spec.get("rows_out", 0))
     if n_out and result.model is not None:
@@ -281,6 +283,34 @@ def child_method(spec: dict[str, Any]) -> dict[str, Any]:
             out["parts_out"] = len(written.parts)
             out["out_mib"] = round(sum(p.bytes for p in written.parts) / MIB, 1)
     return out
+
+
+def _count_scans(engine: str) -> list[int]:
+    """Count the queries that read the table (each one scan of the Parquet parts): DuckDB's
+    executed statements, Spark's actions (``collect``, ``count``)."""
+    counter = [0]
+    if engine == "duckdb":
+        from engine.counting.duckdb import DuckDBCounts
+
+        fetch = DuckDBCounts._fetch
+
+        def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            counter[0] += 1
+            return fetch(self, *args, **kwargs)
+
+        DuckDBCounts._fetch = counted  # type: ignore[method-assign]
+    elif engine == "spark":
+        from pyspark.sql import DataFrame
+
+        for name in ("collect", "count"):
+            action = getattr(DataFrame, name)
+
+            def wrapped(self: Any, *args: Any, _action: Any = action, **kwargs: Any) -> Any:
+                counter[0] += 1
+                return _action(self, *args, **kwargs)
+
+            setattr(DataFrame, name, wrapped)
+    return counter
 
 
 def run_child(spec: dict[str, Any]) -> dict[str, Any]:
