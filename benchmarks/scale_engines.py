@@ -168,11 +168,17 @@ WORKLOAD_3 = [
 ]
 
 
-def make_engine(kind: str, path: Path, domain: Any) -> Any:
+def make_engine(kind: str, path: Path, domain: Any, spec: dict[str, Any] | None = None) -> Any:
+    spec = spec or {}
+    engine: Any
     if kind == "duckdb":
         from engine.counting.duckdb import DuckDBCounts
 
-        return DuckDBCounts(path, domain, memory_limit="1GB", threads=2)
+        limit = spec.get("memory_limit", "1GB")
+        engine = DuckDBCounts(path, domain, memory_limit=limit, threads=2)
+        if spec.get("unbatched"):
+            engine.batched = False
+        return engine
     from pyspark.sql import SparkSession
 
     from engine.counting.spark import SparkCounts
@@ -185,7 +191,10 @@ def make_engine(kind: str, path: Path, domain: Any) -> Any:
         .config("spark.driver.memory", "1g")
         .getOrCreate()
     )
-    return SparkCounts(path, domain, session=session)
+    engine = SparkCounts(path, domain, session=session)
+    if spec.get("unbatched"):
+        engine.batched = False
+    return engine
 
 
 def child_count(spec: dict[str, Any]) -> dict[str, Any]:
@@ -248,7 +257,7 @@ def child_method(spec: dict[str, Any]) -> dict[str, Any]:
         engine: Any = Dataset(domain, codes)
         out["load_s"] = round(time.perf_counter() - start, 2)
     else:
-        engine = make_engine(spec["engine"], path, domain)
+        engine = make_engine(spec["engine"], path, domain, spec)
         out["start_s"] = round(time.perf_counter() - start, 2)
     scans = _count_scans(spec["engine"])
     rng = np.random.default_rng(0)
@@ -368,6 +377,10 @@ def main() -> None:
     parser.add_argument("--rows-out", type=int, default=100_000_000)
     parser.add_argument("--numpy-rows", type=int, nargs="+", default=[10_000_000, 20_000_000])
     parser.add_argument("--force", action="store_true")
+    parser.add_argument("--memory-limit", default="1GB", help="DuckDB's memory_limit")
+    parser.add_argument(
+        "--unbatched", action="store_true", help="one GROUP BY per table (no GROUPING SETS)"
+    )
     args = parser.parse_args()
     if args.child:
         spec = json.loads(args.child)
@@ -410,8 +423,17 @@ def main() -> None:
                         "workdir": workdir,
                         "rows_out": args.rows_out,
                         "scratch": workdir,
+                        "memory_limit": args.memory_limit,
+                        "unbatched": args.unbatched,
                     }
-                    record(f"method/{engine}/{method}/100m", lambda s=spec: run_child(s))
+                    key = f"method/{engine}/{method}/100m"
+                    if engine == "duckdb" and args.memory_limit != "1GB":
+                        key += f"/memory_limit={args.memory_limit}"
+                    if args.unbatched:
+                        key += "/unbatched"
+                    if not args.rows_out:
+                        key += "/no-output"
+                    record(key, lambda s=spec: run_child(s))
         elif phase == "numpy":
             for rows in args.numpy_rows:
                 spec = {
