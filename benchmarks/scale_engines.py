@@ -309,10 +309,13 @@ def _count_scans(engine: str) -> list[int]:
 
         DuckDBCounts._fetch = counted  # type: ignore[method-assign]
     elif engine == "spark":
-        from pyspark.sql import DataFrame
+        # pyspark 4: sessions make pyspark.sql.classic's DataFrame, which overrides the actions.
+        from pyspark.sql.classic.dataframe import DataFrame
 
-        for name in ("collect", "count"):
-            action = getattr(DataFrame, name)
+        for name in ("collect", "count", "toArrow", "toPandas"):
+            action = getattr(DataFrame, name, None)
+            if action is None:
+                continue
 
             def wrapped(self: Any, *args: Any, _action: Any = action, **kwargs: Any) -> Any:
                 counter[0] += 1
@@ -320,6 +323,50 @@ def _count_scans(engine: str) -> list[int]:
 
             setattr(DataFrame, name, wrapped)
     return counter
+
+
+def child_writer(spec: dict[str, Any]) -> dict[str, Any]:
+    """Fit ``spec["method"]`` on adult (numpy, 48,842 rows, ε = 1), then draw ``rows_out`` rows
+    with the chunked writer at 1 and at 2 workers (threads): does a second thread help?"""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    from engine.accounting import rho_from_epsilon_delta
+    from engine.domain import Dataset
+    from engine.mechanisms import get_mechanism
+    from engine.tables.encoding import TableSchema
+    from engine.tables.partitioned import write_partitioned
+
+    domain, codes = adult_codes(Path(spec["data"]))
+    mechanism = get_mechanism(spec["method"])
+    rho = Fraction(rho_from_epsilon_delta(Decimal("1"), Decimal("1e-9")))
+    start = time.perf_counter()
+    result = mechanism.run(
+        Dataset(domain, np.asfortranarray(codes)),
+        rho,
+        mechanism.validate_params({}),
+        rng=np.random.default_rng(0),
+        max_rows=0,
+    )
+    out: dict[str, Any] = {"fit_s": round(time.perf_counter() - start, 2)}
+    assert result.model is not None
+    schema = TableSchema.from_domain(domain)
+    for workers in (1, 2):
+        with tempfile.TemporaryDirectory(dir=spec.get("scratch")) as folder:
+            start = time.perf_counter()
+            cpu = time.process_time()
+            write_partitioned(
+                schema,
+                result.model.sample,
+                int(spec["rows_out"]),
+                0,
+                Path(folder),
+                chunk_rows=1_000_000,
+                workers=workers,
+            )
+            out[f"write_{workers}_s"] = round(time.perf_counter() - start, 2)
+            out[f"write_{workers}_cpu_s"] = round(time.process_time() - cpu, 2)
+    return out
 
 
 def run_child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -384,7 +431,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         spec = json.loads(args.child)
-        result = child_count(spec) if spec["kind"] == "count" else child_method(spec)
+        kinds = {"count": child_count, "method": child_method, "writer": child_writer}
+        result = kinds[spec["kind"]](spec)
         print(json.dumps(result), flush=True)
         return
     results: dict[str, Any] = json.loads(args.json.read_text()) if args.json.exists() else {}
@@ -434,6 +482,16 @@ def main() -> None:
                     if not args.rows_out:
                         key += "/no-output"
                     record(key, lambda s=spec: run_child(s))
+        elif phase == "writer":
+            for method in args.methods:
+                spec = {
+                    "kind": "writer",
+                    "method": method,
+                    "data": str(args.data.resolve()),
+                    "rows_out": args.rows_out,
+                    "scratch": workdir,
+                }
+                record(f"writer/{method}/{args.rows_out}", lambda s=spec: run_child(s))
         elif phase == "numpy":
             for rows in args.numpy_rows:
                 spec = {
