@@ -28,7 +28,11 @@ Spark's JVM, a grandchild of the Python driver):
 * ``numpy``: the in-memory path (``Dataset`` of narrow codes, ``independent``) at 10 M and 20 M
   rows: wall and peak RSS, to state its limit.
 
+* ``writer``: each method fitted on adult alone (its driver-side time), then ``--rows-out`` rows
+  drawn by the chunked writer at one and at two threads.
+
 Results go to ``--json`` (one key per run; a recorded run is skipped unless ``--force``).
+``--project 1 4 16 64`` prints docs/scale.md's projection to 1 B rows from the recorded runs.
 
     nice python -m benchmarks.scale_engines --data ../shared/data --workdir /work/scale29 \\
         --json docs/scale_engines.json --phases generate upload count method numpy
