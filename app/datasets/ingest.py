@@ -91,7 +91,7 @@ def encoded_arrow_schema(schema: TableSchema) -> pa.Schema:
 
 
 def ingest_table(
-    source: Path,
+    source: TableFiles,
     schema: TableSchema,
     target: Path,
     limits: IngestLimits,
@@ -133,8 +133,13 @@ def ingest_table(
         raise
 
 
+TableFiles = Path | tuple[Path, ...]
+"""An upload (one file), or the files of a registered source read one after the other as one
+table (app/sources/reading.py), each checked as an upload of its own would be."""
+
+
 def read_batches(
-    source: Path,
+    source: TableFiles,
     schema: TableSchema,
     limits: IngestLimits,
     *,
@@ -149,13 +154,36 @@ def read_batches(
     file's next batch is decoded on a thread while the caller encodes one
     (:class:`~engine.tables.prefetch.Prefetched`; the batches are sized for two at once); CSV blocks
     are parsed on threads already (:class:`~engine.tables.csv_blocks.CsvBlocks`). Close what this
-    returns (``contextlib.closing``) to stop the reading early."""
+    returns (``contextlib.closing``) to stop the reading early.
+
+    A tuple of files is read file by file in its order, each within the same bounds (the row
+    limit applies to the whole table: callers count rows over every batch)."""
+    if isinstance(source, tuple):
+        if len(source) == 1:
+            source = source[0]
+        else:
+            return _files_batches(source, schema, limits, typed=typed, prefetch=prefetch)
     with open(source, "rb") as handle:
         magic = handle.read(4)
     if magic == PARQUET_MAGIC:
         batches = _parquet_batches(source, schema, limits)
         return Prefetched(batches, name="parquet-batches") if prefetch else batches
     return _csv_batches(source, schema, limits, typed=typed)
+
+
+def _files_batches(
+    files: tuple[Path, ...],
+    schema: TableSchema,
+    limits: IngestLimits,
+    *,
+    typed: bool,
+    prefetch: bool,
+) -> Generator[pa.RecordBatch]:
+    if not files:
+        raise UploadRejected(422, "the source holds no file to read")
+    for path in files:
+        with closing(read_batches(path, schema, limits, typed=typed, prefetch=prefetch)) as one:
+            yield from one
 
 
 def _write_encoded(
