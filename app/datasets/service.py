@@ -252,6 +252,13 @@ class RegisteredSource:
     engine: str  # the counting engine of its jobs: duckdb or spark
     keep_copy: bool = False
 
+    @property
+    def location(self) -> str:
+        """Where it lives, in one line (no query text): for the audit log."""
+        if self.spec.get("uri"):
+            return f"{self.spec['kind']}:{self.spec['uri']}"
+        return f"postgres:{self.spec.get('connection')}:{self.spec.get('table') or '(query)'}"
+
 
 def create_dataset(
     session: Session,
@@ -416,7 +423,7 @@ def create_dataset(
                 **(
                     {}
                     if registered is None
-                    else {"source": registered.spec, "keep_copy": registered.keep_copy}
+                    else {"source": registered.location, "keep_copy": str(registered.keep_copy)}
                 ),
             },
         )

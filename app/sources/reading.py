@@ -380,7 +380,7 @@ def _postgres_copy(
             sql.Identifier(*spec.table.split("."))
         )
     else:
-        relation = sql.SQL(str(spec.query))  # type: ignore[arg-type]  # the owner's own query
+        relation = sql.SQL(str(spec.query))  # the owner's own query, run read-only
     checksum = sql.SQL(
         "SELECT count(*), coalesce(sum(('x' || left(md5(t::text), 16))::bit(64)::bigint), 0)"
         "::text FROM ({}) AS t"
@@ -398,12 +398,13 @@ def _postgres_copy(
                 )
                 row = conn.execute(checksum).fetchone()
                 assert row is not None
-                fingerprint = {"rows": int(row[0]), "checksum": str(row[1])}
+                rows = int(row[0])
+                fingerprint: dict[str, Any] = {"rows": rows, "checksum": str(row[1])}
                 if expected is not None and fingerprint != expected:
                     raise SourceChanged()
-                if max_rows is not None and fingerprint["rows"] > max_rows:
+                if max_rows is not None and rows > max_rows:
                     raise SourceRefused(422, f"the table has more than {max_rows} rows")
-                if fingerprint["rows"] == 0:
+                if rows == 0:
                     raise SourceRefused(422, "the table has no rows")
                 with (
                     conn.cursor() as cursor,

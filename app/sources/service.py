@@ -70,7 +70,7 @@ def source_out(dataset: Dataset, *, owner: bool) -> SourceOut | None:
     return SourceOut(
         kind=spec.kind,
         keep_copy=keep_copy,
-        engine=None if keep_copy else dataset.source_engine,  # type: ignore[arg-type]
+        engine=None if keep_copy else dataset.source_engine,
         uri=spec.uri if owner else None,
         format=spec.format if owner else None,
         connection=spec.connection if owner else None,
