@@ -13,6 +13,7 @@ Two modes:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import tempfile
@@ -20,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIN_SECRET_KEY_LENGTH = 32
@@ -185,6 +186,15 @@ class Settings(BaseSettings):
     spark_master: str = "local[2]"
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("source_local_roots", "source_s3_buckets", "source_connections", mode="before")
+    @classmethod
+    def _json_text(cls, value: object) -> object:
+        # Environment variables arrive as JSON already parsed; the same text passed to the
+        # constructor (tests, the CLI) is parsed here.
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else None
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> Settings:

@@ -495,13 +495,14 @@ class _Source:
     unit: dict[str, Any] | None = None  # the reports' statement of the unit (public)
     source: SourceSpec | None = None  # a registered source without a copy (docs/sources.md)
     fingerprint: dict[str, Any] | None = None  # what its registration measured
+    engine: str = "duckdb"  # the counting engine recorded at registration
 
     @property
     def unit_max_rows(self) -> int | None:
         return None if self.unit is None else int(self.unit["max_rows"])
 
 
-def _source(factory: sessionmaker[Session], claim: Claim) -> _Source:
+def _source(factory: sessionmaker[Session], settings: Settings, claim: Claim) -> _Source:
     with transaction(factory) as session:
         dataset = dataset_repository.get(session, claim.dataset_id)
         if dataset is None or not dataset.readable:
@@ -520,6 +521,7 @@ def _source(factory: sessionmaker[Session], claim: Claim) -> _Source:
                 0,
                 source=SourceSpec.from_json(dataset.source),
                 fingerprint=dataset.source_fingerprint,
+                engine=dataset.source_engine or settings.source_engine,
             )
         # The input table's own address space (private: its exact rows), added to this job's
         # memory limit so that whether the job fits depends on the public estimate only.
@@ -550,7 +552,7 @@ def _synthesize(
     writer: ArtefactWriter,
 ) -> int:
     """Run the attempt up to publication; returns the synthetic table's row count."""
-    source = _source(factory, claim)
+    source = _source(factory, settings, claim)
     # The job's memory limit is raised by its input table's allowance while it runs.
     with raised_memory_limit(source.allowance):
         schema, table_key = source.schema, source.table_key
@@ -569,7 +571,9 @@ def _synthesize(
                 if not mechanism.runs_on_counts:  # refused at submission; never reached
                     raise RuntimeError(f"{mechanism.name} cannot run on a counting engine")
                 data = reading.enter_context(
-                    source_engine(settings, storage, source.source, source.fingerprint, schema)
+                    source_engine(
+                        settings, storage, source.source, source.fingerprint, schema, source.engine
+                    )
                 )
             else:
                 # The engine's run takes the codes at their stored width: at 10 M rows × 14

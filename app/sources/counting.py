@@ -60,6 +60,7 @@ def source_engine(
     spec: SourceSpec,
     fingerprint: dict[str, Any],
     schema: TableSchema,
+    engine_name: str,
 ) -> Iterator[CountingEngine]:
     """The counting engine over the registered source's codes, for the length of the block.
 
@@ -78,7 +79,7 @@ def source_engine(
                 storage.temp_path(".arrow"),
             )
         domain = schema.domain()
-        if settings.source_engine == "spark":
+        if engine_name == "spark":
             from engine.counting.spark import SparkCounts
 
             yield SparkCounts(codes, domain, master=settings.spark_master)
