@@ -13,6 +13,7 @@ block ends. No FastAPI here.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from app.sources.reading import SourceSpec, fetched
 from app.storage import Storage
 from engine.counting import CountingEngine
 from engine.tables.encoding import TableSchema
+
+logger = logging.getLogger(__name__)
 
 
 def ingest_limits(settings: Settings) -> IngestLimits:
@@ -79,6 +82,7 @@ def source_engine(
                 storage.temp_path(".arrow"),
             )
         domain = schema.domain()
+        logger.info("counting a registered source with %s", engine_name)
         if engine_name == "spark":
             from engine.counting.spark import SparkCounts
 

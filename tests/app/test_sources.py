@@ -161,6 +161,7 @@ def test_s3_parquet_end_to_end_and_change_refused(
     assert job["status"] == "succeeded", (job, stack.logs())
     rows = _output_rows(tenant, job)
     assert rows[0] == ["city", "age", "tier", "income"] and len(rows) > 1
+    assert "counting a registered source with duckdb" in stack.logs()
 
     # A method that needs the table in memory: refused at submission, nothing reserved.
     before = tenant.owner.get(f"/v1/datasets/{dataset['id']}").json()["budget"]
@@ -207,6 +208,26 @@ def test_partitioned_prefix_csv_and_cipher(
     assert created.json()["n_rows"] == ROWS
     job = _run(tenant, created.json()["id"])
     assert job["status"] == "succeeded", (job, stack.logs())
+
+
+def test_keep_copy_stores_the_codes_and_jobs_read_them(
+    stack: Stack, s3_server: S3Server, tenant: Tenant
+) -> None:
+    key = f"sources-{uuid.uuid4().hex[:8]}/people.parquet"
+    uri = _put(s3_server, key, _parquet())
+    created = _register(tenant.owner, {"kind": "s3", "uri": uri}, keep_copy=True)
+    assert created.status_code == 201, created.text
+    dataset = created.json()
+    assert dataset["source"]["keep_copy"] is True and dataset["source"]["engine"] is None
+    assert _service_keys(stack, s3_server, dataset["id"]) != []
+    # The copy is what jobs read: the source may change or go, and any method runs.
+    s3_server.client().delete_object(Bucket=s3_server.bucket, Key=key)
+    job = _run(tenant, dataset["id"], method="mst")
+    assert job["status"] == "succeeded", (job, stack.logs())
+    # Deleting erases the copy; the record keeps its source description.
+    deleted = tenant.owner.delete(f"/v1/datasets/{dataset['id']}")
+    assert deleted.status_code == 200 and deleted.json()["source"]["uri"] == uri
+    assert _service_keys(stack, s3_server, dataset["id"]) == []
 
 
 def test_a_row_outside_the_schema_is_refused_without_its_value(
@@ -320,3 +341,114 @@ def test_privacy_unit_is_refused(s3_server: S3Server, tenant: Tenant) -> None:
     uri = _put(s3_server, f"sources-{uuid.uuid4().hex[:8]}/people.parquet", _parquet())
     refused = _register(tenant.owner, {"kind": "s3", "uri": uri}, schema=schema)
     assert refused.status_code == 422 and "privacy unit" in refused.text
+
+
+@pytest.fixture(scope="module")
+def spark_stack(
+    _services: None,
+    s3_server: S3Server,
+    warehouse: str,
+    local_root: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Stack]:
+    pytest.importorskip("pyspark")
+    stack = _stack(
+        "sources-spark",
+        tmp_path_factory,
+        s3_server,
+        warehouse,
+        local_root,
+        source_engine="spark",
+        spark_master="local[2]",
+    )
+    try:
+        yield stack
+    finally:
+        stack.destroy()
+
+
+def test_spark_mode(spark_stack: Stack, s3_server: S3Server, warehouse: str) -> None:
+    tenant = make_tenant(spark_stack)
+    try:
+        uri = _put(s3_server, f"sources-{uuid.uuid4().hex[:8]}/people.parquet", _parquet())
+        created = _register(tenant.owner, {"kind": "s3", "uri": uri})
+        assert created.status_code == 201, created.text
+        assert created.json()["source"]["engine"] == "spark"
+        job = _run(tenant, created.json()["id"])
+        assert job["status"] == "succeeded", (job, spark_stack.logs())
+        assert "counting a registered source with spark" in spark_stack.logs()
+        assert len(_output_rows(tenant, job)) > 1
+
+        table = _register(
+            tenant.owner, {"kind": "postgres", "connection": "warehouse", "table": "people"}
+        )
+        assert table.status_code == 201, table.text
+        job = _run(tenant, table.json()["id"], method="cipher")
+        assert job["status"] == "succeeded", (job, spark_stack.logs())
+    finally:
+        tenant.close()
+
+
+@pytest.mark.usefixtures("_services")
+def test_migration_0017_constraints_and_downgrade(tmp_path: Path) -> None:
+    """A live dataset needs a stored table or a source (a NULL storage_key alone means erased);
+    the downgrade refuses while a registered dataset without a copy exists."""
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+
+    import migrations
+
+    with services.migrated_settings("postgresql", tmp_path, "sources-migration") as settings:
+        engine = sa.create_engine(settings.sqlalchemy_url)
+        config = Config()
+        config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+        config.attributes["database_url"] = settings.sqlalchemy_url
+        try:
+            from app.auth.service import create_key
+            from app.db.session import get_session_factory, transaction
+
+            with transaction(get_session_factory(settings.sqlalchemy_url)) as session:
+                created = create_key(session, settings.secret_key_bytes(), "t", "owner", "o")
+            tenant, key = created.tenant_id, created.key_id
+            insert = sa.text(
+                "INSERT INTO datasets (id, tenant_id, name, schema, warnings, n_rows, n_columns, "
+                "storage_key, created_by, created_at, source_kind, source, source_fingerprint, "
+                "source_engine) VALUES (gen_random_uuid(), :t, 'd', '{}', '[]', 1, 1, NULL, :k, "
+                "now(), :kind, :source, :fp, :engine)"
+            )
+            with (
+                pytest.raises(sa.exc.IntegrityError, match="table_or_source"),
+                engine.begin() as conn,
+            ):
+                conn.execute(
+                    insert,
+                    {
+                        "t": tenant,
+                        "k": key,
+                        "kind": None,
+                        "source": None,
+                        "fp": None,
+                        "engine": None,
+                    },
+                )
+            with engine.begin() as conn:
+                conn.execute(
+                    insert,
+                    {
+                        "t": tenant,
+                        "k": key,
+                        "kind": "s3",
+                        "source": '{"kind": "s3"}',
+                        "fp": '{"files": []}',
+                        "engine": "duckdb",
+                    },
+                )
+            with pytest.raises(RuntimeError, match="registered dataset"):
+                command.downgrade(config, "0016_privacy_unit")
+            with engine.begin() as conn:
+                conn.execute(sa.text("DELETE FROM datasets"))
+            command.downgrade(config, "0016_privacy_unit")
+            command.upgrade(config, "head")
+        finally:
+            engine.dispose()
