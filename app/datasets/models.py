@@ -67,8 +67,11 @@ class Dataset(Base):
     # owner's metadata: never credentials), what registration measured, and the counting engine
     # its jobs use. All NULL for an upload.
     source_kind: Mapped[str | None] = mapped_column(String(20), default=None)
-    source: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
-    source_fingerprint: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    # none_as_null: None is SQL NULL (the CHECKs test IS NULL), not the JSON text 'null'.
+    source: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
+    source_fingerprint: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON(none_as_null=True), default=None
+    )
     source_engine: Mapped[str | None] = mapped_column(String(20), default=None)
 
     @property
