@@ -452,3 +452,41 @@ def test_migration_0017_constraints_and_downgrade(tmp_path: Path) -> None:
             command.upgrade(config, "head")
         finally:
             engine.dispose()
+
+
+def test_client_and_cli_register(stack: Stack, local_root: Path) -> None:
+    from click.testing import CliRunner
+
+    from app.cli import main
+    from rhosynth.client import Client
+
+    name = f"tenant-{uuid.uuid4().hex[:10]}"
+    owner_key = stack.create_key(name, "owner")
+    path = local_root / f"{uuid.uuid4().hex[:8]}.csv"
+    path.write_bytes(PEOPLE)
+    schema_file = FIXTURES / "people-schema.json"
+    with Client(stack.base_url, owner_key) as client:
+        dataset = client.register(
+            {"kind": "local", "uri": str(path)}, schema_file, "from-client", 1
+        )
+    assert dataset.origin == "source" and dataset.source is not None
+    assert dataset.source.uri == str(path) and dataset.n_rows == ROWS
+
+    result = CliRunner().invoke(
+        main,
+        ["remote", "register", str(path), "--schema", str(schema_file), "--name", "cli",
+         "--budget-rho", "1"],
+        env={"RHOSYNTH_URL": stack.base_url, "RHOSYNTH_API_KEY": owner_key},
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["origin"] == "source" and out["source"]["kind"] == "local"
+    refused = CliRunner().invoke(
+        main,
+        ["remote", "register", "/etc/passwd", "--schema", str(schema_file), "--name", "x",
+         "--budget-rho", "1"],
+        env={"RHOSYNTH_URL": stack.base_url, "RHOSYNTH_API_KEY": owner_key},
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert refused.exit_code == 1 and "outside the directories" in refused.stderr
