@@ -30,10 +30,6 @@ class Dataset(Base):
             "(source_fingerprint IS NULL) AND (source_kind IS NULL) = (source_engine IS NULL)",
             name="source_described",
         ),
-        CheckConstraint(
-            "deleted_at IS NOT NULL OR storage_key IS NOT NULL OR source_kind IS NOT NULL",
-            name="table_or_source",
-        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)

@@ -8,8 +8,10 @@
   chosen by the operator at registration.
 
 ``storage_key`` stays NULL for a registered dataset without a copy: a NULL ``storage_key`` no
-longer means "erased" by itself; ``deleted_at`` says that (the new CHECK: a live dataset has a
-stored table or a source). Plain ADD COLUMNs; CHECK constraints on PostgreSQL only, as in 0016.
+longer means "erased" by itself; ``deleted_at`` says that, and the code asks
+``Dataset.readable`` / ``Dataset.reads_source`` (app/datasets/models.py). No CHECK ties
+``storage_key`` to the source: records without either exist in tests and are harmless (a job on
+one is cancelled as erased). Plain ADD COLUMNs; CHECK constraints on PostgreSQL only, as in 0016.
 The downgrade refuses while a registered dataset without a copy exists (older code would take it
 for an erased one).
 
@@ -37,10 +39,6 @@ _CHECKS = (
         "ck_datasets_source_described",
         "(source_kind IS NULL) = (source IS NULL) AND (source_kind IS NULL) = "
         "(source_fingerprint IS NULL) AND (source_kind IS NULL) = (source_engine IS NULL)",
-    ),
-    (
-        "ck_datasets_table_or_source",
-        "deleted_at IS NOT NULL OR storage_key IS NOT NULL OR source_kind IS NOT NULL",
     ),
 )
 

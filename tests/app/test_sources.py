@@ -391,8 +391,8 @@ def test_spark_mode(spark_stack: Stack, s3_server: S3Server, warehouse: str) -> 
 
 @pytest.mark.usefixtures("_services")
 def test_migration_0017_constraints_and_downgrade(tmp_path: Path) -> None:
-    """A live dataset needs a stored table or a source (a NULL storage_key alone means erased);
-    the downgrade refuses while a registered dataset without a copy exists."""
+    """A source is described whole (kind, location, fingerprint, engine, or none of them); the
+    downgrade refuses while a registered dataset without a copy exists."""
     import sqlalchemy as sa
     from alembic import command
     from alembic.config import Config
@@ -418,7 +418,7 @@ def test_migration_0017_constraints_and_downgrade(tmp_path: Path) -> None:
                 "now(), :kind, :source, :fp, :engine)"
             )
             with (
-                pytest.raises(sa.exc.IntegrityError, match="table_or_source"),
+                pytest.raises(sa.exc.IntegrityError, match="source_described"),
                 engine.begin() as conn,
             ):
                 conn.execute(
@@ -426,10 +426,10 @@ def test_migration_0017_constraints_and_downgrade(tmp_path: Path) -> None:
                     {
                         "t": tenant,
                         "k": key,
-                        "kind": None,
-                        "source": None,
+                        "kind": "s3",
+                        "source": '{"kind": "s3"}',
                         "fp": None,
-                        "engine": None,
+                        "engine": "duckdb",
                     },
                 )
             with engine.begin() as conn:
