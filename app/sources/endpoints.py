@@ -17,9 +17,11 @@ from app.config import Settings
 from app.datasets import service as dataset_service
 from app.datasets.ingest import UploadRejected
 from app.datasets.schemas import DatasetOut
+from app.drafts import service as draft_service
+from app.drafts.schemas import SchemaDraftOut
 from app.sources import service
-from app.sources.reading import SourceChanged, SourceSpec
-from app.sources.schemas import RegisterRequest
+from app.sources.reading import SourceChanged, SourceSpec, head
+from app.sources.schemas import RegisterRequest, SourceDraftRequest
 from app.storage import Storage
 
 router = APIRouter(
@@ -106,3 +108,57 @@ def _register(
         )
         state = dataset_service.account_of(session, dataset.id)
     return dataset_service.dataset_out(dataset, state, principal)
+
+
+drafts_router = APIRouter(
+    prefix="/v1/schema-drafts",
+    tags=["datasets"],
+    route_class=FiniteJSONRoute,
+    responses=error_responses(400, 401, 403, 404, 413, 415, 422, 503),
+)
+
+# Rows of a PostgreSQL source a draft reads (a file source: its first file, at most
+# RHOSYNTH_MAX_DRAFT_BYTES; the draft then samples RHOSYNTH_DRAFT_SAMPLE_BYTES of values).
+DRAFT_HEAD_ROWS = 100_000
+
+
+@drafts_router.post("/sources", response_model=SchemaDraftOut)
+async def draft_from_source(
+    body: SourceDraftRequest,
+    request: Request,
+    settings: SettingsDep,
+    storage: StorageDep,
+    principal: OwnerKey,
+) -> SchemaDraftOut:
+    """Propose a schema for a source (owner keys), from its head: the first file of a
+    directory or prefix, or the first rows of a PostgreSQL source. Nothing is stored."""
+    del principal
+    try:
+        spec = SourceSpec(**body.source.model_dump())
+        missing = draft_service.parse_missing_values(
+            None if body.missing_values is None else json.dumps(body.missing_values)
+        )
+        slots: UploadSlots = request.app.state.upload_slots
+        with slots.hold():
+            return await run_in_threadpool(
+                _draft, settings, storage, spec, missing, body.show_values
+            )
+    except UploadRejected as rejected:
+        raise HTTPException(rejected.status_code, rejected.message) from None
+    except OSError as error:
+        raise storage_unavailable("schema draft", error) from None
+
+
+def _draft(
+    settings: Settings,
+    storage: Storage,
+    spec: SourceSpec,
+    missing: tuple[str, ...],
+    show_values: bool,
+) -> SchemaDraftOut:
+    with head(
+        spec, settings, storage, max_bytes=settings.max_draft_bytes, rows=DRAFT_HEAD_ROWS
+    ) as path:
+        return draft_service.draft_for_upload(
+            path, settings, missing_values=missing, show_values=show_values
+        )

@@ -352,6 +352,35 @@ def _download(client: S3Client, bucket: str, item: dict[str, Any], path: Path) -
         raise SourceChanged()
 
 
+@contextlib.contextmanager
+def head(
+    spec: SourceSpec, settings: Settings, storage: Storage, *, max_bytes: int, rows: int
+) -> Iterator[Path]:
+    """A bounded head of the source as one local file, for a schema draft: the first file of a
+    directory or prefix (refused over ``max_bytes`` before it is copied), or the first ``rows``
+    rows of a PostgreSQL source (no checksum)."""
+    if spec.kind == "postgres":
+        with _postgres_copy(spec, settings, storage, None, None, head_rows=rows) as result:
+            yield result.files[0]
+        return
+    fingerprint = current_fingerprint(spec, settings)
+    assert fingerprint is not None
+    first = fingerprint["files"][0]
+    if first["size"] > max_bytes:
+        raise SourceRefused(
+            413, f"drafts read at most {max_bytes} bytes; the source's first file is larger"
+        )
+    if spec.kind == "local":
+        yield Path(first["key"])
+        return
+    path = storage.temp_path(".source")
+    try:
+        _download(s3_client(settings), _s3_parts(str(spec.uri))[0], first, path)
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
 # PostgreSQL -----------------------------------------------------------------------------------
 
 
@@ -370,6 +399,8 @@ def _postgres_copy(
     storage: Storage,
     expected: dict[str, Any] | None,
     max_rows: int | None,
+    *,
+    head_rows: int | None = None,
 ) -> Iterator[Fetched]:
     import psycopg
     from psycopg import sql
@@ -385,6 +416,10 @@ def _postgres_copy(
         "SELECT count(*), coalesce(sum(('x' || left(md5(t::text), 16))::bit(64)::bigint), 0)"
         "::text FROM ({}) AS t"
     ).format(relation)
+    if head_rows is not None:
+        relation = sql.SQL("SELECT * FROM ({}) AS head LIMIT {}").format(
+            relation, sql.Literal(head_rows)
+        )
     copy = sql.SQL("COPY ({}) TO STDOUT WITH (FORMAT csv, HEADER true)").format(relation)
     path = storage.temp_path(".csv")
     try:
@@ -396,7 +431,7 @@ def _postgres_copy(
                         sql.Literal(f"{settings.source_statement_timeout_seconds}s")
                     )
                 )
-                row = conn.execute(checksum).fetchone()
+                row = conn.execute(checksum).fetchone() if head_rows is None else (1, "")
                 assert row is not None
                 rows = int(row[0])
                 fingerprint: dict[str, Any] = {"rows": rows, "checksum": str(row[1])}

@@ -71,3 +71,13 @@ class SourceOut(BaseModel):
         description="what registration measured: per file key, size, modification time (and "
         "ETag); for PostgreSQL the row count and checksum (owner keys only)",
     )
+
+
+class SourceDraftRequest(BaseModel):
+    """A schema draft for a source: read from its head (the first file, or the first rows)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: SourceIn
+    missing_values: list[str] | None = Field(default=None, max_length=100)
+    show_values: bool = False

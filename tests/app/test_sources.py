@@ -490,3 +490,26 @@ def test_client_and_cli_register(stack: Stack, local_root: Path) -> None:
         catch_exceptions=False,
     )  # fmt: skip
     assert refused.exit_code == 1 and "outside the directories" in refused.stderr
+
+
+def test_schema_drafts_on_sources(s3_server: S3Server, tenant: Tenant) -> None:
+    uri = _put(s3_server, f"sources-{uuid.uuid4().hex[:8]}/people.parquet", _parquet())
+    for source in (
+        {"kind": "s3", "uri": uri},
+        {"kind": "postgres", "connection": "warehouse", "table": "people"},
+    ):
+        draft = tenant.owner.post("/v1/schema-drafts/sources", json={"source": source})
+        assert draft.status_code == 200, draft.text
+        names = [column["name"] for column in draft.json()["schema"]["columns"]]
+        assert names == ["city", "age", "tier", "income"], source
+    # The draft is the owner's: analysts may not ask, and allowed roots still hold.
+    assert (
+        tenant.analyst.post(
+            "/v1/schema-drafts/sources", json={"source": {"kind": "s3", "uri": uri}}
+        ).status_code
+        == 403
+    )
+    outside = tenant.owner.post(
+        "/v1/schema-drafts/sources", json={"source": {"kind": "local", "uri": "/etc/passwd"}}
+    )
+    assert outside.status_code == 403
