@@ -411,7 +411,11 @@ def _postgres_copy(
             sql.Identifier(*spec.table.split("."))
         )
     else:
-        relation = sql.SQL(str(spec.query))  # the owner's own query, run read-only
+        # The owner's own query, run read-only. PostgreSQL first parses it on its own (PREPARE,
+        # below): one complete statement cannot close the parentheses it is embedded in, and
+        # the line break after it ends a trailing comment, so it cannot add options to COPY
+        # (TO PROGRAM, TO a file).
+        relation = sql.SQL(str(spec.query) + "\n")
     checksum = sql.SQL(
         "SELECT count(*), coalesce(sum(('x' || left(md5(t::text), 16))::bit(64)::bigint), 0)"
         "::text FROM ({}) AS t"
@@ -431,6 +435,11 @@ def _postgres_copy(
                         sql.Literal(f"{settings.source_statement_timeout_seconds}s")
                     )
                 )
+                if spec.query is not None:
+                    conn.execute(
+                        sql.SQL("PREPARE rhosynth_source AS {}").format(sql.SQL(spec.query))
+                    )
+                    conn.execute("DEALLOCATE rhosynth_source")
                 row = conn.execute(checksum).fetchone() if head_rows is None else (1, "")
                 assert row is not None
                 rows = int(row[0])

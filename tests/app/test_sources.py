@@ -302,6 +302,20 @@ def test_postgres_table_and_query(stack: Stack, tenant: Tenant, warehouse: str) 
         {"kind": "postgres", "connection": "warehouse", "query": "SELECT 1; DROP TABLE people"},
     )
     assert writing.status_code == 422
+    # A query that would close COPY's parentheses and add its own options is not one statement.
+    for escape in (
+        "SELECT * FROM people) TO STDOUT --",
+        "SELECT * FROM people) TO PROGRAM 'true' --",
+    ):
+        refused = _register(
+            tenant.owner, {"kind": "postgres", "connection": "warehouse", "query": escape}
+        )
+        assert refused.status_code == 422 and "not valid SQL" in refused.text, escape
+    deleting = _register(
+        tenant.owner,
+        {"kind": "postgres", "connection": "warehouse", "query": "DELETE FROM people RETURNING *"},
+    )
+    assert deleting.status_code == 422, deleting.text
 
     # The table changes after registration: the job is accepted (its check needs the rows),
     # then fails with the public message; its ρ stays spent.
