@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from app.config import Settings
-from app.datasets.ingest import IngestLimits, ingest_table
-from app.sources.reading import SourceSpec, fetched
+from app.datasets.ingest import IngestLimits, UploadRejected, ingest_table
+from app.sources.reading import SourceChanged, SourceSpec, fetched
 from app.storage import Storage
 from engine.counting import CountingEngine
 from engine.tables.encoding import TableSchema
@@ -74,13 +74,19 @@ def source_engine(
         with fetched(
             spec, settings, storage, expected=fingerprint, max_rows=settings.max_rows
         ) as source:
-            write_codes_parquet(
-                source.files,
-                schema,
-                ingest_limits(settings),
-                codes,
-                storage.temp_path(".arrow"),
-            )
+            try:
+                write_codes_parquet(
+                    source.files,
+                    schema,
+                    ingest_limits(settings),
+                    codes,
+                    storage.temp_path(".arrow"),
+                )
+            except UploadRejected:
+                # Registration checked every row of what the fingerprint still matches: rows
+                # refused now were changed during the read. Its message (counts per column) is
+                # not passed on.
+                raise SourceChanged() from None
         domain = schema.domain()
         logger.info("counting a registered source with %s", engine_name)
         if engine_name == "spark":
