@@ -142,12 +142,40 @@ def check_allowed(spec: SourceSpec, settings: Settings) -> None:
         resolved = Path(os.path.realpath(path))
         if not any(_inside(resolved, root) for root in settings.source_local_roots):
             raise SourceRefused(403, "the path is outside the directories this service allows")
+        if _service_files(resolved, settings):
+            raise SourceRefused(403, "the path holds the service's own files")
     elif spec.kind == "s3":
-        bucket = _s3_parts(str(spec.uri))[0]
+        bucket, key = _s3_parts(str(spec.uri))
         if bucket not in _allowed_buckets(settings):
             raise SourceRefused(403, f"this service may not read the bucket {bucket!r}")
+        if _service_objects(bucket, key, settings):
+            # Other tenants' datasets, outputs, samples and console drafts live there.
+            raise SourceRefused(403, "the uri names or holds the service's own storage")
     elif spec.connection not in settings.source_connections:
         raise SourceRefused(422, f"no connection named {spec.connection!r} is configured")
+
+
+def _service_files(path: Path, settings: Settings) -> bool:
+    """Whether a local path is, holds or lies in the service's own directories."""
+    own = [settings.resolved_home, settings.resolved_storage_dir, settings.resolved_scratch_dir]
+    for directory in own:
+        mine = Path(os.path.realpath(directory))
+        if _inside(path, mine) or _inside(mine, path):
+            return True
+    return False
+
+
+def _service_objects(bucket: str, key: str, settings: Settings) -> bool:
+    """Whether s3://bucket/key is, holds or lies in the service's storage prefix."""
+    if settings.storage_url is None:
+        return False
+    storage = S3Location.parse(settings.storage_url)
+    if bucket != storage.bucket:
+        return False
+    mine, named = storage.prefix.strip("/"), key.strip("/")
+    if not mine or not named:
+        return True  # the service stores at the bucket's root, or the whole bucket is named
+    return named == mine or named.startswith(mine + "/") or mine.startswith(named + "/")
 
 
 def _inside(path: Path, root: Path) -> bool:

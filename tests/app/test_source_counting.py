@@ -76,6 +76,16 @@ def test_only_allowed_roots(setup: tuple[Settings, LocalStorage, Path], tmp_path
         ):
             pass
         assert refused.value.status_code == 403
+    # The service's own directories are never a source, even under an allowed root.
+    own = Settings(home=root / "home", source_local_roots=json.dumps([str(root)]))
+    (root / "home").mkdir()
+    (root / "home" / "x.csv").write_bytes(PEOPLE)
+    for uri in (str(root), str(root / "home" / "x.csv")):
+        with (
+            pytest.raises(SourceRefused, match="own files"),
+            fetched(SourceSpec(kind="local", uri=uri), own, storage),
+        ):
+            pass
     nothing = Settings(home=tmp_path / "home")
     with (
         pytest.raises(SourceRefused, match="no local sources"),

@@ -230,6 +230,23 @@ def test_keep_copy_stores_the_codes_and_jobs_read_them(
     assert _service_keys(stack, s3_server, dataset["id"]) == []
 
 
+def test_the_services_own_storage_is_not_a_source(
+    stack: Stack, s3_server: S3Server, tenant: Tenant
+) -> None:
+    prefix = str(stack.values["storage_url"]).removeprefix("s3://").partition("/")[2]
+    for uri in (
+        f"s3://{s3_server.bucket}",
+        f"s3://{s3_server.bucket}/",
+        f"s3://{s3_server.bucket}/{prefix}",
+        f"s3://{s3_server.bucket}/{prefix}/datasets/x/values.arrow",
+    ):
+        refused = _register(tenant.owner, {"kind": "s3", "uri": uri})
+        assert refused.status_code == 403 and "own storage" in refused.text, uri
+    # Another bucket than the service's is refused unless the operator lists it.
+    other = _register(tenant.owner, {"kind": "s3", "uri": "s3://another-bucket/people.csv"})
+    assert other.status_code == 403 and "another-bucket" in other.text
+
+
 def test_a_row_outside_the_schema_is_refused_without_its_value(
     s3_server: S3Server, tenant: Tenant
 ) -> None:
