@@ -199,8 +199,8 @@ def _s3_parts(uri: str) -> tuple[str, str]:
 
 
 def _wanted(name: str, spec: SourceSpec) -> bool:
-    if PurePosixPath(name).name.startswith((".", "_")):
-        return False  # _SUCCESS, .crc and other writers' markers
+    if any(part.startswith((".", "_")) for part in PurePosixPath(name).parts):
+        return False  # _SUCCESS, .crc, _temporary/ and other writers' markers and work files
     formats = (spec.format,) if spec.format else ("parquet", "csv")
     return name.lower().endswith(tuple(s for f in formats for s in FILE_SUFFIXES[f]))
 

@@ -191,6 +191,7 @@ def test_partitioned_prefix_csv_and_cipher(
     _put(s3_server, f"{prefix}/part=1/a.parquet", _parquet(header + b"".join(body[:half])))
     _put(s3_server, f"{prefix}/part=2/b.parquet", _parquet(header + b"".join(body[half:])))
     _put(s3_server, f"{prefix}/_SUCCESS", b"")
+    _put(s3_server, f"{prefix}/_temporary/0/c.parquet", b"half-written")
     created = _register(tenant.owner, {"kind": "s3", "uri": f"s3://{s3_server.bucket}/{prefix}"})
     assert created.status_code == 201, created.text
     dataset = created.json()
