@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from app.config import Settings
-from app.datasets.ingest import IngestLimits, UploadRejected, ingest_table
+from app.datasets.ingest import IngestLimits, TableFiles, UploadRejected, ingest_table
 from app.sources.reading import SourceChanged, SourceSpec, fetched
 from app.storage import Storage
 from engine.counting import CountingEngine
@@ -40,7 +40,7 @@ def ingest_limits(settings: Settings) -> IngestLimits:
 
 
 def write_codes_parquet(
-    files: tuple[Path, ...], schema: TableSchema, limits: IngestLimits, target: Path, scratch: Path
+    files: TableFiles, schema: TableSchema, limits: IngestLimits, target: Path, scratch: Path
 ) -> int:
     """Encode ``files`` (an upload's checks) and write the codes to ``target`` as Parquet in
     the stored layout; returns the rows. ``scratch`` holds the intermediate IPC file."""

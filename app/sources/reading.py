@@ -29,9 +29,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote
 
 from app.config import Settings
-from app.datasets.ingest import UploadRejected
+from app.datasets.ingest import PartitionFile, UploadRejected
 from app.storage import Storage
 from app.storage.s3 import S3Location
 
@@ -128,8 +129,28 @@ class SourceSpec:
 
 @dataclass(frozen=True)
 class Fetched:
-    files: tuple[Path, ...]
+    files: tuple[Path | PartitionFile, ...]
     fingerprint: dict[str, Any]
+
+
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
+def partition_values(relative: str) -> tuple[tuple[str, str | None], ...]:
+    """The ``key=value`` directories of a file's path relative to the source (hive layout),
+    values URL-decoded; ``__HIVE_DEFAULT_PARTITION__`` is a missing value."""
+    values = []
+    for part in PurePosixPath(relative).parts[:-1]:
+        key, sep, value = part.partition("=")
+        if sep and key:
+            decoded = unquote(value)
+            values.append((unquote(key), None if decoded == HIVE_NULL else decoded))
+    return tuple(values)
+
+
+def _with_partitions(path: Path, relative: str | None) -> Path | PartitionFile:
+    values = partition_values(relative) if relative else ()
+    return PartitionFile(path, values) if values else path
 
 
 def check_allowed(spec: SourceSpec, settings: Settings) -> None:
@@ -235,6 +256,8 @@ def local_listing(spec: SourceSpec, settings: Settings) -> list[dict[str, Any]]:
             raise SourceRefused(403, "a file of the source lies outside the allowed directories")
         stat = resolved.stat()
         files.append({"key": str(path), "size": stat.st_size, "modified": stat.st_mtime_ns})
+        if path != root:
+            files[-1]["relative"] = str(path.relative_to(root))
     return _check_count(files)
 
 
@@ -283,6 +306,7 @@ def s3_listing(spec: SourceSpec, settings: Settings) -> list[dict[str, Any]]:
                     files.append(
                         _object(item["Key"], item["Size"], item["ETag"], item["LastModified"])
                     )
+                    files[-1]["relative"] = item["Key"][len(prefix) :]
                     if len(files) > MAX_FILES:
                         return _check_count(files)
     except botocore.exceptions.ClientError as error:
@@ -343,7 +367,12 @@ def fetched(
     if expected is not None and fingerprint != expected:
         raise SourceChanged()
     if spec.kind == "local":
-        yield Fetched(tuple(Path(f["key"]) for f in fingerprint["files"]), fingerprint)
+        yield Fetched(
+            tuple(
+                _with_partitions(Path(f["key"]), f.get("relative")) for f in fingerprint["files"]
+            ),
+            fingerprint,
+        )
         if expected is not None:
             check_unchanged(spec, settings, expected)
         return
@@ -355,7 +384,13 @@ def fetched(
             path = storage.temp_path(".source")
             paths.append(path)
             _download(client, bucket, item, path)
-        yield Fetched(tuple(paths), fingerprint)
+        yield Fetched(
+            tuple(
+                _with_partitions(path, item.get("relative"))
+                for path, item in zip(paths, fingerprint["files"], strict=True)
+            ),
+            fingerprint,
+        )
     finally:
         for path in paths:
             path.unlink(missing_ok=True)
@@ -389,7 +424,8 @@ def head(
     rows of a PostgreSQL source (no checksum)."""
     if spec.kind == "postgres":
         with _postgres_copy(spec, settings, storage, None, None, head_rows=rows) as result:
-            yield result.files[0]
+            first_file = result.files[0]
+            yield first_file.path if isinstance(first_file, PartitionFile) else first_file
         return
     fingerprint = current_fingerprint(spec, settings)
     assert fingerprint is not None

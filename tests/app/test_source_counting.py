@@ -92,3 +92,37 @@ def test_only_allowed_roots(setup: tuple[Settings, LocalStorage, Path], tmp_path
         fetched(SourceSpec(kind="local", uri=str(root)), nothing, storage),
     ):
         pass
+
+
+def test_hive_partition_columns_come_from_directory_names(
+    setup: tuple[Settings, LocalStorage, Path], tmp_path: Path
+) -> None:
+    """city=<value>/ directories (URL-encoded values) give the city column of files that do
+    not hold it; the counts equal the upload of the whole table."""
+    import io
+    from urllib.parse import quote
+
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    settings, storage, root = setup
+    table = pacsv.read_csv(io.BytesIO(PEOPLE))
+    cities = table.column("city").to_pylist()
+    for city in sorted(set(cities)):
+        rows = [i for i, c in enumerate(cities) if c == city]
+        directory = root / f"city={quote(city, safe='')}"
+        directory.mkdir()
+        pq.write_table(table.take(rows).drop_columns(["city"]), directory / "part-0.parquet")
+    schema = provisional(parse_schema((FIXTURES / "people-schema.json").read_text(), settings))
+    uploaded = tmp_path / "uploaded.arrow"
+    ingest_table(FIXTURES / "people.csv", schema, uploaded, ingest_limits(settings))
+    expected = Dataset(schema.domain(), read_encoded_table(uploaded, schema))
+
+    spec = SourceSpec(kind="local", uri=str(root))
+    with fetched(spec, settings, storage) as source:
+        fingerprint = source.fingerprint
+    with source_engine(settings, storage, spec, fingerprint, schema, "duckdb") as engine:
+        assert engine.n_rows == expected.n_rows
+        pairs = [("city",), ("city", "age", "tier")]
+        for got, want in zip(engine.counts(pairs), expected.counts(pairs), strict=True):
+            np.testing.assert_array_equal(got, want)

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pyarrow.csv as pacsv
@@ -202,6 +203,19 @@ def test_partitioned_prefix_csv_and_cipher(
     ]
     job = _run(tenant, dataset["id"], method="cipher")
     assert job["status"] == "succeeded", (job, stack.logs())
+
+    # A hive layout: the city column comes from the city=<value>/ prefixes (URL-encoded).
+    hive = f"sources-{uuid.uuid4().hex[:8]}/hive"
+    table = pacsv.read_csv(io.BytesIO(PEOPLE))
+    cities = table.column("city").to_pylist()
+    for city in sorted(set(cities)):
+        part = table.take([i for i, c in enumerate(cities) if c == city]).drop_columns(["city"])
+        sink = io.BytesIO()
+        pq.write_table(part, sink)
+        _put(s3_server, f"{hive}/city={quote(city, safe='')}/part-0.parquet", sink.getvalue())
+    created = _register(tenant.owner, {"kind": "s3", "uri": f"s3://{s3_server.bucket}/{hive}"})
+    assert created.status_code == 201, created.text
+    assert created.json()["n_rows"] == ROWS
 
     csv_uri = _put(s3_server, f"sources-{uuid.uuid4().hex[:8]}/people.csv", PEOPLE)
     created = _register(tenant.owner, {"kind": "s3", "uri": csv_uri, "format": "csv"})
