@@ -1,0 +1,110 @@
+"""A job on a registered dataset: its source encoded into a scratch Parquet file of codes, and
+the counting engine the operator chose over it (issue 29 §2).
+
+The worker reads the source through :func:`app.sources.reading.fetched` (fingerprint checked),
+encodes it with the upload's encoder (:func:`app.datasets.ingest.ingest_table`: every row
+checked against the schema again) into an Arrow IPC file, rewrites that batch by batch as Parquet
+in the stored layout (:mod:`engine.counting.parquet`: one non-nullable unsigned column per
+attribute), and counts on DuckDB (``memory_limit`` and ``threads`` from the settings; out of
+core) or Spark (the settings' master). Nothing is kept: the scratch files are removed when the
+block ends. No FastAPI here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from app.config import Settings
+from app.datasets.ingest import IngestLimits, TableFiles, UploadRejected, ingest_table
+from app.sources.reading import SourceChanged, SourceSpec, fetched
+from app.storage import Storage
+from engine.counting import CountingEngine
+from engine.tables.encoding import TableSchema
+
+logger = logging.getLogger(__name__)
+
+
+def ingest_limits(settings: Settings) -> IngestLimits:
+    return IngestLimits(
+        max_columns=settings.max_columns,
+        max_rows=settings.max_rows,
+        max_cell_bytes=settings.max_cell_bytes,
+    )
+
+
+def write_codes_parquet(
+    files: TableFiles, schema: TableSchema, limits: IngestLimits, target: Path, scratch: Path
+) -> int:
+    """Encode ``files`` (an upload's checks) and write the codes to ``target`` as Parquet in
+    the stored layout; returns the rows. ``scratch`` holds the intermediate IPC file."""
+    try:
+        rows = ingest_table(files, schema, scratch, limits)
+        with pa.OSFile(str(scratch)) as source:
+            reader = pa.ipc.open_file(source)
+            with pq.ParquetWriter(str(target), reader.schema) as writer:
+                for i in range(reader.num_record_batches):
+                    writer.write_batch(reader.get_batch(i))
+        return rows
+    finally:
+        scratch.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def source_engine(
+    settings: Settings,
+    storage: Storage,
+    spec: SourceSpec,
+    fingerprint: dict[str, Any],
+    schema: TableSchema,
+    engine_name: str,
+) -> Iterator[CountingEngine]:
+    """The counting engine over the registered source's codes, for the length of the block.
+
+    Raises :class:`app.sources.reading.SourceChanged` when the source no longer matches
+    ``fingerprint`` (before it is read, or for local files, after)."""
+    codes = storage.temp_path(".parquet")
+    try:
+        with fetched(
+            spec, settings, storage, expected=fingerprint, max_rows=settings.max_rows
+        ) as source:
+            try:
+                write_codes_parquet(
+                    source.files,
+                    schema,
+                    ingest_limits(settings),
+                    codes,
+                    storage.temp_path(".arrow"),
+                )
+            except UploadRejected:
+                # Registration checked every row of what the fingerprint still matches: rows
+                # refused now were changed during the read. Its message (counts per column) is
+                # not passed on.
+                raise SourceChanged() from None
+        domain = schema.domain()
+        logger.info("counting a registered source with %s", engine_name)
+        if engine_name == "spark":
+            from engine.counting.spark import SparkCounts
+
+            yield SparkCounts(codes, domain, master=settings.spark_master)
+        else:
+            from engine.counting.duckdb import DuckDBCounts
+
+            engine = DuckDBCounts(
+                codes,
+                domain,
+                memory_limit=settings.duckdb_memory_limit,
+                threads=settings.duckdb_threads,
+            )
+            try:
+                yield engine
+            finally:
+                engine.close()
+    finally:
+        codes.unlink(missing_ok=True)

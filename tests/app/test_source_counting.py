@@ -1,0 +1,128 @@
+"""The worker's path for a registered source (app/sources/counting.py), in process: the source's
+files encoded as an upload would be and counted by DuckDB give the same tables as the upload's
+stored codes counted in memory; a file changed after registration is refused before counting."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.config import Settings
+from app.datasets.ingest import ingest_table, read_encoded_table
+from app.datasets.service import parse_schema
+from app.sources.counting import ingest_limits, source_engine
+from app.sources.reading import SourceChanged, SourceRefused, SourceSpec, fetched
+from app.storage.local import LocalStorage
+from engine.discovery.schema import provisional
+from engine.domain import Dataset
+from tests.conftest import FIXTURES
+
+PEOPLE = (FIXTURES / "people.csv").read_bytes()
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Settings, LocalStorage, Path]:
+    root = tmp_path / "allowed"
+    root.mkdir()
+    settings = Settings(home=tmp_path / "home", source_local_roots=json.dumps([str(root)]))
+    return settings, LocalStorage(tmp_path / "storage"), root
+
+
+def test_duckdb_counts_of_a_source_equal_the_uploads(
+    setup: tuple[Settings, LocalStorage, Path], tmp_path: Path
+) -> None:
+    settings, storage, root = setup
+    lines = PEOPLE.splitlines(keepends=True)
+    (root / "part=1").mkdir()
+    (root / "part=2").mkdir()
+    (root / "part=1" / "a.csv").write_bytes(b"".join(lines[:150]))
+    (root / "part=2" / "b.csv").write_bytes(lines[0] + b"".join(lines[150:]))
+    schema = provisional(parse_schema((FIXTURES / "people-schema.json").read_text(), settings))
+    uploaded = tmp_path / "uploaded.arrow"
+    ingest_table(FIXTURES / "people.csv", schema, uploaded, ingest_limits(settings))
+    expected = Dataset(schema.domain(), read_encoded_table(uploaded, schema))
+
+    spec = SourceSpec(kind="local", uri=str(root))
+    with fetched(spec, settings, storage) as source:
+        fingerprint = source.fingerprint
+    assert [Path(f["key"]).name for f in fingerprint["files"]] == ["a.csv", "b.csv"]
+    with source_engine(settings, storage, spec, fingerprint, schema, "duckdb") as engine:
+        assert engine.n_rows == expected.n_rows == len(lines) - 1
+        pairs = [("city", "age"), ("tier",), ("age", "income", "tier")]
+        for got, want in zip(engine.counts(pairs), expected.counts(pairs), strict=True):
+            np.testing.assert_array_equal(got, want)
+    assert list((storage.root / "tmp").iterdir()) == []  # the scratch codes are gone
+
+    (root / "part=2" / "b.csv").write_bytes(lines[0] + b"".join(lines[151:]))
+    with (
+        pytest.raises(SourceChanged),
+        source_engine(settings, storage, spec, fingerprint, schema, "duckdb"),
+    ):
+        pass
+
+
+def test_only_allowed_roots(setup: tuple[Settings, LocalStorage, Path], tmp_path: Path) -> None:
+    settings, storage, root = setup
+    outside = tmp_path / "outside.csv"
+    outside.write_bytes(PEOPLE)
+    (root / "link").symlink_to(tmp_path)
+    for uri in (str(outside), str(root / "link" / "outside.csv"), str(root / ".." / "outside.csv")):
+        with (
+            pytest.raises(SourceRefused) as refused,
+            fetched(SourceSpec(kind="local", uri=uri), settings, storage),
+        ):
+            pass
+        assert refused.value.status_code == 403
+    # The service's own directories are never a source, even under an allowed root.
+    own = Settings(home=root / "home", source_local_roots=json.dumps([str(root)]))
+    (root / "home").mkdir()
+    (root / "home" / "x.csv").write_bytes(PEOPLE)
+    for uri in (str(root), str(root / "home" / "x.csv")):
+        with (
+            pytest.raises(SourceRefused, match="own files"),
+            fetched(SourceSpec(kind="local", uri=uri), own, storage),
+        ):
+            pass
+    nothing = Settings(home=tmp_path / "home")
+    with (
+        pytest.raises(SourceRefused, match="no local sources"),
+        fetched(SourceSpec(kind="local", uri=str(root)), nothing, storage),
+    ):
+        pass
+
+
+def test_hive_partition_columns_come_from_directory_names(
+    setup: tuple[Settings, LocalStorage, Path], tmp_path: Path
+) -> None:
+    """city=<value>/ directories (URL-encoded values) give the city column of files that do
+    not hold it; the counts equal the upload of the whole table."""
+    import io
+    from urllib.parse import quote
+
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    settings, storage, root = setup
+    table = pacsv.read_csv(io.BytesIO(PEOPLE))
+    cities = table.column("city").to_pylist()
+    for city in sorted(set(cities)):
+        rows = [i for i, c in enumerate(cities) if c == city]
+        directory = root / f"city={quote(city, safe='')}"
+        directory.mkdir()
+        pq.write_table(table.take(rows).drop_columns(["city"]), directory / "part-0.parquet")
+    schema = provisional(parse_schema((FIXTURES / "people-schema.json").read_text(), settings))
+    uploaded = tmp_path / "uploaded.arrow"
+    ingest_table(FIXTURES / "people.csv", schema, uploaded, ingest_limits(settings))
+    expected = Dataset(schema.domain(), read_encoded_table(uploaded, schema))
+
+    spec = SourceSpec(kind="local", uri=str(root))
+    with fetched(spec, settings, storage) as source:
+        fingerprint = source.fingerprint
+    with source_engine(settings, storage, spec, fingerprint, schema, "duckdb") as engine:
+        assert engine.n_rows == expected.n_rows
+        pairs = [("city",), ("city", "age", "tier")]
+        for got, want in zip(engine.counts(pairs), expected.counts(pairs), strict=True):
+            np.testing.assert_array_equal(got, want)
