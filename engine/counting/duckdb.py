@@ -6,6 +6,11 @@ column by column and spills to disk beyond ``memory_limit``, so a table larger t
 be counted. Nothing is downloaded at run time (no extension is loaded: Parquet reading is
 built in). Counts are exact integers; the dense table is filled from the groups
 (:func:`~engine.counting.table_from_groups`), zero cells included.
+
+Many tables asked at once are counted in one scan, ``GROUP BY GROUPING SETS`` (at most
+:data:`~engine.counting.BATCH_CELLS` cells per query); :meth:`DuckDBCounts.recoded` counts over
+public code maps applied in the query (a list literal indexed by the code), so a table over
+compressed codes never materialises the original domain's. Both give the same exact integers.
 """
 
 from __future__ import annotations
@@ -16,7 +21,15 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from engine.counting import IntArray, checked_attributes, table_from_groups
+from engine.counting import (
+    CodeMaps,
+    IntArray,
+    batches,
+    check_code_maps,
+    checked_attributes,
+    grouping_mask,
+    table_from_groups,
+)
 from engine.domain import Domain
 
 
@@ -57,6 +70,39 @@ class DuckDBCounts:
             },
         )
         self._n_rows: int | None = None
+        self._maps: CodeMaps = (None,) * len(domain)
+        self.batched = True
+        """Whether several tables asked at once are counted in one ``GROUPING SETS`` scan
+        (a switch for benchmarks; the counts are the same either way)."""
+
+    def recoded(self, domain: Domain, maps: CodeMaps) -> DuckDBCounts:
+        """These counts over the codes re-coded by the public ``maps`` into ``domain``
+        (:func:`engine.counting.recoded_engine`), sharing this connection. The maps are applied
+        in the query; the codes were range-checked by the original one-way counts first."""
+        if any(m is not None for m in self._maps):
+            raise ValueError("the counts are already re-coded")
+        out = object.__new__(DuckDBCounts)
+        out._domain = domain
+        out._source = self._source
+        out._connection = self._connection
+        out._n_rows = self._n_rows
+        out._maps = check_code_maps(self._domain, domain, maps)
+        out.batched = self.batched
+        return out
+
+    def _relation(self, attrs: Sequence[str]) -> str:
+        """The FROM clause: the Parquet source, with each re-coded column of ``attrs`` mapped."""
+        columns = []
+        for attr in dict.fromkeys(attrs):
+            code_map = self._maps[self._domain.index(attr)]
+            name = _quoted(attr)
+            if code_map is None:
+                columns.append(name)
+            else:
+                values = ", ".join(str(int(v)) for v in code_map)
+                columns.append(f"([{values}])[{name} + 1] AS {name}")
+        # Quoted names and integer literals only; the path is a bound parameter.
+        return f"(SELECT {', '.join(columns)} FROM read_parquet(?))"  # noqa: S608
 
     @property
     def domain(self) -> Domain:
@@ -80,18 +126,49 @@ class DuckDBCounts:
         raise RuntimeError(f"DuckDB could not count {what} ({failure})")
 
     def counts(self, attribute_sets: Sequence[Sequence[str]]) -> list[IntArray]:
-        return [self._table(attrs) for attrs in checked_attributes(self._domain, attribute_sets)]
+        sets = checked_attributes(self._domain, attribute_sets)
+        wanted = list(dict.fromkeys(s for s in sets if s))
+        if not self.batched or len(wanted) < 2:
+            return [self._table(attrs) for attrs in sets]
+        tables: dict[tuple[str, ...], IntArray] = {}
+        for batch in batches(self._domain, wanted):
+            if len(batch) == 1:
+                tables[batch[0]] = self._table(batch[0])
+            else:
+                tables.update(self._grouping_sets(batch))
+        return [tables[s] if s else self._table(s) for s in sets]
 
     def _table(self, attrs: tuple[str, ...]) -> IntArray:
         if not attrs:
             return np.array(self.n_rows, dtype=np.int64)
         keys = ", ".join(_quoted(a) for a in attrs)
         result = self._fetch(
-            f"SELECT {keys}, count(*) AS n FROM read_parquet(?) GROUP BY {keys}",  # noqa: S608
+            f"SELECT {keys}, count(*) AS n FROM {self._relation(attrs)} GROUP BY {keys}",  # noqa: S608
             "the table of " + ", ".join(repr(a) for a in attrs),
         ).fetchnumpy()
         columns = list(result.values())
         return table_from_groups(self._domain, attrs, columns[:-1], columns[-1])
+
+    def _grouping_sets(self, batch: list[tuple[str, ...]]) -> dict[tuple[str, ...], IntArray]:
+        """Every table of ``batch`` from one scan: ``GROUP BY GROUPING SETS``, each result row
+        assigned to its set by ``GROUPING(...)`` (not by which keys are null)."""
+        keys = list(dict.fromkeys(a for attrs in batch for a in attrs))
+        quoted = ", ".join(_quoted(a) for a in keys)
+        sets = ", ".join("(" + ", ".join(_quoted(a) for a in attrs) + ")" for attrs in batch)
+        result = self._fetch(
+            f"SELECT {quoted}, GROUPING({quoted}) AS g, count(*) AS n "  # noqa: S608
+            f"FROM {self._relation(keys)} GROUP BY GROUPING SETS ({sets})",
+            f"{len(batch)} tables",
+        ).fetchnumpy()
+        columns = list(result.values())
+        groups = np.asarray(columns[-2]).astype(np.int64)
+        counts = np.asarray(columns[-1])
+        out = {}
+        for attrs in batch:
+            rows = groups == grouping_mask(keys, attrs)
+            key_columns = [columns[keys.index(a)][rows] for a in attrs]
+            out[attrs] = table_from_groups(self._domain, attrs, key_columns, counts[rows])
+        return out
 
     def close(self) -> None:
         self._connection.close()
