@@ -38,7 +38,7 @@ MAIN_DIGESTS = {
     "cipher": "15670e43f09208949696b23aa81e30071d5b944d9605c91b44de7eb6c62aeaf5",
     "dpcopula": "25133949a8013ef66ed2cd70e513da2457e5ab52b06b9e9448c8f9fe1b160c77",
 }
-COUNTS_ONLY = ("independent", "cipher", "mst", "aim")
+COUNTS_ONLY = ("independent", "cipher", "mst", "aim", "privsyn", "ppsyn", "privmrf")
 
 
 def _spark_skip_reason() -> str | None:
