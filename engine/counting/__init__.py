@@ -215,7 +215,7 @@ class RecodedCounts:
                 summed = np.zeros((self._domain.size(attr), *moved.shape[1:]), dtype=np.int64)
                 np.add.at(summed, code_map, moved)
                 table = np.moveaxis(summed, 0, axis)
-            out.append(np.ascontiguousarray(table, dtype=np.int64))
+            out.append(np.array(table, dtype=np.int64, order="C"))
         return out
 
 
