@@ -219,6 +219,53 @@ class RecodedCounts:
         return out
 
 
+def checked_codes(
+    domain: Domain, attrs: Sequence[str], columns: Sequence[npt.ArrayLike]
+) -> IntArray:
+    """Codes fetched from an engine as an int64 (rows × attributes) array, each column checked
+    like :func:`table_from_groups` does (``ValueError`` naming only the attribute)."""
+    out = np.empty((len(np.asarray(columns[0])) if columns else 0, len(attrs)), dtype=np.int64)
+    for j, (attr, column) in enumerate(zip(attrs, columns, strict=True)):
+        given = np.asanyarray(column)
+        if np.ma.is_masked(given):
+            raise ValueError(f"column {attr!r} has missing codes")
+        raw = np.ma.getdata(given)
+        if raw.size and raw.dtype.kind not in "iu":
+            raise ValueError(f"column {attr!r} has no integer codes")
+        values = raw.astype(np.int64)
+        if values.size and (values.min() < 0 or values.max() >= domain.size(attr)):
+            raise ValueError(f"column {attr!r} has codes outside 0..{domain.size(attr) - 1}")
+        out[:, j] = values
+    return out
+
+
+def codes_at(
+    data: CountingEngine, attrs: Sequence[str], positions: IntArray | None
+) -> IntArray | None:
+    """The codes of ``attrs`` (int64, rows × attributes) at the 0-based row ``positions`` (in
+    their order; ``None``: every row), in the engine's fixed row order: a
+    :class:`~engine.domain.Dataset`'s rows; for DuckDB and Spark the Parquet files in path
+    order, each file's rows in order (so a file written by
+    :func:`engine.counting.parquet.write_codes` has the Dataset's order). ``None`` when the
+    engine cannot read rows by position (it has no ``codes_at``). Releases nothing.
+
+    Only a mechanism whose analysis covers reading those rows may call it (DPCopula's Kendall
+    subsample, chosen by CSPRNG keys of the positions: a uniformly random subset whatever the
+    fixed order is)."""
+    from engine.domain import Dataset  # the codes in memory
+
+    attrs = list(attrs)
+    if isinstance(data, Dataset):
+        index = [data.domain.index(a) for a in attrs]
+        rows = data.codes if positions is None else data.codes[positions]
+        return np.asarray(rows[:, index], dtype=np.int64).reshape(-1, len(attrs))
+    reader = getattr(data, "codes_at", None)
+    if not callable(reader):
+        return None
+    result: IntArray = reader(attrs, positions)
+    return result
+
+
 def recoded_engine(
     engine: CountingEngine, domain: Domain, maps: Sequence[IntArray | None]
 ) -> CountingEngine:
@@ -242,6 +289,8 @@ __all__ = [
     "batches",
     "check_code_maps",
     "checked_attributes",
+    "checked_codes",
+    "codes_at",
     "grouping_mask",
     "is_counting_engine",
     "recoded_engine",

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
 from engine.counting import (
     CodeMaps,
@@ -27,6 +28,7 @@ from engine.counting import (
     batches,
     check_code_maps,
     checked_attributes,
+    checked_codes,
     grouping_mask,
     table_from_groups,
 )
@@ -115,11 +117,53 @@ class DuckDBCounts:
             self._n_rows = int(row[0]) if row is not None else 0
         return self._n_rows
 
-    def _fetch(self, sql: str, what: str) -> duckdb.DuckDBPyConnection:
-        """``sql`` executed on the Parquet source; DuckDB's errors are replaced by their class
-        name alone, since their messages may quote data (``Could not convert string '…'``)."""
+    def codes_at(self, attrs: Sequence[str], positions: IntArray | None) -> IntArray:
+        """The original codes of ``attrs`` at the row ``positions`` (in their order; ``None``:
+        every row): rows numbered over the files in path order, each file's rows in order
+        (``filename``, ``file_row_number``), the positions joined as a registered Arrow table.
+        See :func:`engine.counting.codes_at`; the caller's analysis must cover reading them."""
+        if any(m is not None for m in self._maps):
+            raise ValueError("rows are read by position from the original codes only")
+        attrs = list(attrs)
+        for attr in attrs:
+            self._domain.index(attr)
+        names = ", ".join("r." + _quoted(a) for a in attrs)
+        source = "read_parquet(?, filename=true, file_row_number=true)"
+        if positions is None:
+            result = self._fetch(
+                f"SELECT {names} FROM {source} r ORDER BY r.filename, r.file_row_number",  # noqa: S608
+                "the rows",
+            ).fetchnumpy()
+            return checked_codes(self._domain, attrs, list(result.values()))
+        wanted = np.asarray(positions, dtype=np.int64)
+        view = f"rhosynth_positions_{id(self)}"
+        self._connection.register(
+            view, pa.table({"i": np.arange(wanted.size, dtype=np.int64), "pos": wanted})
+        )
         try:
-            return self._connection.execute(sql, [self._source])
+            result = self._fetch(
+                f"WITH files AS (SELECT filename, count(*) AS n FROM read_parquet(?, "  # noqa: S608
+                "filename=true) GROUP BY filename), starts AS (SELECT filename, "
+                "coalesce(sum(n) OVER (ORDER BY filename ROWS BETWEEN UNBOUNDED PRECEDING AND "
+                "1 PRECEDING), 0) AS start FROM files) "
+                f"SELECT p.i, {names} FROM {source} r JOIN starts s ON r.filename = s.filename "
+                f"JOIN {view} p ON p.pos = s.start + r.file_row_number ORDER BY p.i",
+                "the rows",
+                repeat=2,
+            ).fetchnumpy()
+        finally:
+            self._connection.unregister(view)
+        columns = list(result.values())
+        if len(columns[0]) != wanted.size:
+            raise ValueError("a row position is outside the table")
+        return checked_codes(self._domain, attrs, columns[1:])
+
+    def _fetch(self, sql: str, what: str, *, repeat: int = 1) -> duckdb.DuckDBPyConnection:
+        """``sql`` executed on the Parquet source (bound ``repeat`` times); DuckDB's errors are
+        replaced by their class name alone, since their messages may quote data (``Could not
+        convert string '…'``)."""
+        try:
+            return self._connection.execute(sql, [self._source] * repeat)
         except duckdb.Error as exc:
             failure = type(exc).__name__
         # Raised outside the except block, so the original message is not chained either.

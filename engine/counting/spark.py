@@ -26,6 +26,7 @@ from engine.counting import (
     batches,
     check_code_maps,
     checked_attributes,
+    checked_codes,
     grouping_mask,
     table_from_groups,
 )
@@ -89,6 +90,54 @@ class SparkCounts:
         out._maps = check_code_maps(self._domain, domain, maps)
         out.batched = self.batched
         return out
+
+    def codes_at(self, attrs: Sequence[str], positions: IntArray | None) -> IntArray:
+        """The original codes of ``attrs`` at the row ``positions`` (in their order; ``None``:
+        every row): rows numbered over the files in path order (``_metadata.file_path``), each
+        file's rows in order (``_metadata.row_index``, not ``monotonically_increasing_id``,
+        which depends on the partitioning). See :func:`engine.counting.codes_at`."""
+        if any(m is not None for m in self._maps):
+            raise ValueError("rows are read by position from the original codes only")
+        attrs = list(attrs)
+        for attr in attrs:
+            self._domain.index(attr)
+        files = (
+            self._frame.select(col("_metadata.file_path").alias("f")).groupBy("f").count().collect()
+        )
+        starts, start = {}, 0
+        for row in sorted(files, key=lambda r: str(r[0])):
+            starts[str(row[0])] = start
+            start += int(row[1])
+        located = self._frame.select(
+            col("_metadata.file_path").alias("__f"),
+            col("_metadata.row_index").alias("__r"),
+            *[_column(a) for a in attrs],
+        )
+        if positions is None:
+            wanted = np.arange(start, dtype=np.int64)
+        else:
+            wanted = np.asarray(positions, dtype=np.int64)
+            if wanted.size and (wanted.min() < 0 or wanted.max() >= start):
+                raise ValueError("a row position is outside the table")
+            # Only the wanted rows come back: (file, row index) pairs of the positions.
+            bounds = sorted(starts.items(), key=lambda kv: kv[1])
+            firsts = np.array([b for _, b in bounds], dtype=np.int64)
+            which = np.searchsorted(firsts, wanted, side="right") - 1
+            pairs = [(bounds[w][0], int(p - firsts[w])) for w, p in zip(which, wanted, strict=True)]
+            chosen = self._session.createDataFrame(pairs, "__f string, __r long")
+            located = located.join(chosen, ["__f", "__r"], "inner")
+        rows = located.collect()
+        position = np.array([starts[str(row[0])] + int(row[1]) for row in rows], dtype=np.int64)
+        order = np.argsort(position, kind="stable")
+        # Rows back in the order of `wanted` (distinct positions: one row each).
+        rank = np.searchsorted(position[order], wanted)
+        if rank.size and (np.any(rank >= position.size) or np.any(position[order][rank] != wanted)):
+            raise ValueError("a row position is outside the table")
+        picked = order[rank]
+        columns = [np.array([rows[i][2 + j] for i in picked]) for j in range(len(attrs))]
+        if not columns or not picked.size:
+            return np.empty((picked.size, len(attrs)), dtype=np.int64)
+        return checked_codes(self._domain, attrs, columns)
 
     def _selected(self, attrs: Sequence[str]) -> DataFrame:
         """The frame's columns ``attrs``, each re-coded one mapped (1-based ``element_at``)."""

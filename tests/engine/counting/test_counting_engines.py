@@ -40,7 +40,7 @@ MAIN_DIGESTS = {
     "cipher": "15670e43f09208949696b23aa81e30071d5b944d9605c91b44de7eb6c62aeaf5",
     "dpcopula": "25133949a8013ef66ed2cd70e513da2457e5ab52b06b9e9448c8f9fe1b160c77",
 }
-COUNTS_ONLY = ("independent", "cipher", "mst", "aim", "privsyn", "ppsyn", "privmrf")
+COUNTS_ONLY = tuple(MAIN_DIGESTS)  # every method runs on every engine (issue 29)
 
 
 def _spark_skip_reason() -> str | None:
@@ -359,9 +359,12 @@ def test_every_method_releases_the_same_bytes_on_merged_values(
     if name not in _NUMPY_RARE:
         _NUMPY_RARE[name] = _released(_rare_run(name, data))
     want = _NUMPY_RARE[name]
-    if name not in ("independent", "cipher"):
+    if name in ("mst", "aim", "privsyn", "ppsyn", "privmrf"):
         # Compression did merge values (a column has an axis map), so re-coding is exercised.
         assert any(a is not None for axes in want["axis_maps"] for a in axes)
+    if name == "dpcopula":
+        # The Kendall step ran, so its subsample was read by position.
+        assert any("Kendall" in r for r in want["releases"])
     engine = _engine(kind, data, tmp_path / "codes.parquet", request)
     got = _released(_rare_run(name, engine))
     assert got == want
@@ -384,12 +387,67 @@ class _Untouchable:
         raise AssertionError("counts were read")
 
 
-@pytest.mark.parametrize("name", sorted(set(MAIN_DIGESTS) - set(COUNTS_ONLY)))
-def test_row_reading_methods_refuse_another_engine_before_reading(name: str) -> None:
-    with pytest.raises(EngineRefused, match="runs only on codes in memory") as info:
-        seeded_run(name, _Untouchable())
+def test_dpcopula_refuses_an_engine_that_cannot_read_rows_before_reading() -> None:
+    """DPCopula's Kendall subsample reads rows by position: an engine without ``codes_at`` is
+    refused from the method and the engine alone, before anything is counted."""
+    with pytest.raises(EngineRefused, match="reads a subsample of rows by position") as info:
+        seeded_run("dpcopula", _Untouchable())
     assert isinstance(info.value, DomainRefused)  # the service's public refusal
-    assert name in str(info.value)
+
+
+def test_dpcopula_mle_refuses_another_engine_before_reading(tmp_path: Path) -> None:
+    """DPCopula-MLE reads every row: refused on DuckDB (no count asked), run on a Dataset."""
+    data = seeded_dataset()
+    write_codes(data, tmp_path / "c.parquet")
+    engine = DuckDBCounts(tmp_path / "c.parquet", data.domain)
+    asked: list[object] = []
+    engine.counts = lambda sets: asked.append(sets) or []  # type: ignore[method-assign]
+    mechanism = MECHANISMS["dpcopula"]
+    params = mechanism.validate_params({"correlation": "mle"})
+    with pytest.raises(EngineRefused, match="correlation 'mle' reads every row"):
+        mechanism.run(engine, RHO_FOR_TESTS, params, rng=np.random.default_rng(0))
+    assert asked == []
+    result = mechanism.run(data, RHO_FOR_TESTS, params, rng=np.random.default_rng(0), rows=10)
+    assert result.rho_used == RHO_FOR_TESTS
+
+
+RHO_FOR_TESTS = Fraction(1, 2)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "duckdb", "spark"])
+def test_rows_by_position_are_the_datasets_rows(
+    tmp_path: Path, request: pytest.FixtureRequest, kind: str
+) -> None:
+    """``codes_at``: the rows at given positions (in the order asked), and every row, as the
+    Dataset holds them, on a file written in several row groups."""
+    from engine.counting import codes_at
+
+    data = _sparse_dataset(DOMAIN, 1000, 12)
+    engine = _engine(kind, data, tmp_path / "c.parquet", request)
+    attrs = ["x", "a.b", "age group"]
+    index = [DOMAIN.index(a) for a in attrs]
+    positions = np.array([999, 0, 500, 96, 97, 3], dtype=np.intp)
+    got = codes_at(engine, attrs, positions)
+    assert got is not None and got.dtype == np.int64
+    np.testing.assert_array_equal(got, data.codes[positions][:, index])
+    every = codes_at(engine, attrs, None)
+    assert every is not None
+    np.testing.assert_array_equal(every, data.codes[:, index])
+
+
+def test_duckdb_numbers_the_rows_of_a_directory_in_path_order(tmp_path: Path) -> None:
+    from engine.counting import codes_at
+
+    data = _sparse_dataset(DOMAIN, 300, 13)
+    folder = tmp_path / "codes"
+    folder.mkdir()
+    write_codes(Dataset(DOMAIN, data.codes[:100]), folder / "part-0.parquet")
+    write_codes(Dataset(DOMAIN, data.codes[100:]), folder / "part-1.parquet")
+    engine = DuckDBCounts(folder, DOMAIN)
+    positions = np.array([250, 5, 100, 99], dtype=np.intp)
+    got = codes_at(engine, ["x", "y"], positions)
+    assert got is not None
+    np.testing.assert_array_equal(got, data.codes[positions][:, [3, 4]])
 
 
 def test_recognising_an_engine_reads_nothing() -> None:
