@@ -494,7 +494,11 @@ class DPCopulaMechanism(Mechanism):
       ``GaussianCharge`` per pair (sensitivity 1, σ² = s²; with one partition literally
       sensitivity Δ, σ² = Δ²s²). The P charges add up to ρ_C, the ρ of the whole vector.
       The subsample is part of the mechanism, so it is drawn from the noise source (distinct
-      random 64-bit keys, :func:`secure_order_keys`), never from ``rng``.
+      random 64-bit keys, :func:`secure_order_keys`), never from ``rng``. On a counting
+      engine (DuckDB, Spark) the keys are drawn the same way for the engine's row positions
+      (its fixed order: files by path, rows in file order), and only the chosen rows' codes
+      (plus each row's partition keys) are read (:func:`engine.counting.codes_at`): the same
+      subsample, so the analysis is unchanged (a uniform subset whatever the fixed order).
     * MLE. Rows are assigned i.i.d. uniformly (CSPRNG) to l_p = max(1, ⌊ñ_p/``mle_block_rows``⌋)
       blocks within their partition, so an added or removed row lands in one block. Each block's
       Pearson correlation r of the normal scores Φ⁻¹(mid-CDF) under the released margins
