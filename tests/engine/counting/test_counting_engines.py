@@ -553,3 +553,75 @@ def test_a_method_must_define_how_it_synthesises() -> None:
             name = "nothing"
             description = "test double"
             Params = IndependentParams
+
+
+class _Recording:
+    """A counting engine over a Dataset that records every request."""
+
+    def __init__(self, data: Dataset) -> None:
+        self.data = data
+        self.requests: list[list[tuple[str, ...]]] = []
+
+    @property
+    def domain(self) -> Domain:
+        return self.data.domain
+
+    @property
+    def n_rows(self) -> int:
+        return self.data.n_rows
+
+    def counts(self, attribute_sets: Sequence[Sequence[str]]) -> list[IntArray]:
+        self.requests.append([tuple(a) for a in attribute_sets])
+        return self.data.counts(attribute_sets)
+
+
+def test_marginal_cache_over_an_engine_batches_and_keeps_tables() -> None:
+    from engine.marginals import MarginalCache
+
+    data = _sparse_dataset(DOMAIN, 400, 10)
+    engine = _Recording(data)
+    cache = MarginalCache(engine, max_cells=50, kept_bytes=10_000)
+    small = [("a.b", "y"), ("age group", "y"), ("a.b", "age group")]
+    cache.prefetch([*small, ("x", "y")])  # x·y has 600 cells: not kept, not prefetched
+    assert engine.requests == [small]
+    for attrs in small:
+        np.testing.assert_array_equal(cache(attrs), count_marginal(data, attrs))
+    assert len(engine.requests) == 1  # answered from the cache
+    for _ in range(3):
+        np.testing.assert_array_equal(cache(("x", "y")), count_marginal(data, ("x", "y")))
+    # Counted when first asked and again when asked a second time (then kept: 4,800 bytes).
+    assert engine.requests[1:] == [[("x", "y")], [("x", "y")]]
+    cache.prefetch(small)
+    assert len(engine.requests) == 3  # nothing new to count
+
+
+def test_a_dataset_cache_is_not_prefetched() -> None:
+    """On codes in memory ``prefetch`` does nothing (tables counted when asked, as before)."""
+    from engine.marginals import MarginalCache
+
+    cache = MarginalCache(_sparse_dataset(DOMAIN, 50, 11), max_cells=50)
+    cache.prefetch([("a.b", "y"), ("age group", "y")])
+    assert cache.held_bytes == 0
+
+
+@pytest.mark.parametrize("name", ["mst", "dpcopula"])
+def test_a_privacy_unit_runs_the_same_through_an_engine(tmp_path: Path, name: str) -> None:
+    """contribution_bound k: the run at ρ/k², stated per unit, is the same release on DuckDB."""
+    data = rare_dataset()
+    engine = _engine("duckdb", data, tmp_path / "c.parquet", None)  # type: ignore[arg-type]
+    mechanism = MECHANISMS[name]
+    results = [
+        mechanism.run(
+            source,
+            Fraction(1, 4),
+            mechanism.validate_params({}),
+            rng=np.random.default_rng(3),
+            rows=200,
+            noise_source=random.Random(17),
+            contribution_bound=3,
+        )
+        for source in (data, engine)
+    ]
+    assert _released(results[0]) == _released(results[1])
+    assert results[1].rho_used == Fraction(1, 4)
+    assert all(m.sensitivity == 3 for m in results[1].measurements)
