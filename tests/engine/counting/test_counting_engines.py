@@ -395,18 +395,16 @@ def test_dpcopula_refuses_an_engine_that_cannot_read_rows_before_reading() -> No
     assert isinstance(info.value, DomainRefused)  # the service's public refusal
 
 
-def test_dpcopula_mle_refuses_another_engine_before_reading(tmp_path: Path) -> None:
-    """DPCopula-MLE reads every row: refused on DuckDB (no count asked), run on a Dataset."""
+def test_dpcopula_mle_refuses_another_engine_before_reading() -> None:
+    """DPCopula-MLE reads every row: refused on another engine (no count asked), run on a
+    Dataset."""
     data = seeded_dataset()
-    write_codes(data, tmp_path / "c.parquet")
-    engine = DuckDBCounts(tmp_path / "c.parquet", data.domain)
-    asked: list[object] = []
-    engine.counts = lambda sets: asked.append(sets) or []  # type: ignore[method-assign]
+    engine = _Recording(data)
     mechanism = MECHANISMS["dpcopula"]
     params = mechanism.validate_params({"correlation": "mle"})
     with pytest.raises(EngineRefused, match="correlation 'mle' reads every row"):
         mechanism.run(engine, RHO_FOR_TESTS, params, rng=np.random.default_rng(0))
-    assert asked == []
+    assert engine.requests == []
     result = mechanism.run(data, RHO_FOR_TESTS, params, rng=np.random.default_rng(0), rows=10)
     assert result.rho_used == RHO_FOR_TESTS
 
