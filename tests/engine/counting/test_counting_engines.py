@@ -194,7 +194,18 @@ def test_batched_counts_equal_one_query_per_table(
     data = _sparse_dataset(DOMAIN, 500, 9)
     engine = _engine(kind, data, tmp_path / "c.parquet", request)
     sets = [*_attribute_sets(DOMAIN)[1:], ("x", "y")]  # a repeated set too
+    engine.batched = True  # type: ignore[attr-defined]
+    scans: list[int] = []
+    one_scan = engine._grouping_sets  # type: ignore[attr-defined]
+
+    def spy(batch: list[tuple[str, ...]]) -> dict[tuple[str, ...], IntArray]:
+        scans.append(len(batch))
+        result: dict[tuple[str, ...], IntArray] = one_scan(batch)
+        return result
+
+    engine._grouping_sets = spy  # type: ignore[attr-defined]
     batched = engine.counts(sets)
+    assert scans and sum(scans) >= len(sets) - 2  # the small tables shared scans
     engine.batched = False  # type: ignore[attr-defined]
     single = engine.counts(sets)
     for want, got, plain in zip(data.counts(sets), batched, single, strict=True):
