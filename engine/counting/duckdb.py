@@ -113,8 +113,10 @@ class DuckDBCounts:
     @property
     def n_rows(self) -> int:
         if self._n_rows is None:
-            row = self._fetch("SELECT count(*) FROM read_parquet(?)", "the rows").fetchone()
-            self._n_rows = int(row[0]) if row is not None else 0
+            # fetchall, not fetchone: the result is finished, so the connection is free for
+            # another statement (DuckDB refuses e.g. ``register`` while a result is open).
+            rows = self._fetch("SELECT count(*) FROM read_parquet(?)", "the rows").fetchall()
+            self._n_rows = int(rows[0][0]) if rows else 0
         return self._n_rows
 
     def codes_at(self, attrs: Sequence[str], positions: IntArray | None) -> IntArray:

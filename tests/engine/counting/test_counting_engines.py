@@ -290,8 +290,12 @@ def test_the_digest_sees_the_noise() -> None:
     assert release_digest(seeded_run("independent", other)) != MAIN_DIGESTS["independent"]
 
 
-@pytest.mark.parametrize("kind", ["numpy", "duckdb", "spark"])
-@pytest.mark.parametrize("name", COUNTS_ONLY)
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [(name, kind) for name in COUNTS_ONLY for kind in ("numpy", "duckdb")]
+    # Spark once per method is in the merged-values test below; here the first two only.
+    + [("independent", "spark"), ("cipher", "spark")],
+)
 def test_counting_methods_release_the_same_bytes_through_every_engine(
     tmp_path: Path, request: pytest.FixtureRequest, name: str, kind: str
 ) -> None:
@@ -634,3 +638,35 @@ def test_a_privacy_unit_runs_the_same_through_an_engine(tmp_path: Path, name: st
     assert _released(results[0]) == _released(results[1])
     assert results[1].rho_used == Fraction(1, 4)
     assert all(m.sensitivity == 3 for m in results[1].measurements)
+
+
+def test_dpcopula_kendall_without_partitions_reads_only_its_subsample(tmp_path: Path) -> None:
+    """One partition (hybrid off): the rows read by position are the Kendall subsample only
+    (at most ``kendall_max_rows``), never every row, and the release is numpy's."""
+    data = rare_dataset()
+    write_codes(data, tmp_path / "c.parquet")
+    engine = DuckDBCounts(tmp_path / "c.parquet", data.domain)
+    asked: list[int] = []
+    read = engine.codes_at
+
+    def spy(attrs: Sequence[str], positions: IntArray | None) -> IntArray:
+        assert positions is not None, "every row was read"
+        asked.append(len(positions))
+        return read(attrs, positions)
+
+    engine.codes_at = spy  # type: ignore[method-assign]
+    mechanism = MECHANISMS["dpcopula"]
+    params = mechanism.validate_params({"hybrid": False, "kendall_max_rows": 500})
+    results = [
+        mechanism.run(
+            source,
+            Fraction(1, 4),
+            params,
+            rng=np.random.default_rng(3),
+            rows=200,
+            noise_source=random.Random(17),
+        )
+        for source in (data, engine)
+    ]
+    assert asked == [500]
+    assert _released(results[0]) == _released(results[1])
