@@ -6,8 +6,9 @@ layout of codes (one unsigned-integer column per attribute); the groups come bac
 (at most one row per non-empty cell) and fill the dense int64 table, zero cells included.
 
 With ``batched`` set, many tables asked at once are counted in one job (``groupingSets``, at
-most :data:`~engine.counting.BATCH_CELLS` cells; off by default, see ``batched``), and :meth:`SparkCounts.recoded` applies public code
-maps inside the query (``element_at(array(...), code + 1)``): the same exact integers.
+most :data:`~engine.counting.BATCH_CELLS` cells; off by default, see ``batched``), and
+:meth:`SparkCounts.recoded` applies public code maps inside the query
+(``element_at(array(...), code + 1)``): the same exact integers.
 """
 
 from __future__ import annotations
@@ -117,7 +118,12 @@ class SparkCounts:
             *[_column(a) for a in attrs],
         )
         if positions is None:
-            wanted = np.arange(start, dtype=np.int64)
+            # Every row, in order, as Arrow columns (no Python object per row).
+            ordered = located.orderBy(col("__f"), col("__r")).toArrow()
+            columns = [ordered.column(2 + j).to_numpy() for j in range(len(attrs))]
+            if not attrs:
+                return np.empty((ordered.num_rows, 0), dtype=np.int64)
+            return checked_codes(self._domain, attrs, columns)
         else:
             wanted = np.asarray(positions, dtype=np.int64)
             if wanted.size and (wanted.min() < 0 or wanted.max() >= start):
