@@ -54,8 +54,9 @@ def count_marginals(
     data: Dataset | CountingEngine, attribute_sets: Sequence[Sequence[str]]
 ) -> list[npt.NDArray[np.int64]]:
     """:func:`count_marginal` of each of ``attribute_sets``: one by one on a :class:`Dataset`
-    (unchanged), in one request on any other engine (DuckDB and Spark answer many tables in one
-    scan, ``GROUPING SETS``, in bounded batches). The same exact tables either way."""
+    (unchanged), in one request on any other engine (DuckDB answers small tables together in one
+    ``GROUPING SETS`` scan, bounded by :data:`engine.counting.BATCH_CELLS`; Spark does when its
+    ``batched`` is set). The same exact tables either way."""
     sets = [tuple(attrs) for attrs in attribute_sets]
     if isinstance(data, Dataset):
         return [count_marginal(data, attrs) for attrs in sets]
@@ -154,8 +155,8 @@ class MarginalCache:
 
     Over another :class:`~engine.counting.CountingEngine` (DuckDB, Spark) the engine counts:
     tables of at most ``max_cells`` cells are kept as above, a larger one asked twice is kept
-    while it fits ``kept_bytes``, and :meth:`prefetch` asks for many tables in one request (one
-    scan per batch on DuckDB and Spark). The tables are the same exact integers either way.
+    while it fits ``kept_bytes``, and :meth:`prefetch` asks for many tables in one request
+    (:func:`count_marginals`). The tables are the same exact integers either way.
     """
 
     def __init__(

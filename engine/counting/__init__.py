@@ -42,7 +42,7 @@ from typing import Protocol, TypeGuard
 import numpy as np
 import numpy.typing as npt
 
-from engine.domain import Domain
+from engine.domain import Dataset, Domain
 
 IntArray = npt.NDArray[np.int64]
 
@@ -258,8 +258,6 @@ def codes_at(
     Only a mechanism whose analysis covers reading those rows may call it (DPCopula's Kendall
     subsample, chosen by CSPRNG keys of the positions: a uniformly random subset whatever the
     fixed order is)."""
-    from engine.domain import Dataset  # the codes in memory
-
     attrs = list(attrs)
     if isinstance(data, Dataset):
         index = [data.domain.index(a) for a in attrs]
