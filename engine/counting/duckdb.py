@@ -9,12 +9,14 @@ built in). Counts are exact integers; the dense table is filled from the groups
 
 Many tables asked at once are counted in one scan, ``GROUP BY GROUPING SETS`` (at most
 :data:`~engine.counting.BATCH_CELLS` cells per query); :meth:`DuckDBCounts.recoded` counts over
-public code maps applied in the query (a list literal indexed by the code), so a table over
-compressed codes never materialises the original domain's. Both give the same exact integers.
+public code maps applied in the query (a list, held in a temporary table, indexed by the
+code), so a table over compressed codes never materialises the original domain's. Both give the
+same exact integers.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,6 +35,9 @@ from engine.counting import (
     table_from_groups,
 )
 from engine.domain import Domain
+
+_MAP_TABLES = itertools.count()
+"""Numbers the temporary tables of code maps (one connection may serve several runs)."""
 
 
 def _quoted(name: str) -> str:
@@ -73,6 +78,7 @@ class DuckDBCounts:
         )
         self._n_rows: int | None = None
         self._maps: CodeMaps = (None,) * len(domain)
+        self._map_tables: dict[int, str] = {}
         self.batched = True
         """Whether several tables asked at once are counted in one ``GROUPING SETS`` scan
         (a switch for benchmarks; the counts are the same either way)."""
@@ -90,20 +96,32 @@ class DuckDBCounts:
         out._n_rows = self._n_rows
         out._maps = check_code_maps(self._domain, domain, maps)
         out.batched = self.batched
+        # Each map in a one-row temporary table, bound as a parameter: a query indexes it
+        # (``(SELECT m FROM t)[code + 1]``) instead of parsing a literal of the map's length
+        # (a 50,000-value map: 0.09 s instead of 0.95 s per query on 2 M rows).
+        out._map_tables = {}
+        for j, code_map in enumerate(out._maps):
+            if code_map is not None:
+                name = f"rhosynth_map_{next(_MAP_TABLES)}"
+                self._connection.execute(
+                    f"CREATE TEMP TABLE {name} AS SELECT ?::BIGINT[] AS m",
+                    [[int(v) for v in code_map]],
+                )
+                out._map_tables[j] = name
         return out
 
     def _relation(self, attrs: Sequence[str]) -> str:
         """The FROM clause: the Parquet source, with each re-coded column of ``attrs`` mapped."""
         columns = []
         for attr in dict.fromkeys(attrs):
-            code_map = self._maps[self._domain.index(attr)]
+            table = self._map_tables.get(self._domain.index(attr))
             name = _quoted(attr)
-            if code_map is None:
+            if table is None:
                 columns.append(name)
             else:
-                values = ", ".join(str(int(v)) for v in code_map)
-                columns.append(f"([{values}])[{name} + 1] AS {name}")
-        # Quoted names and integer literals only; the path is a bound parameter.
+                # Our own table name (a counter): no data in the SQL text.
+                columns.append(f"(SELECT m FROM {table})[{name} + 1] AS {name}")  # noqa: S608
+        # Quoted names and our table names only; the path is a bound parameter.
         return f"(SELECT {', '.join(columns)} FROM read_parquet(?))"  # noqa: S608
 
     @property
