@@ -568,8 +568,9 @@ def _synthesize(
                 # A registered source (app/sources/counting.py): its fingerprint checked, its
                 # rows encoded into scratch codes and counted by the operator's engine.
                 assert source.source is not None and source.fingerprint is not None
-                if not mechanism.runs_on_counts:  # refused at submission; never reached
-                    raise RuntimeError(f"{mechanism.name} cannot run on a counting engine")
+                refusal = mechanism.engine_refusal(params)
+                if refusal is not None:  # refused at submission; never reached
+                    raise RuntimeError(refusal)
                 data = reading.enter_context(
                     source_engine(
                         settings, storage, source.source, source.fingerprint, schema, source.engine

@@ -257,7 +257,7 @@ def validate_submission(
     if dataset.deleted_at is not None:
         raise DatasetUnavailable(dataset_id)
     if dataset.reads_source:
-        check_registered_source(settings, mechanism, dataset)
+        check_registered_source(settings, mechanism, params, dataset)
     # The declared schema is public (the owner chose it); no data is read here.
     domain = TableSchema.from_json(dataset.schema).domain()
     try:
@@ -294,16 +294,19 @@ def validate_submission(
     )
 
 
-def check_registered_source(settings: Settings, mechanism: Mechanism, dataset: Dataset) -> None:
+def check_registered_source(
+    settings: Settings, mechanism: Mechanism, params: BaseModel, dataset: Dataset
+) -> None:
     """A job on a registered dataset without a copy (docs/sources.md), before anything is
     reserved: the method must count through an engine (a public fact: method × dataset kind),
     and the source's files must still be what registration measured (their metadata only: size,
     modification time, ETag). A PostgreSQL source is checked by the worker as it reads."""
-    if not mechanism.runs_on_counts:
+    refusal = mechanism.engine_refusal(params)
+    if refusal is not None:
         able = ", ".join(sorted(n for n in MECHANISMS if get_mechanism(n).runs_on_counts))
         raise InvalidJob(
-            f"{mechanism.name!r} cannot run on a registered source read in place yet (it needs "
-            f"the table in memory); methods that can: {able}. Or register it with keep_copy."
+            f"{refusal}: it cannot run on a registered source read in place (methods that "
+            f"can: {able}). Or register the source with keep_copy."
         )
     if dataset.source_kind in ("s3", "local") and dataset.source and dataset.source_fingerprint:
         spec = SourceSpec.from_json(dataset.source)

@@ -788,6 +788,16 @@ class Mechanism(abc.ABC):
         DPCopula-MLE refuses every engine but a :class:`Dataset`, before reading."""
         return type(self)._synthesize_counts is not Mechanism._synthesize_counts
 
+    def engine_refusal(self, params: BaseModel) -> str | None:
+        """Why this method with ``params`` cannot run on a counting engine other than codes in
+        memory (DuckDB, Spark), or ``None`` when it can. Decided from public facts only (the
+        method and its params), so the service refuses at submission what :meth:`run` would
+        refuse with :class:`EngineRefused`; overridden where params matter (DPCopula-MLE)."""
+        del params
+        if self.runs_on_counts:
+            return None
+        return f"method {self.name!r} runs only on codes in memory"
+
     def run(
         self,
         data: Dataset | CountingEngine,

@@ -164,10 +164,22 @@ def test_s3_parquet_end_to_end_and_change_refused(
     assert rows[0] == ["city", "age", "tier", "income"] and len(rows) > 1
     assert "counting a registered source with duckdb" in stack.logs()
 
-    # A method that needs the table in memory: refused at submission, nothing reserved.
+    # A graphical method counts through the engine too (compressed codes pushed into DuckDB).
+    graphical = _run(tenant, dataset["id"], method="mst")
+    assert graphical["status"] == "succeeded", (graphical, stack.logs())
+    assert len(_output_rows(tenant, graphical)) > 1
+
+    # A method whose params need every row in memory: refused at submission, nothing reserved.
     before = tenant.owner.get(f"/v1/datasets/{dataset['id']}").json()["budget"]
-    refused = submit(tenant.analyst, dataset["id"], rho="0.1", method="mst")
+    refused = submit(
+        tenant.analyst,
+        dataset["id"],
+        rho="0.1",
+        method="dpcopula",
+        params={"correlation": "mle"},
+    )
     assert refused.status_code == 422 and "registered source" in refused.text
+    assert "'mle'" in refused.text
 
     # The object is replaced: the next submission is refused before anything is reserved.
     _put(

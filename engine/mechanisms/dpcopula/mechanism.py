@@ -627,6 +627,16 @@ class DPCopulaMechanism(Mechanism):
         parts = split_rho(budget.margins, [size_weight(size) for size in domain.sizes])
         return one_way_previews(domain.attributes, parts)
 
+    def engine_refusal(self, params: BaseModel) -> str | None:
+        """DPCopula-MLE reads every row (its block estimates), so it runs only on codes in
+        memory; DPCopula-Kendall reads counts and its subsample of rows by position."""
+        if isinstance(params, DPCopulaParams) and params.correlation == "mle":
+            return (
+                f"method {self.name!r} with correlation 'mle' reads every row; it runs only "
+                "on codes in memory, not on another counting engine (use 'kendall')"
+            )
+        return super().engine_refusal(params)
+
     def _synthesize_counts(
         self,
         data: CountingEngine,
@@ -642,11 +652,9 @@ class DPCopulaMechanism(Mechanism):
         assert isinstance(params, DPCopulaParams)
         if not isinstance(data, Dataset):
             # Decided from the method's params and the engine alone, before anything is read.
-            if params.correlation == "mle":
-                raise EngineRefused(
-                    f"method {self.name!r} with correlation 'mle' reads every row; it runs only "
-                    "on codes in memory, not on another counting engine (use 'kendall')"
-                )
+            refusal = self.engine_refusal(params)
+            if refusal is not None:
+                raise EngineRefused(refusal)
             if not callable(getattr(data, "codes_at", None)):
                 raise EngineRefused(
                     f"method {self.name!r} reads a subsample of rows by position; this counting "

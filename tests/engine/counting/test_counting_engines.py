@@ -670,3 +670,16 @@ def test_dpcopula_kendall_without_partitions_reads_only_its_subsample(tmp_path: 
     ]
     assert asked == [500]
     assert _released(results[0]) == _released(results[1])
+
+
+def test_engine_refusal_is_decided_from_method_and_params_alone() -> None:
+    """What the service refuses at submission for a registered source (app/jobs/service.py)
+    is exactly what ``run`` refuses on an engine: DPCopula-MLE only."""
+    from engine.mechanisms import MECHANISMS, get_mechanism
+
+    for name in MECHANISMS:
+        mechanism = get_mechanism(name)
+        assert mechanism.engine_refusal(mechanism.validate_params({})) is None, name
+    dpcopula = get_mechanism("dpcopula")
+    refusal = dpcopula.engine_refusal(dpcopula.validate_params({"correlation": "mle"}))
+    assert refusal is not None and "'mle'" in refusal
