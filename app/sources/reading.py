@@ -251,14 +251,23 @@ def local_listing(spec: SourceSpec, settings: Settings) -> list[dict[str, Any]]:
         raise SourceRefused(404, "the path does not exist or is not readable")
     files = []
     for path in candidates:
-        resolved = Path(os.path.realpath(path))
-        if not any(_inside(resolved, r) for r in settings.source_local_roots):
-            raise SourceRefused(403, "a file of the source lies outside the allowed directories")
-        stat = resolved.stat()
+        stat = _local_file(path, settings).stat()
         files.append({"key": str(path), "size": stat.st_size, "modified": stat.st_mtime_ns})
         if path != root:
             files[-1]["relative"] = str(path.relative_to(root))
     return _check_count(files)
+
+
+def _local_file(path: Path, settings: Settings) -> Path:
+    """``path`` with its symbolic links resolved, refused unless it lies in an allowed root and
+    outside the service's own directories (a link under an allowed directory may point at the
+    service's storage: other tenants' tables)."""
+    resolved = Path(os.path.realpath(path))
+    if not any(_inside(resolved, r) for r in settings.source_local_roots):
+        raise SourceRefused(403, "a file of the source lies outside the allowed directories")
+    if _service_files(resolved, settings):
+        raise SourceRefused(403, "a file of the source is one of the service's own files")
+    return resolved
 
 
 def s3_client(settings: Settings) -> S3Client:
@@ -367,9 +376,11 @@ def fetched(
     if expected is not None and fingerprint != expected:
         raise SourceChanged()
     if spec.kind == "local":
+        # Read where the links pointed when they were checked, not through the links again.
         yield Fetched(
             tuple(
-                _with_partitions(Path(f["key"]), f.get("relative")) for f in fingerprint["files"]
+                _with_partitions(_local_file(Path(f["key"]), settings), f.get("relative"))
+                for f in fingerprint["files"]
             ),
             fingerprint,
         )
@@ -435,7 +446,7 @@ def head(
             413, f"drafts read at most {max_bytes} bytes; the source's first file is larger"
         )
     if spec.kind == "local":
-        yield Path(first["key"])
+        yield _local_file(Path(first["key"]), settings)
         return
     path = storage.temp_path(".source")
     try:

@@ -126,3 +126,23 @@ def test_hive_partition_columns_come_from_directory_names(
         pairs = [("city",), ("city", "age", "tier")]
         for got, want in zip(engine.counts(pairs), expected.counts(pairs), strict=True):
             np.testing.assert_array_equal(got, want)
+
+
+def test_a_link_to_the_services_own_files_is_refused(tmp_path: Path) -> None:
+    """The service's directories lie under an allowed root; a directory outside them holds a
+    link to a stored file of the service (another tenant's table): refused, for the directory
+    and for the link named alone."""
+    root = tmp_path / "allowed"
+    (root / "home").mkdir(parents=True)
+    (root / "home" / "stored.csv").write_bytes(PEOPLE)
+    (root / "mine").mkdir()
+    (root / "mine" / "t.csv").symlink_to(root / "home" / "stored.csv")
+    settings = Settings(home=root / "home", source_local_roots=json.dumps([str(root)]))
+    storage = LocalStorage(tmp_path / "storage")
+    for uri in (str(root / "mine"), str(root / "mine" / "t.csv")):
+        with (
+            pytest.raises(SourceRefused, match="own files") as refused,
+            fetched(SourceSpec(kind="local", uri=uri), settings, storage),
+        ):
+            pass
+        assert refused.value.status_code == 403
