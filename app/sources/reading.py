@@ -387,6 +387,10 @@ def fetched(
         if expected is not None:
             check_unchanged(spec, settings, expected)
         return
+    # The objects are copied whole into the scratch space: bounded as an upload is, before
+    # anything is copied (their sizes are the listing's metadata).
+    if sum(int(item["size"]) for item in fingerprint["files"]) > settings.max_upload_bytes:
+        raise SourceRefused(413, _too_large(settings, "the source's objects add up to"))
     paths: list[Path] = []
     try:
         bucket = _s3_parts(str(spec.uri))[0]
@@ -405,6 +409,13 @@ def fetched(
     finally:
         for path in paths:
             path.unlink(missing_ok=True)
+
+
+def _too_large(settings: Settings, what: str) -> str:
+    return (
+        f"{what} more than {settings.max_upload_bytes} bytes (RHOSYNTH_MAX_UPLOAD_BYTES), the "
+        "scratch space a copy of a source may take"
+    )
 
 
 def _download(client: S3Client, bucket: str, item: dict[str, Any], path: Path) -> None:
@@ -530,7 +541,11 @@ def _postgres_copy(
                     open(path, "wb") as handle,
                     cursor.copy(copy) as stream,
                 ):
+                    written = 0
                     for chunk in stream:
+                        written += len(chunk)
+                        if written > settings.max_upload_bytes:
+                            raise SourceRefused(413, _too_large(settings, "the rows' CSV takes"))
                         handle.write(chunk)
         except psycopg.Error as error:
             raise _postgres_refusal(error, str(spec.connection)) from None

@@ -559,3 +559,47 @@ def test_schema_drafts_on_sources(s3_server: S3Server, tenant: Tenant) -> None:
         "/v1/schema-drafts/sources", json={"source": {"kind": "local", "uri": "/etc/passwd"}}
     )
     assert outside.status_code == 403
+
+
+def test_copies_into_scratch_are_bounded_before_they_fill_it(
+    s3_server: S3Server, warehouse: str, tmp_path: Path
+) -> None:
+    """Objects and PostgreSQL rows are copied whole into the scratch space: over
+    RHOSYNTH_MAX_UPLOAD_BYTES they are refused (413), objects before any byte is copied, and
+    nothing stays in scratch."""
+    from app.config import Settings
+    from app.sources.reading import SourceRefused, SourceSpec, fetched
+    from app.storage.local import LocalStorage
+
+    prefix = f"bounded-{uuid.uuid4().hex[:8]}"
+    _put(s3_server, f"{prefix}/a.csv", PEOPLE)
+    _put(s3_server, f"{prefix}/b.csv", PEOPLE)
+    storage = LocalStorage(tmp_path / "storage")
+    for spec, bound in (
+        # one object fits, the two do not
+        (SourceSpec(kind="s3", uri=f"s3://{s3_server.bucket}/{prefix}/"), len(PEOPLE) + 1024),
+        # the table's CSV (about the fixture's size) does not fit half of it
+        (SourceSpec(kind="postgres", connection="warehouse", table="people"), len(PEOPLE) // 2),
+    ):
+        settings = Settings(
+            home=tmp_path / "home",
+            max_upload_bytes=bound,
+            source_connections=json.dumps({"warehouse": warehouse}),
+            **s3_server.settings("service"),
+        )
+        with pytest.raises(SourceRefused) as refused, fetched(spec, settings, storage):
+            pass
+        assert refused.value.status_code == 413, spec
+        assert "RHOSYNTH_MAX_UPLOAD_BYTES" in refused.value.message
+        scratch = storage.root / "tmp"
+        assert not scratch.exists() or list(scratch.iterdir()) == []
+    # Under the bound an object is read.
+    roomy = Settings(
+        home=tmp_path / "home",
+        source_connections=json.dumps({"warehouse": warehouse}),
+        **s3_server.settings("service"),
+    )
+    with fetched(
+        SourceSpec(kind="s3", uri=f"s3://{s3_server.bucket}/{prefix}/a.csv"), roomy, storage
+    ) as one:
+        assert one.files[0].stat().st_size == len(PEOPLE)  # type: ignore[union-attr]
