@@ -146,3 +146,25 @@ def test_a_link_to_the_services_own_files_is_refused(tmp_path: Path) -> None:
         ):
             pass
         assert refused.value.status_code == 403
+
+
+def test_a_refused_check_at_submission_does_not_name_the_source(tmp_path: Path) -> None:
+    """An analyst's submission on a source the settings no longer allow is refused (409) without
+    the bucket or path, which only owner keys see."""
+    from app.datasets.models import Dataset as DatasetRecord
+    from app.jobs.service import SourceChangedSinceRegistration, check_registered_source
+    from engine.mechanisms import get_mechanism
+
+    settings = Settings(home=tmp_path / "home", source_s3_buckets=json.dumps(["elsewhere"]))
+    for kind, uri in (("s3", "s3://secret-bucket/visits/"), ("local", "/secret/visits")):
+        record = DatasetRecord(
+            source_kind=kind,
+            source={"kind": kind, "uri": uri},
+            source_fingerprint={"files": []},
+            source_engine="duckdb",
+            storage_key=None,
+        )
+        with pytest.raises(SourceChangedSinceRegistration) as refused:
+            check_registered_source(settings, get_mechanism("independent"), record)
+        assert "secret" not in str(refused.value)
+        assert "no longer allow" in str(refused.value)
