@@ -21,6 +21,7 @@ from engine.domain import Dataset
 from tests.conftest import FIXTURES
 
 PEOPLE = (FIXTURES / "people.csv").read_bytes()
+ROWS = PEOPLE.count(b"\n") - 1
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ def test_duckdb_counts_of_a_source_equal_the_uploads(
     with fetched(spec, settings, storage) as source:
         fingerprint = source.fingerprint
     assert [Path(f["key"]).name for f in fingerprint["files"]] == ["a.csv", "b.csv"]
-    with source_engine(settings, storage, spec, fingerprint, schema, "duckdb") as engine:
+    with source_engine(settings, storage, spec, fingerprint, schema, "duckdb", ROWS) as engine:
         assert engine.n_rows == expected.n_rows == len(lines) - 1
         pairs = [("city", "age"), ("tier",), ("age", "income", "tier")]
         for got, want in zip(engine.counts(pairs), expected.counts(pairs), strict=True):
@@ -59,7 +60,7 @@ def test_duckdb_counts_of_a_source_equal_the_uploads(
     (root / "part=2" / "b.csv").write_bytes(lines[0] + b"".join(lines[151:]))
     with (
         pytest.raises(SourceChanged),
-        source_engine(settings, storage, spec, fingerprint, schema, "duckdb"),
+        source_engine(settings, storage, spec, fingerprint, schema, "duckdb", ROWS),
     ):
         pass
 
@@ -121,7 +122,7 @@ def test_hive_partition_columns_come_from_directory_names(
     spec = SourceSpec(kind="local", uri=str(root))
     with fetched(spec, settings, storage) as source:
         fingerprint = source.fingerprint
-    with source_engine(settings, storage, spec, fingerprint, schema, "duckdb") as engine:
+    with source_engine(settings, storage, spec, fingerprint, schema, "duckdb", ROWS) as engine:
         assert engine.n_rows == expected.n_rows
         pairs = [("city",), ("city", "age", "tier")]
         for got, want in zip(engine.counts(pairs), expected.counts(pairs), strict=True):
@@ -168,3 +169,26 @@ def test_a_refused_check_at_submission_does_not_name_the_source(tmp_path: Path) 
             check_registered_source(settings, get_mechanism("independent"), record)
         assert "secret" not in str(refused.value)
         assert "no longer allow" in str(refused.value)
+
+
+def test_limits_lowered_after_registration_do_not_fail_the_job(
+    setup: tuple[Settings, LocalStorage, Path],
+) -> None:
+    """A job re-reads the registered rows under the bounds registration measured: an operator's
+    lower RHOSYNTH_MAX_ROWS since must not make the job fail according to the private row count
+    (it would tell analysts whether the table has more rows than the new limit)."""
+    settings, storage, root = setup
+    (root / "people.csv").write_bytes(PEOPLE)
+    spec = SourceSpec(kind="local", uri=str(root / "people.csv"))
+    schema = provisional(parse_schema((FIXTURES / "people-schema.json").read_text(), settings))
+    with fetched(spec, settings, storage, max_rows=settings.max_rows) as source:
+        fingerprint = source.fingerprint
+    lowered = settings.model_copy(update={"max_rows": ROWS // 2})
+    with source_engine(lowered, storage, spec, fingerprint, schema, "duckdb", ROWS) as engine:
+        assert engine.n_rows == ROWS
+    # More rows than registration counted is a changed source, whatever the limit.
+    with (
+        pytest.raises(SourceChanged),
+        source_engine(settings, storage, spec, fingerprint, schema, "duckdb", ROWS - 1),
+    ):
+        pass
