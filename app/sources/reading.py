@@ -524,6 +524,20 @@ def _postgres_copy(
                         sql.Literal(f"{settings.source_statement_timeout_seconds}s")
                     )
                 )
+                # A read-only transaction does not stop a superuser (or a member of the server
+                # file roles) reading or writing the server's files from a query
+                # (pg_read_file, lo_export, COPY … TO PROGRAM elsewhere): such a role is refused
+                # before anything runs. A public fact of the operator's settings.
+                privileged = conn.execute(_PRIVILEGED_ROLE).fetchone()
+                if privileged is None or privileged[0]:
+                    raise SourceRefused(
+                        422,
+                        f"the connection {spec.connection!r} logs in with a role that may read "
+                        "or write the database server's files (a superuser, or a member of "
+                        "pg_read_server_files, pg_write_server_files or "
+                        "pg_execute_server_program); the operator must give it a role that "
+                        "only reads tables",
+                    )
                 if spec.query is not None:
                     conn.execute(
                         sql.SQL("PREPARE rhosynth_source AS {}").format(sql.SQL(spec.query))
@@ -557,6 +571,14 @@ def _postgres_copy(
         yield Fetched((path,), fingerprint)
     finally:
         path.unlink(missing_ok=True)
+
+
+_PRIVILEGED_ROLE = (
+    "SELECT current_setting('is_superuser') = 'on'"
+    " OR pg_has_role('pg_read_server_files', 'USAGE')"
+    " OR pg_has_role('pg_write_server_files', 'USAGE')"
+    " OR pg_has_role('pg_execute_server_program', 'USAGE')"
+)
 
 
 def _postgres_refusal(error: Exception, connection: str) -> SourceRefused:

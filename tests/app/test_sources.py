@@ -43,8 +43,9 @@ def _parquet(data: bytes = PEOPLE) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def warehouse() -> Iterator[str]:
-    """A scratch PostgreSQL database holding the people table."""
+def warehouse_admin() -> Iterator[str]:
+    """A scratch PostgreSQL database holding the people table: the superuser's DSN (which the
+    service refuses as a source connection), to change the table."""
     name = f"rhosynth_src_{uuid.uuid4().hex[:8]}"
     url = services.create_database(name)
     dsn = url.replace("postgresql+psycopg://", "postgresql://")
@@ -61,6 +62,26 @@ def warehouse() -> Iterator[str]:
         yield dsn
     finally:
         services.drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def warehouse(warehouse_admin: str) -> Iterator[str]:
+    """The DSN of a role that may only read the people table (what operators configure)."""
+    role = f"rhosynth_reader_{uuid.uuid4().hex[:8]}"
+    server = warehouse_admin.rsplit("/", 1)[0]
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        with psycopg.connect(warehouse_admin) as conn:
+            conn.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
+            conn.execute(f"GRANT SELECT ON people TO {role}")
+        yield warehouse_admin.replace("postgresql://postgres@", f"postgresql://{role}@", 1)
+        with psycopg.connect(warehouse_admin) as conn:
+            conn.execute(f"REVOKE ALL ON people FROM {role}")
+            conn.execute(f"REVOKE ALL ON SCHEMA public FROM {role}")
+    finally:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+            conn.execute(f"DROP ROLE IF EXISTS {role}")
 
 
 @pytest.fixture(scope="module")
@@ -301,7 +322,7 @@ def test_local_paths_inside_and_outside_the_allowed_root(
     assert changed.status_code == 409 and "changed since registration" in changed.text
 
 
-def test_postgres_table_and_query(stack: Stack, tenant: Tenant, warehouse: str) -> None:
+def test_postgres_table_and_query(stack: Stack, tenant: Tenant, warehouse_admin: str) -> None:
     created = _register(
         tenant.owner, {"kind": "postgres", "connection": "warehouse", "table": "people"}
     )
@@ -351,7 +372,7 @@ def test_postgres_table_and_query(stack: Stack, tenant: Tenant, warehouse: str) 
 
     # The table changes after registration: the job is accepted (its check needs the rows),
     # then fails with the public message; its ρ stays spent.
-    with psycopg.connect(warehouse) as conn:
+    with psycopg.connect(warehouse_admin) as conn:
         conn.execute("UPDATE people SET tier = (tier + 1) % 4 WHERE city = 'Lyon'")
     response = submit(tenant.analyst, dataset["id"], rho="0.5")
     assert response.status_code == 202, response.text
@@ -603,3 +624,38 @@ def test_copies_into_scratch_are_bounded_before_they_fill_it(
         SourceSpec(kind="s3", uri=f"s3://{s3_server.bucket}/{prefix}/a.csv"), roomy, storage
     ) as one:
         assert one.files[0].stat().st_size == len(PEOPLE)  # type: ignore[union-attr]
+
+
+def test_a_role_that_may_touch_the_servers_files_is_refused(
+    warehouse: str, warehouse_admin: str, tmp_path: Path
+) -> None:
+    """A read-only transaction does not stop a superuser's query reading the database server's
+    files (pg_read_file): a connection with such a role is refused before any query runs; the
+    reading role the operator should configure may not call it."""
+    from app.config import Settings
+    from app.sources.reading import SourceRefused, SourceSpec, fetched
+    from app.storage.local import LocalStorage
+
+    settings = Settings(
+        home=tmp_path / "home",
+        source_connections=json.dumps({"admin": warehouse_admin, "reader": warehouse}),
+    )
+    storage = LocalStorage(tmp_path / "storage")
+    reading = "SELECT pg_read_file('/etc/hostname') AS city, 1 AS age, 1 AS tier, 1 AS income"
+    for spec in (
+        SourceSpec(kind="postgres", connection="admin", table="people"),
+        SourceSpec(kind="postgres", connection="admin", query=reading),
+    ):
+        with (
+            pytest.raises(SourceRefused, match="server's files") as refused,
+            fetched(spec, settings, storage),
+        ):
+            pass
+        assert refused.value.status_code == 422
+    reader = SourceSpec(kind="postgres", connection="reader", query=reading)
+    with pytest.raises(SourceRefused, match="may not read"), fetched(reader, settings, storage):
+        pass
+    with fetched(
+        SourceSpec(kind="postgres", connection="reader", table="people"), settings, storage
+    ) as read:
+        assert read.fingerprint["rows"] == ROWS
