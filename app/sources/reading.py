@@ -364,8 +364,9 @@ def fetched(
     """The source as local files for the length of the block, and its fingerprint.
 
     With ``expected`` (a registered fingerprint), a source that no longer matches raises
-    :class:`SourceChanged`: before anything is read, and again at the end of the block for
-    local files (read in place). Scratch copies are removed when the block ends.
+    :class:`SourceChanged` before anything is read. Local files (read in place) are checked
+    again at the end of the block, with or without ``expected``. Scratch copies are removed when
+    the block ends.
     """
     if spec.kind == "postgres":
         with _postgres_copy(spec, settings, storage, expected, max_rows) as result:
@@ -384,8 +385,9 @@ def fetched(
             ),
             fingerprint,
         )
-        if expected is not None:
-            check_unchanged(spec, settings, expected)
+        # Files read in place may change while they are read (at registration too: then what
+        # was read is not what the fingerprint describes).
+        check_unchanged(spec, settings, fingerprint)
         return
     # The objects are copied whole into the scratch space: bounded as an upload is, before
     # anything is copied (their sizes are the listing's metadata). Checked at registration only:

@@ -192,3 +192,51 @@ def test_limits_lowered_after_registration_do_not_fail_the_job(
         source_engine(settings, storage, spec, fingerprint, schema, "duckdb", ROWS - 1),
     ):
         pass
+
+
+@pytest.mark.usefixtures("_services")
+def test_a_local_source_changed_while_registering_is_refused_and_leaves_no_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Local files are read in place: one rewritten while registration reads it is refused
+    (409; the recorded fingerprint would describe other rows than those read), and the copy
+    stored for keep_copy is removed with the rolled-back record."""
+    from fastapi.testclient import TestClient
+
+    import app.datasets.service as dataset_service
+    from app.main import create_app
+    from tests.app.test_quotas import _keys, bearer
+    from tests.support import services
+
+    root = tmp_path / "allowed"
+    root.mkdir()
+    source = root / "people.csv"
+    source.write_bytes(PEOPLE)
+    real_ingest = dataset_service.ingest_table
+
+    def ingest_then_change(*args: object, **kwargs: object) -> int:
+        rows = real_ingest(*args, **kwargs)  # type: ignore[arg-type]
+        source.write_bytes(PEOPLE + PEOPLE.splitlines(keepends=True)[1])
+        return rows
+
+    monkeypatch.setattr(dataset_service, "ingest_table", ingest_then_change)
+    with services.migrated_settings(
+        "sqlite", tmp_path / "home", "srcreg", source_local_roots=json.dumps([str(root)])
+    ) as settings:
+        keys = _keys(settings, 0)
+        body = {
+            "name": "changing",
+            "source": {"kind": "local", "uri": str(source)},
+            "schema": json.loads((FIXTURES / "people-schema.json").read_text()),
+            "budget_rho": "1",
+            "keep_copy": True,
+        }
+        with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+            response = client.post(
+                "/v1/datasets/sources", json=body, headers=bearer(keys.owner_key)
+            )
+            assert response.status_code == 409, response.text
+            listed = client.get("/v1/datasets", headers=bearer(keys.owner_key)).json()
+        assert listed["items"] == []
+        datasets = settings.resolved_storage_dir / "datasets"
+        assert not datasets.exists() or list(datasets.iterdir()) == []
