@@ -8,8 +8,9 @@ limits, the same typing, the same refusals):
 
 * a local file or directory is read in place (every ``*.parquet`` / ``*.csv`` file under a
   directory, in sorted order);
-* an object on the object store, or every such object under a prefix, is copied one object at a
-  time into the scratch directory (``If-Match`` its registered ETag) and removed afterwards;
+* an object on the object store, or every such object under a prefix, is copied into the
+  scratch directory (``If-Match`` its listed ETag; all of them before the block starts, their
+  total bounded by ``max_upload_bytes`` at registration) and removed afterwards;
 * a PostgreSQL table or query is streamed by ``COPY (…) TO STDOUT (FORMAT csv, HEADER)`` into a
   scratch CSV, in a ``REPEATABLE READ, READ ONLY`` transaction with a ``statement_timeout``.
 
