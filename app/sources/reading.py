@@ -522,11 +522,7 @@ def _postgres_copy(
         try:
             with psycopg.connect(_dsn(settings, str(spec.connection)), connect_timeout=10) as conn:
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                conn.execute(
-                    sql.SQL("SET LOCAL statement_timeout = {}").format(
-                        sql.Literal(f"{settings.source_statement_timeout_seconds}s")
-                    )
-                )
+                session_settings(conn, settings)
                 # A read-only transaction does not stop a superuser (or a member of the server
                 # file roles) reading or writing the server's files from a query
                 # (pg_read_file, lo_export, COPY … TO PROGRAM elsewhere): such a role is refused
@@ -556,6 +552,10 @@ def _postgres_copy(
                     raise SourceRefused(422, f"the table has more than {max_rows} rows")
                 if rows == 0:
                     raise SourceRefused(422, "the table has no rows")
+                # Again: the checksum ran the owner's query, which may have changed them
+                # (set_config(..., true) lasts to the end of the transaction; a statement_timeout
+                # of 0 would leave the copy unbounded).
+                session_settings(conn, settings)
                 with (
                     conn.cursor() as cursor,
                     open(path, "wb") as handle,
@@ -574,6 +574,21 @@ def _postgres_copy(
         yield Fetched((path,), fingerprint)
     finally:
         path.unlink(missing_ok=True)
+
+
+def session_settings(conn: Any, settings: Settings) -> None:
+    """The settings of each statement on a source: its time bound, and the text forms of
+    values (time zone, date and interval styles, float digits), so that the checksum and the
+    copied CSV do not depend on the server's or the process's defaults (``PGTZ``)."""
+    from psycopg import sql
+
+    timeout = sql.Literal(f"{settings.source_statement_timeout_seconds}s")
+    conn.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(timeout))
+    conn.execute("SET LOCAL TimeZone = 'UTC'")
+    conn.execute("SET LOCAL DateStyle = 'ISO, YMD'")
+    conn.execute("SET LOCAL IntervalStyle = 'postgres'")
+    conn.execute("SET LOCAL extra_float_digits = 1")
+    conn.execute("SET LOCAL bytea_output = 'hex'")
 
 
 _PRIVILEGED_ROLE = (

@@ -659,3 +659,42 @@ def test_a_role_that_may_touch_the_servers_files_is_refused(
         SourceSpec(kind="postgres", connection="reader", table="people"), settings, storage
     ) as read:
         assert read.fingerprint["rows"] == ROWS
+
+
+def test_the_owners_query_cannot_lift_the_timeout_or_the_text_forms(
+    warehouse: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The query runs twice (checksum, then copy). One that sets statement_timeout to 0 on its
+    first run (set_config, transaction-local) and sleeps on its second is still cut at the
+    timeout; and the fingerprint does not depend on the process's time zone (PGTZ)."""
+    from app.config import Settings
+    from app.sources.reading import SourceRefused, SourceSpec, fetched
+    from app.storage.local import LocalStorage
+
+    settings = Settings(
+        home=tmp_path / "home",
+        source_connections=json.dumps({"warehouse": warehouse}),
+        source_statement_timeout_seconds=1,
+    )
+    storage = LocalStorage(tmp_path / "storage")
+    second_run_sleeps = (
+        "WITH s AS MATERIALIZED (SELECT set_config('statement_timeout', '0', true) AS unset, "
+        "pg_sleep(CASE WHEN current_setting('rhosynth_test.pass', true) = '1' THEN 3 ELSE 0 "
+        "END) AS slept, set_config('rhosynth_test.pass', '1', true) AS marked) "
+        "SELECT p.* FROM people p, s"
+    )
+    spec = SourceSpec(kind="postgres", connection="warehouse", query=second_run_sleeps)
+    with pytest.raises(SourceRefused, match="statement timeout"), fetched(spec, settings, storage):
+        pass
+
+    stamped = SourceSpec(
+        kind="postgres",
+        connection="warehouse",
+        query="SELECT p.*, TIMESTAMPTZ '2026-01-01 00:00:00+00' AS at FROM people p",
+    )
+    with fetched(stamped, settings, storage) as first:
+        fingerprint = first.fingerprint
+    monkeypatch.setenv("PGTZ", "Asia/Tokyo")
+    with fetched(stamped, settings, storage, expected=fingerprint) as again:
+        assert again.fingerprint == fingerprint
+        assert b"2026-01-01 00:00:00+00" in again.files[0].read_bytes()  # type: ignore[union-attr]
