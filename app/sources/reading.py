@@ -107,6 +107,12 @@ class SourceSpec:
                 raise SourceRefused(422, f"source.uri must be 1 to {MAX_LOCATION_CHARS} chars")
             if self.kind == "s3" and not self.uri.startswith("s3://"):
                 raise SourceRefused(422, "an s3 source's uri looks like s3://bucket/key")
+            if self.kind == "s3" and any(
+                part in (".", "..") for part in self.uri.removeprefix("s3://").split("/")[1:]
+            ):
+                # S3 keys are literal, but a proxy or an S3-compatible server may normalise the
+                # request path: pub/../<the service's prefix>/… must not pass the storage check.
+                raise SourceRefused(422, "an s3 source's key has no '.' or '..' segment")
             if self.kind == "local" and not os.path.isabs(self.uri):
                 raise SourceRefused(422, "a local source's uri is an absolute path")
             if self.format not in (None, "parquet", "csv"):

@@ -240,3 +240,12 @@ def test_a_local_source_changed_while_registering_is_refused_and_leaves_no_copy(
         assert listed["items"] == []
         datasets = settings.resolved_storage_dir / "datasets"
         assert not datasets.exists() or list(datasets.iterdir()) == []
+
+
+def test_an_s3_key_with_dot_segments_is_refused() -> None:
+    """A key that a normalising proxy would turn into the service's own prefix is refused
+    before the allow checks, which compare keys literally."""
+    for uri in ("s3://b/pub/../svc/datasets/x.parquet", "s3://b/./svc/", "s3://b/a/./b.csv"):
+        with pytest.raises(SourceRefused, match="segment"):
+            SourceSpec(kind="s3", uri=uri)
+    assert SourceSpec(kind="s3", uri="s3://b/a..b/c.csv").uri == "s3://b/a..b/c.csv"
