@@ -183,8 +183,16 @@ def check_allowed(spec: SourceSpec, settings: Settings) -> None:
         raise SourceRefused(422, f"no connection named {spec.connection!r} is configured")
 
 
+# Kernel file systems: /proc/<pid>/environ of the service holds its secrets (the secret key,
+# the object store's credentials, the connections' passwords), whatever root an operator allows.
+_SYSTEM_DIRECTORIES = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
 def _service_files(path: Path, settings: Settings) -> bool:
-    """Whether a local path is, holds or lies in the service's own directories."""
+    """Whether a local path is, holds or lies in the service's own directories (or a kernel
+    file system such as /proc)."""
+    if any(_inside(path, system) or _inside(system, path) for system in _SYSTEM_DIRECTORIES):
+        return True
     own = [settings.resolved_home, settings.resolved_storage_dir, settings.resolved_scratch_dir]
     for directory in own:
         mine = Path(os.path.realpath(directory))

@@ -249,3 +249,17 @@ def test_an_s3_key_with_dot_segments_is_refused() -> None:
         with pytest.raises(SourceRefused, match="segment"):
             SourceSpec(kind="s3", uri=uri)
     assert SourceSpec(kind="s3", uri="s3://b/a..b/c.csv").uri == "s3://b/a..b/c.csv"
+
+
+def test_kernel_file_systems_are_never_a_source(tmp_path: Path) -> None:
+    """Even under a root an operator allowed too widely, /proc (the service's own environment,
+    with its secrets) is refused, as is a directory holding it."""
+    settings = Settings(home=tmp_path / "home", source_local_roots=json.dumps(["/"]))
+    storage = LocalStorage(tmp_path / "storage")
+    for uri in ("/proc/self/environ", "/proc", "/"):
+        with (
+            pytest.raises(SourceRefused, match="own files") as refused,
+            fetched(SourceSpec(kind="local", uri=uri), settings, storage),
+        ):
+            pass
+        assert refused.value.status_code == 403
