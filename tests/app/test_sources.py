@@ -26,7 +26,7 @@ import pytest
 
 from tests.conftest import FIXTURES, Tenant, make_tenant
 from tests.support import services
-from tests.support.api import submit, wait_for
+from tests.support.api import submit, upload, wait_for
 from tests.support.s3 import S3Server
 from tests.support.stack import Stack
 
@@ -400,6 +400,18 @@ def test_discovery_on_a_source_is_charged(s3_server: S3Server, tenant: Tenant) -
     kinds = [entry["kind"] for entry in ledger["items"]]
     assert kinds == ["grant", "discover"], kinds
     assert float(created.json()["budget"]["spent_rho"]) > 0
+    # Charged exactly as an upload of the same table with the same schema is.
+    uploaded = upload(
+        tenant.owner, PEOPLE, json.dumps(schema), budget_rho="2", budget_delta="0.000001"
+    )
+    assert uploaded.status_code == 201, uploaded.text
+    assert uploaded.json()["budget"] == created.json()["budget"]
+    upload_ledger = tenant.owner.get(f"/v1/datasets/{uploaded.json()['id']}/ledger").json()
+
+    def charges(items: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(e["kind"], e.get("rho"), e.get("delta")) for e in items]
+
+    assert charges(upload_ledger["items"]) == charges(ledger["items"])
 
 
 def test_privacy_unit_is_refused(s3_server: S3Server, tenant: Tenant) -> None:
