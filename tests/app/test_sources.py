@@ -26,7 +26,7 @@ import pytest
 
 from tests.conftest import FIXTURES, Tenant, make_tenant
 from tests.support import services
-from tests.support.api import submit, upload, wait_for
+from tests.support.api import create_dataset, submit, upload, wait_for
 from tests.support.s3 import S3Server
 from tests.support.stack import Stack
 
@@ -592,6 +592,19 @@ def test_schema_drafts_on_sources(s3_server: S3Server, tenant: Tenant) -> None:
         "/v1/schema-drafts/sources", json={"source": {"kind": "local", "uri": "/etc/passwd"}}
     )
     assert outside.status_code == 403
+    # An owner key limited to some datasets may neither register nor draft (a draft with
+    # show_values shows the source's raw values, data the key was not given).
+    mine = create_dataset(tenant.owner, PEOPLE, json.dumps(SCHEMA))["id"]
+    admin = tenant.stack.client(tenant.stack.create_key(tenant.name, "admin"))
+    made = admin.post("/v1/keys", json={"name": "l", "role": "owner", "datasets": [mine]})
+    assert made.status_code == 201, made.text
+    with tenant.stack.client(made.json()["key"]) as limited:
+        body = {"source": {"kind": "s3", "uri": uri}, "show_values": True}
+        drafted = limited.post("/v1/schema-drafts/sources", json=body)
+        assert drafted.status_code == 403, drafted.text
+        assert "Lyon" not in drafted.text
+        assert _register(limited, {"kind": "s3", "uri": uri}).status_code == 403
+    admin.close()
 
 
 def test_copies_into_scratch_are_bounded_before_they_fill_it(
