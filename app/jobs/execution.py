@@ -496,6 +496,7 @@ class _Source:
     source: SourceSpec | None = None  # a registered source without a copy (docs/sources.md)
     fingerprint: dict[str, Any] | None = None  # what its registration measured
     engine: str = "duckdb"  # the counting engine recorded at registration
+    registered_rows: int = 0  # the rows registration counted (private: bounds the re-read)
 
     @property
     def unit_max_rows(self) -> int | None:
@@ -522,6 +523,7 @@ def _source(factory: sessionmaker[Session], settings: Settings, claim: Claim) ->
                 source=SourceSpec.from_json(dataset.source),
                 fingerprint=dataset.source_fingerprint,
                 engine=dataset.source_engine or settings.source_engine,
+                registered_rows=dataset.n_rows,
             )
         # The input table's own address space (private: its exact rows), added to this job's
         # memory limit so that whether the job fits depends on the public estimate only.
@@ -573,7 +575,13 @@ def _synthesize(
                     raise RuntimeError(refusal)
                 data = reading.enter_context(
                     source_engine(
-                        settings, storage, source.source, source.fingerprint, schema, source.engine
+                        settings,
+                        storage,
+                        source.source,
+                        source.fingerprint,
+                        schema,
+                        source.engine,
+                        source.registered_rows,
                     )
                 )
             else:

@@ -315,8 +315,13 @@ def check_registered_source(
         except SourceChanged as changed:
             raise SourceChangedSinceRegistration(str(changed)) from None
         except SourceRefused as refused:
+            # Its message may name where the source lives (a bucket, a path): the owner's
+            # metadata, which analyst keys do not see. A fixed text per status only.
             raise SourceChangedSinceRegistration(
-                f"the source could not be checked: {refused.message}"
+                "the registered source could not be checked: the object store could not be reached"
+                if refused.status_code == 503
+                else "the registered source could not be checked: the service's settings no "
+                "longer allow reading it"
             ) from None
 
 

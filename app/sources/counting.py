@@ -64,21 +64,29 @@ def source_engine(
     fingerprint: dict[str, Any],
     schema: TableSchema,
     engine_name: str,
+    registered_rows: int,
 ) -> Iterator[CountingEngine]:
     """The counting engine over the registered source's codes, for the length of the block.
 
+    The rows are bounded by ``registered_rows`` (what registration counted), not by the
+    operator's current limits: a limit lowered since would make whether the job fails depend on
+    the private row count. More rows than registered is a changed source.
+
     Raises :class:`app.sources.reading.SourceChanged` when the source no longer matches
     ``fingerprint`` (before it is read, or for local files, after)."""
+    limits = IngestLimits(
+        max_columns=len(schema.columns),
+        max_rows=registered_rows,
+        max_cell_bytes=settings.max_cell_bytes,
+    )
     codes = storage.temp_path(".parquet")
     try:
-        with fetched(
-            spec, settings, storage, expected=fingerprint, max_rows=settings.max_rows
-        ) as source:
+        with fetched(spec, settings, storage, expected=fingerprint, max_rows=None) as source:
             try:
                 write_codes_parquet(
                     source.files,
                     schema,
-                    ingest_limits(settings),
+                    limits,
                     codes,
                     storage.temp_path(".arrow"),
                 )

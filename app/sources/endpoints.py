@@ -131,8 +131,12 @@ async def draft_from_source(
     principal: OwnerKey,
 ) -> SchemaDraftOut:
     """Propose a schema for a source (owner keys), from its head: the first file of a
-    directory or prefix, or the first rows of a PostgreSQL source. Nothing is stored."""
-    del principal
+    directory or prefix, or the first rows of a PostgreSQL source. Nothing is stored.
+
+    Not for dataset-limited keys: unlike an upload's draft (the caller's own file), this reads
+    data the key was not given (with ``show_values``, its raw values), as registering would."""
+    if principal.datasets is not None:
+        raise HTTPException(403, "a dataset-limited key cannot read sources")
     try:
         spec = SourceSpec(**body.source.model_dump())
         missing = draft_service.parse_missing_values(

@@ -8,8 +8,9 @@ limits, the same typing, the same refusals):
 
 * a local file or directory is read in place (every ``*.parquet`` / ``*.csv`` file under a
   directory, in sorted order);
-* an object on the object store, or every such object under a prefix, is copied one object at a
-  time into the scratch directory (``If-Match`` its registered ETag) and removed afterwards;
+* an object on the object store, or every such object under a prefix, is copied into the
+  scratch directory (``If-Match`` its listed ETag; all of them before the block starts, their
+  total bounded by ``max_upload_bytes`` at registration) and removed afterwards;
 * a PostgreSQL table or query is streamed by ``COPY (…) TO STDOUT (FORMAT csv, HEADER)`` into a
   scratch CSV, in a ``REPEATABLE READ, READ ONLY`` transaction with a ``statement_timeout``.
 
@@ -106,6 +107,12 @@ class SourceSpec:
                 raise SourceRefused(422, f"source.uri must be 1 to {MAX_LOCATION_CHARS} chars")
             if self.kind == "s3" and not self.uri.startswith("s3://"):
                 raise SourceRefused(422, "an s3 source's uri looks like s3://bucket/key")
+            if self.kind == "s3" and any(
+                part in (".", "..") for part in self.uri.removeprefix("s3://").split("/")[1:]
+            ):
+                # S3 keys are literal, but a proxy or an S3-compatible server may normalise the
+                # request path: pub/../<the service's prefix>/… must not pass the storage check.
+                raise SourceRefused(422, "an s3 source's key has no '.' or '..' segment")
             if self.kind == "local" and not os.path.isabs(self.uri):
                 raise SourceRefused(422, "a local source's uri is an absolute path")
             if self.format not in (None, "parquet", "csv"):
@@ -176,8 +183,16 @@ def check_allowed(spec: SourceSpec, settings: Settings) -> None:
         raise SourceRefused(422, f"no connection named {spec.connection!r} is configured")
 
 
+# Kernel file systems: /proc/<pid>/environ of the service holds its secrets (the secret key,
+# the object store's credentials, the connections' passwords), whatever root an operator allows.
+_SYSTEM_DIRECTORIES = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
 def _service_files(path: Path, settings: Settings) -> bool:
-    """Whether a local path is, holds or lies in the service's own directories."""
+    """Whether a local path is, holds or lies in the service's own directories (or a kernel
+    file system such as /proc)."""
+    if any(_inside(path, system) or _inside(system, path) for system in _SYSTEM_DIRECTORIES):
+        return True
     own = [settings.resolved_home, settings.resolved_storage_dir, settings.resolved_scratch_dir]
     for directory in own:
         mine = Path(os.path.realpath(directory))
@@ -251,14 +266,23 @@ def local_listing(spec: SourceSpec, settings: Settings) -> list[dict[str, Any]]:
         raise SourceRefused(404, "the path does not exist or is not readable")
     files = []
     for path in candidates:
-        resolved = Path(os.path.realpath(path))
-        if not any(_inside(resolved, r) for r in settings.source_local_roots):
-            raise SourceRefused(403, "a file of the source lies outside the allowed directories")
-        stat = resolved.stat()
+        stat = _local_file(path, settings).stat()
         files.append({"key": str(path), "size": stat.st_size, "modified": stat.st_mtime_ns})
         if path != root:
             files[-1]["relative"] = str(path.relative_to(root))
     return _check_count(files)
+
+
+def _local_file(path: Path, settings: Settings) -> Path:
+    """``path`` with its symbolic links resolved, refused unless it lies in an allowed root and
+    outside the service's own directories (a link under an allowed directory may point at the
+    service's storage: other tenants' tables)."""
+    resolved = Path(os.path.realpath(path))
+    if not any(_inside(resolved, r) for r in settings.source_local_roots):
+        raise SourceRefused(403, "a file of the source lies outside the allowed directories")
+    if _service_files(resolved, settings):
+        raise SourceRefused(403, "a file of the source is one of the service's own files")
+    return resolved
 
 
 def s3_client(settings: Settings) -> S3Client:
@@ -355,8 +379,9 @@ def fetched(
     """The source as local files for the length of the block, and its fingerprint.
 
     With ``expected`` (a registered fingerprint), a source that no longer matches raises
-    :class:`SourceChanged`: before anything is read, and again at the end of the block for
-    local files (read in place). Scratch copies are removed when the block ends.
+    :class:`SourceChanged` before anything is read. Local files (read in place) are checked
+    again at the end of the block, with or without ``expected``. Scratch copies are removed when
+    the block ends.
     """
     if spec.kind == "postgres":
         with _postgres_copy(spec, settings, storage, expected, max_rows) as result:
@@ -367,15 +392,25 @@ def fetched(
     if expected is not None and fingerprint != expected:
         raise SourceChanged()
     if spec.kind == "local":
+        # Read where the links pointed when they were checked, not through the links again.
         yield Fetched(
             tuple(
-                _with_partitions(Path(f["key"]), f.get("relative")) for f in fingerprint["files"]
+                _with_partitions(_local_file(Path(f["key"]), settings), f.get("relative"))
+                for f in fingerprint["files"]
             ),
             fingerprint,
         )
-        if expected is not None:
-            check_unchanged(spec, settings, expected)
+        # Files read in place may change while they are read (at registration too: then what
+        # was read is not what the fingerprint describes).
+        check_unchanged(spec, settings, fingerprint)
         return
+    # The objects are copied whole into the scratch space: bounded as an upload is, before
+    # anything is copied (their sizes are the listing's metadata). Checked at registration only:
+    # a job's objects are the registered ones (same ETags and sizes), and a bound lowered since
+    # would make its failure depend on the sizes of compressed private data.
+    total = sum(int(item["size"]) for item in fingerprint["files"])
+    if expected is None and total > settings.max_upload_bytes:
+        raise SourceRefused(413, _too_large(settings, "the source's objects add up to"))
     paths: list[Path] = []
     try:
         bucket = _s3_parts(str(spec.uri))[0]
@@ -394,6 +429,13 @@ def fetched(
     finally:
         for path in paths:
             path.unlink(missing_ok=True)
+
+
+def _too_large(settings: Settings, what: str) -> str:
+    return (
+        f"{what} more than {settings.max_upload_bytes} bytes (RHOSYNTH_MAX_UPLOAD_BYTES), the "
+        "scratch space a copy of a source may take"
+    )
 
 
 def _download(client: S3Client, bucket: str, item: dict[str, Any], path: Path) -> None:
@@ -435,7 +477,7 @@ def head(
             413, f"drafts read at most {max_bytes} bytes; the source's first file is larger"
         )
     if spec.kind == "local":
-        yield Path(first["key"])
+        yield _local_file(Path(first["key"]), settings)
         return
     path = storage.temp_path(".source")
     try:
@@ -494,11 +536,21 @@ def _postgres_copy(
         try:
             with psycopg.connect(_dsn(settings, str(spec.connection)), connect_timeout=10) as conn:
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                conn.execute(
-                    sql.SQL("SET LOCAL statement_timeout = {}").format(
-                        sql.Literal(f"{settings.source_statement_timeout_seconds}s")
+                session_settings(conn, settings)
+                # A read-only transaction does not stop a superuser (or a member of the server
+                # file roles) reading or writing the server's files from a query
+                # (pg_read_file, lo_export, COPY … TO PROGRAM elsewhere): such a role is refused
+                # before anything runs. A public fact of the operator's settings.
+                privileged = conn.execute(_PRIVILEGED_ROLE).fetchone()
+                if privileged is None or privileged[0]:
+                    raise SourceRefused(
+                        422,
+                        f"the connection {spec.connection!r} logs in with a role that may read "
+                        "or write the database server's files (a superuser, or a member of "
+                        "pg_read_server_files, pg_write_server_files or "
+                        "pg_execute_server_program); the operator must give it a role that "
+                        "only reads tables",
                     )
-                )
                 if spec.query is not None:
                     conn.execute(
                         sql.SQL("PREPARE rhosynth_source AS {}").format(sql.SQL(spec.query))
@@ -514,18 +566,51 @@ def _postgres_copy(
                     raise SourceRefused(422, f"the table has more than {max_rows} rows")
                 if rows == 0:
                     raise SourceRefused(422, "the table has no rows")
+                # Again: the checksum ran the owner's query, which may have changed them
+                # (set_config(..., true) lasts to the end of the transaction; a statement_timeout
+                # of 0 would leave the copy unbounded).
+                session_settings(conn, settings)
                 with (
                     conn.cursor() as cursor,
                     open(path, "wb") as handle,
                     cursor.copy(copy) as stream,
                 ):
+                    written = 0
                     for chunk in stream:
+                        written += len(chunk)
+                        # At registration only (a job's rows are the registered ones:
+                        # same count and checksum), as for objects above.
+                        if expected is None and written > settings.max_upload_bytes:
+                            raise SourceRefused(413, _too_large(settings, "the rows' CSV takes"))
                         handle.write(chunk)
         except psycopg.Error as error:
             raise _postgres_refusal(error, str(spec.connection)) from None
         yield Fetched((path,), fingerprint)
     finally:
         path.unlink(missing_ok=True)
+
+
+def session_settings(conn: Any, settings: Settings) -> None:
+    """The settings of each statement on a source: its time bound, and the text forms of
+    values (time zone, date and interval styles, float digits), so that the checksum and the
+    copied CSV do not depend on the server's or the process's defaults (``PGTZ``)."""
+    from psycopg import sql
+
+    timeout = sql.Literal(f"{settings.source_statement_timeout_seconds}s")
+    conn.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(timeout))
+    conn.execute("SET LOCAL TimeZone = 'UTC'")
+    conn.execute("SET LOCAL DateStyle = 'ISO, YMD'")
+    conn.execute("SET LOCAL IntervalStyle = 'postgres'")
+    conn.execute("SET LOCAL extra_float_digits = 1")
+    conn.execute("SET LOCAL bytea_output = 'hex'")
+
+
+_PRIVILEGED_ROLE = (
+    "SELECT current_setting('is_superuser') = 'on'"
+    " OR pg_has_role('pg_read_server_files', 'USAGE')"
+    " OR pg_has_role('pg_write_server_files', 'USAGE')"
+    " OR pg_has_role('pg_execute_server_program', 'USAGE')"
+)
 
 
 def _postgres_refusal(error: Exception, connection: str) -> SourceRefused:

@@ -11,9 +11,15 @@ from app.auth.service import Principal
 from app.config import Settings
 from app.datasets import service as dataset_service
 from app.datasets.models import Dataset
-from app.sources.reading import SourceRefused, SourceSpec, check_allowed, fetched
+from app.sources.reading import (
+    SourceChanged,
+    SourceRefused,
+    SourceSpec,
+    check_allowed,
+    fetched,
+)
 from app.sources.schemas import SourceOut
-from app.storage import Storage
+from app.storage import Storage, dataset_prefix
 from engine.tables.encoding import SchemaSpec
 
 
@@ -40,25 +46,35 @@ def register_dataset(
             "register it without privacy_unit",
         )
     check_allowed(spec, settings)
-    with fetched(spec, settings, storage, max_rows=settings.max_rows) as source:
-        return dataset_service.create_dataset(
-            session,
-            settings,
-            storage,
-            principal,
-            name=name,
-            total_rho=total_rho,
-            total_delta=total_delta,
-            discovery_rho=discovery_rho,
-            schema=schema,
-            upload=source.files,
-            registered=dataset_service.RegisteredSource(
-                spec={**spec.to_json(), "keep_copy": keep_copy},
-                fingerprint=source.fingerprint,
-                engine=settings.source_engine,
-                keep_copy=keep_copy,
-            ),
-        )
+    created: Dataset | None = None
+    try:
+        with fetched(spec, settings, storage, max_rows=settings.max_rows) as source:
+            created = dataset_service.create_dataset(
+                session,
+                settings,
+                storage,
+                principal,
+                name=name,
+                total_rho=total_rho,
+                total_delta=total_delta,
+                discovery_rho=discovery_rho,
+                schema=schema,
+                upload=source.files,
+                registered=dataset_service.RegisteredSource(
+                    spec={**spec.to_json(), "keep_copy": keep_copy},
+                    fingerprint=source.fingerprint,
+                    engine=settings.source_engine,
+                    keep_copy=keep_copy,
+                ),
+            )
+    except SourceChanged:
+        # The local files changed while they were read (checked as the block ends, after the
+        # copy was stored): the transaction rolls back, and the copy must not stay behind.
+        if created is not None:
+            storage.delete_tree(dataset_prefix(created.id))
+        raise
+    assert created is not None  # the block either returns a dataset or raises
+    return created
 
 
 def source_out(dataset: Dataset, *, owner: bool) -> SourceOut | None:

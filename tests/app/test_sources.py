@@ -26,7 +26,7 @@ import pytest
 
 from tests.conftest import FIXTURES, Tenant, make_tenant
 from tests.support import services
-from tests.support.api import submit, wait_for
+from tests.support.api import create_dataset, submit, upload, wait_for
 from tests.support.s3 import S3Server
 from tests.support.stack import Stack
 
@@ -43,8 +43,9 @@ def _parquet(data: bytes = PEOPLE) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def warehouse() -> Iterator[str]:
-    """A scratch PostgreSQL database holding the people table."""
+def warehouse_admin() -> Iterator[str]:
+    """A scratch PostgreSQL database holding the people table: the superuser's DSN (which the
+    service refuses as a source connection), to change the table."""
     name = f"rhosynth_src_{uuid.uuid4().hex[:8]}"
     url = services.create_database(name)
     dsn = url.replace("postgresql+psycopg://", "postgresql://")
@@ -61,6 +62,26 @@ def warehouse() -> Iterator[str]:
         yield dsn
     finally:
         services.drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def warehouse(warehouse_admin: str) -> Iterator[str]:
+    """The DSN of a role that may only read the people table (what operators configure)."""
+    role = f"rhosynth_reader_{uuid.uuid4().hex[:8]}"
+    server = warehouse_admin.rsplit("/", 1)[0]
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        with psycopg.connect(warehouse_admin) as conn:
+            conn.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
+            conn.execute(f"GRANT SELECT ON people TO {role}")
+        yield warehouse_admin.replace("postgresql://postgres@", f"postgresql://{role}@", 1)
+        with psycopg.connect(warehouse_admin) as conn:
+            conn.execute(f"REVOKE ALL ON people FROM {role}")
+            conn.execute(f"REVOKE ALL ON SCHEMA public FROM {role}")
+    finally:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+            conn.execute(f"DROP ROLE IF EXISTS {role}")
 
 
 @pytest.fixture(scope="module")
@@ -313,7 +334,7 @@ def test_local_paths_inside_and_outside_the_allowed_root(
     assert changed.status_code == 409 and "changed since registration" in changed.text
 
 
-def test_postgres_table_and_query(stack: Stack, tenant: Tenant, warehouse: str) -> None:
+def test_postgres_table_and_query(stack: Stack, tenant: Tenant, warehouse_admin: str) -> None:
     created = _register(
         tenant.owner, {"kind": "postgres", "connection": "warehouse", "table": "people"}
     )
@@ -363,7 +384,7 @@ def test_postgres_table_and_query(stack: Stack, tenant: Tenant, warehouse: str) 
 
     # The table changes after registration: the job is accepted (its check needs the rows),
     # then fails with the public message; its ρ stays spent.
-    with psycopg.connect(warehouse) as conn:
+    with psycopg.connect(warehouse_admin) as conn:
         conn.execute("UPDATE people SET tier = (tier + 1) % 4 WHERE city = 'Lyon'")
     response = submit(tenant.analyst, dataset["id"], rho="0.5")
     assert response.status_code == 202, response.text
@@ -391,6 +412,18 @@ def test_discovery_on_a_source_is_charged(s3_server: S3Server, tenant: Tenant) -
     kinds = [entry["kind"] for entry in ledger["items"]]
     assert kinds == ["grant", "discover"], kinds
     assert float(created.json()["budget"]["spent_rho"]) > 0
+    # Charged exactly as an upload of the same table with the same schema is.
+    uploaded = upload(
+        tenant.owner, PEOPLE, json.dumps(schema), budget_rho="2", budget_delta="0.000001"
+    )
+    assert uploaded.status_code == 201, uploaded.text
+    assert uploaded.json()["budget"] == created.json()["budget"]
+    upload_ledger = tenant.owner.get(f"/v1/datasets/{uploaded.json()['id']}/ledger").json()
+
+    def charges(items: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(e["kind"], e.get("rho"), e.get("delta")) for e in items]
+
+    assert charges(upload_ledger["items"]) == charges(ledger["items"])
 
 
 def test_privacy_unit_is_refused(s3_server: S3Server, tenant: Tenant) -> None:
@@ -571,3 +604,134 @@ def test_schema_drafts_on_sources(s3_server: S3Server, tenant: Tenant) -> None:
         "/v1/schema-drafts/sources", json={"source": {"kind": "local", "uri": "/etc/passwd"}}
     )
     assert outside.status_code == 403
+    # An owner key limited to some datasets may neither register nor draft (a draft with
+    # show_values shows the source's raw values, data the key was not given).
+    mine = create_dataset(tenant.owner, PEOPLE, json.dumps(SCHEMA))["id"]
+    admin = tenant.stack.client(tenant.stack.create_key(tenant.name, "admin"))
+    made = admin.post("/v1/keys", json={"name": "l", "role": "owner", "datasets": [mine]})
+    assert made.status_code == 201, made.text
+    with tenant.stack.client(made.json()["key"]) as limited:
+        body = {"source": {"kind": "s3", "uri": uri}, "show_values": True}
+        drafted = limited.post("/v1/schema-drafts/sources", json=body)
+        assert drafted.status_code == 403, drafted.text
+        assert "Lyon" not in drafted.text
+        assert _register(limited, {"kind": "s3", "uri": uri}).status_code == 403
+    admin.close()
+
+
+def test_copies_into_scratch_are_bounded_before_they_fill_it(
+    s3_server: S3Server, warehouse: str, tmp_path: Path
+) -> None:
+    """Objects and PostgreSQL rows are copied whole into the scratch space: over
+    RHOSYNTH_MAX_UPLOAD_BYTES they are refused (413), objects before any byte is copied, and
+    nothing stays in scratch."""
+    from app.config import Settings
+    from app.sources.reading import SourceRefused, SourceSpec, fetched
+    from app.storage.local import LocalStorage
+
+    prefix = f"bounded-{uuid.uuid4().hex[:8]}"
+    _put(s3_server, f"{prefix}/a.csv", PEOPLE)
+    _put(s3_server, f"{prefix}/b.csv", PEOPLE)
+    storage = LocalStorage(tmp_path / "storage")
+    for spec, bound in (
+        # one object fits, the two do not
+        (SourceSpec(kind="s3", uri=f"s3://{s3_server.bucket}/{prefix}/"), len(PEOPLE) + 1024),
+        # the table's CSV (about the fixture's size) does not fit half of it
+        (SourceSpec(kind="postgres", connection="warehouse", table="people"), len(PEOPLE) // 2),
+    ):
+        settings = Settings(
+            home=tmp_path / "home",
+            max_upload_bytes=bound,
+            source_connections=json.dumps({"warehouse": warehouse}),
+            **s3_server.settings("service"),
+        )
+        with pytest.raises(SourceRefused) as refused, fetched(spec, settings, storage):
+            pass
+        assert refused.value.status_code == 413, spec
+        assert "RHOSYNTH_MAX_UPLOAD_BYTES" in refused.value.message
+        scratch = storage.root / "tmp"
+        assert not scratch.exists() or list(scratch.iterdir()) == []
+    # Under the bound an object is read.
+    roomy = Settings(
+        home=tmp_path / "home",
+        source_connections=json.dumps({"warehouse": warehouse}),
+        **s3_server.settings("service"),
+    )
+    with fetched(
+        SourceSpec(kind="s3", uri=f"s3://{s3_server.bucket}/{prefix}/a.csv"), roomy, storage
+    ) as one:
+        assert one.files[0].stat().st_size == len(PEOPLE)  # type: ignore[union-attr]
+
+
+def test_a_role_that_may_touch_the_servers_files_is_refused(
+    warehouse: str, warehouse_admin: str, tmp_path: Path
+) -> None:
+    """A read-only transaction does not stop a superuser's query reading the database server's
+    files (pg_read_file): a connection with such a role is refused before any query runs; the
+    reading role the operator should configure may not call it."""
+    from app.config import Settings
+    from app.sources.reading import SourceRefused, SourceSpec, fetched
+    from app.storage.local import LocalStorage
+
+    settings = Settings(
+        home=tmp_path / "home",
+        source_connections=json.dumps({"admin": warehouse_admin, "reader": warehouse}),
+    )
+    storage = LocalStorage(tmp_path / "storage")
+    reading = "SELECT pg_read_file('/etc/hostname') AS city, 1 AS age, 1 AS tier, 1 AS income"
+    for spec in (
+        SourceSpec(kind="postgres", connection="admin", table="people"),
+        SourceSpec(kind="postgres", connection="admin", query=reading),
+    ):
+        with (
+            pytest.raises(SourceRefused, match="server's files") as refused,
+            fetched(spec, settings, storage),
+        ):
+            pass
+        assert refused.value.status_code == 422
+    reader = SourceSpec(kind="postgres", connection="reader", query=reading)
+    with pytest.raises(SourceRefused, match="may not read"), fetched(reader, settings, storage):
+        pass
+    with fetched(
+        SourceSpec(kind="postgres", connection="reader", table="people"), settings, storage
+    ) as read:
+        assert read.fingerprint["rows"] == ROWS
+
+
+def test_the_owners_query_cannot_lift_the_timeout_or_the_text_forms(
+    warehouse: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The query runs twice (checksum, then copy). One that sets statement_timeout to 0 on its
+    first run (set_config, transaction-local) and sleeps on its second is still cut at the
+    timeout; and the fingerprint does not depend on the process's time zone (PGTZ)."""
+    from app.config import Settings
+    from app.sources.reading import SourceRefused, SourceSpec, fetched
+    from app.storage.local import LocalStorage
+
+    settings = Settings(
+        home=tmp_path / "home",
+        source_connections=json.dumps({"warehouse": warehouse}),
+        source_statement_timeout_seconds=1,
+    )
+    storage = LocalStorage(tmp_path / "storage")
+    second_run_sleeps = (
+        "WITH s AS MATERIALIZED (SELECT set_config('statement_timeout', '0', true) AS unset, "
+        "pg_sleep(CASE WHEN current_setting('rhosynth_test.pass', true) = '1' THEN 3 ELSE 0 "
+        "END) AS slept, set_config('rhosynth_test.pass', '1', true) AS marked) "
+        "SELECT p.* FROM people p, s"
+    )
+    spec = SourceSpec(kind="postgres", connection="warehouse", query=second_run_sleeps)
+    with pytest.raises(SourceRefused, match="statement timeout"), fetched(spec, settings, storage):
+        pass
+
+    stamped = SourceSpec(
+        kind="postgres",
+        connection="warehouse",
+        query="SELECT p.*, TIMESTAMPTZ '2026-01-01 00:00:00+00' AS at FROM people p",
+    )
+    with fetched(stamped, settings, storage) as first:
+        fingerprint = first.fingerprint
+    monkeypatch.setenv("PGTZ", "Asia/Tokyo")
+    with fetched(stamped, settings, storage, expected=fingerprint) as again:
+        assert again.fingerprint == fingerprint
+        assert b"2026-01-01 00:00:00+00" in again.files[0].read_bytes()  # type: ignore[union-attr]
