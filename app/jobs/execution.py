@@ -58,7 +58,7 @@ from app.reports.artefacts import (
     ArtefactWriter,
     write_release_artefacts,
 )
-from app.sources.counting import source_engine
+from app.sources.counting import engine_allowance_bytes, source_engine
 from app.sources.reading import SOURCE_CHANGED, SourceChanged, SourceSpec
 from app.storage import Storage, dataset_values_key, discard, job_output_key, open_storage
 from app.webhooks import outbox
@@ -511,18 +511,20 @@ def _source(factory: sessionmaker[Session], settings: Settings, claim: Claim) ->
         schema = TableSchema.from_json(dataset.schema)
         account = budget_repository.get_account(session, claim.dataset_id)
         if dataset.reads_source:
-            # Counted by an engine over the source (DuckDB's memory_limit bounds it): the
-            # in-memory input allowance does not apply.
+            # Counted by an engine over the source: the in-memory input allowance does not
+            # apply; DuckDB's buffer pool (a setting, public) is added to the memory limit
+            # instead, so the engine's memory never decides whether the job fits.
             assert dataset.source is not None
+            engine = dataset.source_engine or settings.source_engine
             return _Source(
                 schema,
                 None,
                 dataset_values_key(dataset.id),
                 float(account.spent_delta) if account is not None else 0.0,
-                0,
+                engine_allowance_bytes(settings, engine),
                 source=SourceSpec.from_json(dataset.source),
                 fingerprint=dataset.source_fingerprint,
-                engine=dataset.source_engine or settings.source_engine,
+                engine=engine,
                 registered_rows=dataset.n_rows,
             )
         # The input table's own address space (private: its exact rows), added to this job's

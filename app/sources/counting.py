@@ -39,6 +39,35 @@ def ingest_limits(settings: Settings) -> IngestLimits:
     )
 
 
+DUCKDB_OVERHEAD_BYTES = 256 * 2**20
+"""DuckDB's address space beyond its buffer pool (``memory_limit``): its threads' stacks, the
+library's code and allocations outside the buffer manager."""
+
+_UNITS = {"K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def duckdb_limit_bytes(memory_limit: str) -> int:
+    """DuckDB's ``memory_limit`` setting in bytes: ``KB``/``MB``/``GB``/``TB`` are powers of
+    1000 and ``KiB``… powers of 1024, as DuckDB reads them (the setting's pattern is checked
+    in app/config.py)."""
+    text = memory_limit.strip().replace(" ", "")
+    binary = text.endswith("iB")
+    unit = text[-3] if binary else text[-2]
+    number = float(text[: -3 if binary else -2])
+    scale = 1024 ** ("KMGT".index(unit) + 1) if binary else _UNITS[unit]
+    return int(number * scale)
+
+
+def engine_allowance_bytes(settings: Settings, engine: str) -> int:
+    """What a job counting a registered source adds to its memory limit while it runs: DuckDB's
+    buffer pool and overhead, fixed by settings (public), so that whether the job fits does not
+    depend on the source's size. Spark counts in its own JVM (started once per worker process,
+    under the limit in force then; docs/sources.md): nothing is added for it."""
+    if engine == "duckdb":
+        return duckdb_limit_bytes(settings.duckdb_memory_limit) + DUCKDB_OVERHEAD_BYTES
+    return 0
+
+
 def write_codes_parquet(
     files: TableFiles, schema: TableSchema, limits: IngestLimits, target: Path, scratch: Path
 ) -> int:

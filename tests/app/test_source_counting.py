@@ -263,3 +263,21 @@ def test_kernel_file_systems_are_never_a_source(tmp_path: Path) -> None:
         ):
             pass
         assert refused.value.status_code == 403
+
+
+def test_duckdb_allowance_is_the_configured_pool_plus_overhead() -> None:
+    """A registered source's job adds DuckDB's buffer pool (a setting) to its memory limit, not
+    anything of the data's size; the units are DuckDB's (GB = 10⁹, GiB = 2³⁰)."""
+    from app.config import Settings
+    from app.sources.counting import (
+        DUCKDB_OVERHEAD_BYTES,
+        duckdb_limit_bytes,
+        engine_allowance_bytes,
+    )
+
+    assert duckdb_limit_bytes("1GB") == 10**9
+    assert duckdb_limit_bytes("1.5GiB") == 3 * 2**29
+    assert duckdb_limit_bytes("512 MB") == 512 * 10**6
+    settings = Settings(duckdb_memory_limit="2GB")
+    assert engine_allowance_bytes(settings, "duckdb") == 2 * 10**9 + DUCKDB_OVERHEAD_BYTES
+    assert engine_allowance_bytes(settings, "spark") == 0
