@@ -184,6 +184,10 @@ class Settings(BaseSettings):
     duckdb_memory_limit: str = Field(default="1GB", pattern=r"^[0-9]+(\.[0-9]+)?\s*[KMGT]i?B$")
     duckdb_threads: int = Field(default=1, ge=1, le=256)
     spark_master: str = "local[2]"
+    # The driver JVM's heap (spark.driver.memory; local[…] executors run in it). A Spark-mode job
+    # raises its memory limit by this plus SPARK_JVM_OVERHEAD_BYTES while it runs (the JVM is
+    # started by the first such job of a worker process and inherits that limit).
+    spark_driver_memory: str = Field(default="1g", pattern=r"^[0-9]+[kmgt]$")
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

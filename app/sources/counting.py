@@ -58,14 +58,24 @@ def duckdb_limit_bytes(memory_limit: str) -> int:
     return int(number * scale)
 
 
+SPARK_JVM_OVERHEAD_BYTES = 3 * 2**30
+"""The driver JVM's address space beyond its heap (class space and code cache reservations,
+thread stacks, malloc arenas): a JVM with a 1 GiB heap failed to start under a 3 GiB address-space
+limit on this machine and started under 4 GiB (docs/sources.md)."""
+
+
+def _spark_heap_bytes(driver_memory: str) -> int:
+    return int(driver_memory[:-1]) * 1024 ** ("kmgt".index(driver_memory[-1]) + 1)
+
+
 def engine_allowance_bytes(settings: Settings, engine: str) -> int:
-    """What a job counting a registered source adds to its memory limit while it runs: DuckDB's
-    buffer pool and overhead, fixed by settings (public), so that whether the job fits does not
-    depend on the source's size. Spark counts in its own JVM (started once per worker process,
-    under the limit in force then; docs/sources.md): nothing is added for it."""
+    """What a job counting a registered source adds to its memory limit while it runs, fixed by
+    settings (public), so that whether the job fits does not depend on the source's size:
+    DuckDB's buffer pool and overhead; for Spark, the driver JVM's heap and overhead (the JVM is
+    started by the first Spark job of a worker process, a child inheriting that limit)."""
     if engine == "duckdb":
         return duckdb_limit_bytes(settings.duckdb_memory_limit) + DUCKDB_OVERHEAD_BYTES
-    return 0
+    return _spark_heap_bytes(settings.spark_driver_memory) + SPARK_JVM_OVERHEAD_BYTES
 
 
 def write_codes_parquet(
@@ -129,7 +139,12 @@ def source_engine(
         if engine_name == "spark":
             from engine.counting.spark import SparkCounts
 
-            yield SparkCounts(codes, domain, master=settings.spark_master)
+            yield SparkCounts(
+                codes,
+                domain,
+                master=settings.spark_master,
+                driver_memory=settings.spark_driver_memory,
+            )
         else:
             from engine.counting.duckdb import DuckDBCounts
 

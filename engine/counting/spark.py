@@ -38,14 +38,18 @@ def _column(name: str) -> Column:
     return col("`" + name.replace("`", "``") + "`")  # names taken as is
 
 
-def spark_session(master: str = "local[2]") -> SparkSession:
-    """A Spark session for counting: a master URL, or Spark Connect for ``sc://…``."""
+def spark_session(master: str = "local[2]", driver_memory: str = "1g") -> SparkSession:
+    """A Spark session for counting: a master URL, or Spark Connect for ``sc://…``.
+
+    ``driver_memory`` is the driver JVM's heap (``spark.driver.memory``; in ``local[…]`` mode the
+    executors run in it too). It takes effect only when this call starts the JVM."""
     builder: Any = SparkSession.builder
     if master.startswith("sc://"):
         return builder.remote(master).getOrCreate()  # type: ignore[no-any-return]
     return (  # type: ignore[no-any-return]
         builder.master(master)
         .appName("rhosynth-counting")
+        .config("spark.driver.memory", driver_memory)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .getOrCreate()
@@ -66,11 +70,14 @@ class SparkCounts:
         *,
         master: str = "local[2]",
         session: SparkSession | None = None,
+        driver_memory: str = "1g",
     ) -> None:
         if not isinstance(domain, Domain):
             raise TypeError("domain must be a Domain")
         self._domain = domain
-        self._session = session if session is not None else spark_session(master)
+        self._session = (
+            session if session is not None else spark_session(master, driver_memory=driver_memory)
+        )
         self._frame: DataFrame = self._session.read.parquet(str(path))
         self._n_rows: int | None = None
         self._maps: CodeMaps = (None,) * len(domain)
