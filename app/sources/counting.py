@@ -65,7 +65,8 @@ limit on this machine and started under 4 GiB (docs/sources.md)."""
 
 
 def _spark_heap_bytes(driver_memory: str) -> int:
-    return int(driver_memory[:-1]) * 1024 ** ("kmgt".index(driver_memory[-1]) + 1)
+    scale: int = 1024 ** ("kmgt".index(driver_memory[-1]) + 1)
+    return int(driver_memory[:-1]) * scale
 
 
 def engine_allowance_bytes(settings: Settings, engine: str) -> int:
