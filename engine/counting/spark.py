@@ -13,11 +13,13 @@ most :data:`~engine.counting.BATCH_CELLS` cells; off by default, see ``batched``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql.functions import array, col, count, element_at, grouping_id, lit
 
@@ -32,6 +34,20 @@ from engine.counting import (
     table_from_groups,
 )
 from engine.domain import Domain
+
+_T = TypeVar("_T")
+
+
+def _run(action: Callable[[], _T], what: str) -> _T:
+    """``action`` (a Spark job), Spark's errors replaced by their class name alone: their
+    messages may quote data (``[CAST_INVALID_INPUT] The value '…' of the type "STRING"``), and
+    the JVM's text reaches Python whole. Raised outside the ``except`` block, so the original
+    is not chained either (the same rule as DuckDB's ``_fetch``)."""
+    try:
+        return action()
+    except (PySparkException, Py4JError) as exc:
+        failure = type(exc).__name__
+    raise RuntimeError(f"Spark could not count {what} ({failure})")
 
 
 def _column(name: str) -> Column:
@@ -112,8 +128,9 @@ class SparkCounts:
         attrs = list(attrs)
         for attr in attrs:
             self._domain.index(attr)
-        files = (
-            self._frame.select(col("_metadata.file_path").alias("f")).groupBy("f").count().collect()
+        files = _run(
+            self._frame.select(col("_metadata.file_path").alias("f")).groupBy("f").count().collect,
+            "the rows",
         )
         starts, start = {}, 0
         for row in sorted(files, key=lambda r: str(r[0])):
@@ -126,7 +143,7 @@ class SparkCounts:
         )
         if positions is None:
             # Every row, in order, as Arrow columns (no Python object per row).
-            ordered = located.orderBy(col("__f"), col("__r")).toArrow()
+            ordered = _run(located.orderBy(col("__f"), col("__r")).toArrow, "the rows")
             columns = [ordered.column(2 + j).to_numpy() for j in range(len(attrs))]
             if not attrs:
                 return np.empty((ordered.num_rows, 0), dtype=np.int64)
@@ -142,7 +159,7 @@ class SparkCounts:
             pairs = [(bounds[w][0], int(p - firsts[w])) for w, p in zip(which, wanted, strict=True)]
             chosen = self._session.createDataFrame(pairs, "__f string, __r long")
             located = located.join(chosen, ["__f", "__r"], "inner")
-        rows = located.collect()
+        rows = _run(located.collect, "the rows")
         position = np.array([starts[str(row[0])] + int(row[1]) for row in rows], dtype=np.int64)
         order = np.argsort(position, kind="stable")
         # Rows back in the order of `wanted` (distinct positions: one row each).
@@ -175,7 +192,7 @@ class SparkCounts:
     @property
     def n_rows(self) -> int:
         if self._n_rows is None:
-            self._n_rows = int(self._frame.count())
+            self._n_rows = int(_run(self._frame.count, "the rows"))
         return self._n_rows
 
     def counts(self, attribute_sets: Sequence[Sequence[str]]) -> list[IntArray]:
@@ -196,13 +213,14 @@ class SparkCounts:
         its set by ``grouping_id()`` (not by which keys are null)."""
         keys = list(dict.fromkeys(a for attrs in batch for a in attrs))
         frame = self._selected(keys)
-        groups = (
+        job = (
             frame.groupingSets(
                 [[_column(a) for a in attrs] for attrs in batch], *[_column(a) for a in keys]
             )
             .agg(grouping_id().alias("__g"), count(lit(1)).alias("__n"))
-            .collect()
+            .collect
         )
+        groups = _run(job, f"{len(batch)} tables")
         gid = np.array([row[len(keys)] for row in groups], dtype=np.int64)
         counts = np.array([row[len(keys) + 1] for row in groups], dtype=np.int64)
         out = {}
@@ -215,7 +233,10 @@ class SparkCounts:
     def _table(self, attrs: tuple[str, ...]) -> IntArray:
         if not attrs:
             return np.array(self.n_rows, dtype=np.int64)
-        groups = self._selected(attrs).groupBy(*[_column(a) for a in attrs]).count().collect()
+        groups = _run(
+            self._selected(attrs).groupBy(*[_column(a) for a in attrs]).count().collect,
+            "the table of " + ", ".join(repr(a) for a in attrs),
+        )
         # Keys as Spark gave them (no cast): table_from_groups refuses nulls and non-integers.
         keys = [np.array([row[i] for row in groups]) for i in range(len(attrs))]
         counts = np.array([row[len(attrs)] for row in groups], dtype=np.int64)

@@ -518,6 +518,34 @@ def test_spark_refuses_codes_that_are_not_integers_naming_only_the_column(
     assert "Alice" not in str(info.value)
 
 
+@pytest.mark.parametrize("batched", [False, True])
+def test_spark_errors_never_quote_the_data(
+    tmp_path: Path, request: pytest.FixtureRequest, batched: bool
+) -> None:
+    """Spark's own message quotes the value it failed to cast (``[CAST_INVALID_INPUT] The value
+    'Alice' …``): a re-coded count over a column of strings casts it in the query."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from engine.counting import recoded_engine
+    from engine.counting.spark import SparkCounts
+
+    pq.write_table(
+        pa.table({"secret": ["Alice", "1"], "y": pa.array([0, 1], pa.uint8())}),
+        tmp_path / "c.parquet",
+    )
+    domain = Domain.from_mapping({"secret": 5, "y": 2})
+    engine = SparkCounts(tmp_path / "c.parquet", domain, session=request.getfixturevalue("spark"))
+    engine.batched = batched
+    recoded = recoded_engine(
+        engine, Domain(domain.attributes, (2, 2)), (np.array([0, 1, 1, 1, 1]), None)
+    )
+    with pytest.raises(RuntimeError, match="Spark could not count") as info:
+        recoded.counts([("secret",), ("secret", "y")])
+    assert "Alice" not in str(info.value)
+    assert info.value.__context__ is None and info.value.__cause__ is None
+
+
 def test_duckdb_never_installs_or_loads_an_extension_by_itself(tmp_path: Path) -> None:
     """Nothing is downloaded at run time: a path such as https://… must not fetch httpfs."""
     write_codes(_sparse_dataset(DOMAIN, 3, 7), tmp_path / "c.parquet")
