@@ -17,6 +17,7 @@ same exact integers.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,10 +45,31 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def parquet_glob(path: str | Path) -> str:
-    """A Parquet file as is; a directory as every ``*.parquet`` file under it."""
+def _hidden(name: str) -> bool:
+    """Spark's rule for a file or directory it skips when it lists a table's files
+    (``InMemoryFileIndex``): ``_…`` (unless a ``k=v`` partition), ``.…``, ``…._COPYING_``."""
+    return (
+        (name.startswith("_") and "=" not in name)
+        or name.startswith(".")
+        or (name.endswith("._COPYING_"))
+    )
+
+
+def parquet_files(path: str | Path) -> list[str]:
+    """A file as is; a directory as every file under it that Spark reads too (none inside a
+    hidden directory, none hidden itself: ``_SUCCESS``, ``.part.crc``), in path order. So
+    DuckDB and Spark count the same rows and number them alike (:meth:`DuckDBCounts.codes_at`);
+    DuckDB's own ``**/*.parquet`` glob also took hidden files."""
     p = Path(path)
-    return str(p / "**" / "*.parquet") if p.is_dir() else str(p)
+    if not p.is_dir():
+        return [str(p)]
+    found = []
+    for root, dirs, names in os.walk(p):
+        dirs[:] = [d for d in dirs if not _hidden(d)]
+        found += [os.path.join(root, n) for n in names if not _hidden(n)]
+    if not found:
+        raise ValueError("the directory holds no data files")
+    return sorted(found)
 
 
 class DuckDBCounts:
@@ -65,7 +87,7 @@ class DuckDBCounts:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ValueError("threads must be a positive int")
         self._domain = domain
-        self._source = parquet_glob(path)
+        self._source = parquet_files(path)
         self._connection = duckdb.connect(
             ":memory:",
             config={

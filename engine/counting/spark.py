@@ -16,12 +16,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 import numpy as np
 from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql.functions import array, col, count, element_at, grouping_id, lit
+from pyspark.sql.functions import (
+    array,
+    col,
+    count,
+    create_map,
+    element_at,
+    grouping_id,
+    lit,
+)
 
 from engine.counting import (
     CodeMaps,
@@ -48,6 +57,11 @@ def _run(action: Callable[[], _T], what: str) -> _T:
     except (PySparkException, Py4JError) as exc:
         failure = type(exc).__name__
     raise RuntimeError(f"Spark could not count {what} ({failure})")
+
+
+def _local_path(uri: str) -> str:
+    """The path of a ``_metadata.file_path`` URI, unescaped (``file:/t/a%20b`` → ``/t/a b``)."""
+    return unquote(urlsplit(uri).path)
 
 
 def _column(name: str) -> Column:
@@ -132,8 +146,10 @@ class SparkCounts:
             self._frame.select(col("_metadata.file_path").alias("f")).groupBy("f").count().collect,
             "the rows",
         )
+        # Files in the order of their paths, as DuckDB numbers them (``filename``):
+        # ``file_path`` is a URI, escaped (``a b`` is ``a%20b``), so it is decoded to sort.
         starts, start = {}, 0
-        for row in sorted(files, key=lambda r: str(r[0])):
+        for row in sorted(files, key=lambda r: _local_path(str(r[0]))):
             starts[str(row[0])] = start
             start += int(row[1])
         located = self._frame.select(
@@ -143,7 +159,9 @@ class SparkCounts:
         )
         if positions is None:
             # Every row, in order, as Arrow columns (no Python object per row).
-            ordered = _run(located.orderBy(col("__f"), col("__r")).toArrow, "the rows")
+            first = create_map(*[lit(v) for kv in starts.items() for v in kv])
+            at = element_at(first, col("__f")) + col("__r")
+            ordered = _run(located.orderBy(at).toArrow, "the rows")
             columns = [ordered.column(2 + j).to_numpy() for j in range(len(attrs))]
             if not attrs:
                 return np.empty((ordered.num_rows, 0), dtype=np.int64)

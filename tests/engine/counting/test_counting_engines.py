@@ -463,6 +463,39 @@ def test_duckdb_numbers_the_rows_of_a_directory_in_path_order(tmp_path: Path) ->
     np.testing.assert_array_equal(got, data.codes[positions][:, [3, 4]])
 
 
+@pytest.mark.parametrize("kind", ["duckdb", "spark"])
+def test_engines_read_and_number_the_same_files_of_a_directory(
+    tmp_path: Path, request: pytest.FixtureRequest, kind: str
+) -> None:
+    """DuckDB and Spark read the same files (Spark skips ``_…`` and ``.…`` names; DuckDB's glob
+    took them) and number their rows in the same path order (Spark's ``file_path`` is an
+    escaped URI: ``a b`` sorted as ``a%20b`` came after ``a!``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from engine.counting import codes_at
+
+    folder = tmp_path / "codes"
+    (folder / "_temporary").mkdir(parents=True)
+    names = ["a b.parquet", "a!.parquet", "a%21.parquet", "_x.parquet", ".h.parquet"]
+    names += ["\u00e9.parquet", "_temporary/part.parquet"]
+    for i, name in enumerate(names):
+        pq.write_table(pa.table({"x": pa.array([i, i], pa.uint8())}), folder / name)
+    domain = Domain.from_mapping({"x": len(names)})
+    if kind == "duckdb":
+        engine: CountingEngine = DuckDBCounts(folder, domain)
+    else:
+        from engine.counting.spark import SparkCounts
+
+        engine = SparkCounts(folder, domain, session=request.getfixturevalue("spark"))
+    expected = [0, 0, 1, 1, 2, 2, 5, 5]  # the visible files, in the order of their names
+    assert engine.n_rows == len(expected)
+    every = codes_at(engine, ["x"], None)
+    assert every is not None and every.ravel().tolist() == expected
+    some = codes_at(engine, ["x"], np.array([7, 2, 0, 5]))
+    assert some is not None and some.ravel().tolist() == [5, 1, 0, 2]
+
+
 def test_recognising_an_engine_reads_nothing() -> None:
     assert is_counting_engine(_Untouchable())
     assert is_counting_engine(seeded_dataset())
