@@ -142,7 +142,7 @@ class DuckDBCounts:
                 columns.append(name)
             else:
                 # Our own table name (a counter): no data in the SQL text.
-                columns.append(f"(SELECT m FROM {table})[{name} + 1] AS {name}")  # noqa: S608
+                columns.append(f"(SELECT m FROM {table})[CAST({name} AS BIGINT) + 1] AS {name}")  # noqa: S608
         # Quoted names and our table names only; the path is a bound parameter.
         return f"(SELECT {', '.join(columns)} FROM read_parquet(?))"  # noqa: S608
 

@@ -161,6 +161,39 @@ def test_recoded_engines_count_what_recoded_codes_count(
         np.testing.assert_array_equal(table, want, err_msg=f"{kind} {attrs}")
 
 
+@pytest.mark.parametrize("kind", ["duckdb", "spark"])
+def test_recoded_counts_take_the_largest_code_of_every_column_type(
+    tmp_path: Path, request: pytest.FixtureRequest, kind: str
+) -> None:
+    """A column of 256 values is stored as uint8: its code 255 must be mapped, not overflow
+    (DuckDB's ``code + 1`` was computed in UINT8: a job failed iff a row held the last value);
+    a uint64 column is mapped too (DuckDB had no list index of UBIGINT)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from engine.counting import recoded_engine
+
+    domain = Domain.from_mapping({"u8": 256, "u16": 65536, "u64": 3})
+    columns = {"u8": [255, 0, 255], "u16": [65535, 1, 0], "u64": [2, 2, 0]}
+    types = {"u8": pa.uint8(), "u16": pa.uint16(), "u64": pa.uint64()}
+    pq.write_table(
+        pa.table({k: pa.array(v, types[k]) for k, v in columns.items()}), tmp_path / "c.parquet"
+    )
+    if kind == "duckdb":
+        engine: CountingEngine = DuckDBCounts(tmp_path / "c.parquet", domain)
+    else:
+        from engine.counting.spark import SparkCounts
+
+        engine = SparkCounts(
+            tmp_path / "c.parquet", domain, session=request.getfixturevalue("spark")
+        )
+    maps = (np.minimum(np.arange(256), 1), np.minimum(np.arange(65536), 1), np.array([0, 1, 1]))
+    recoded = recoded_engine(engine, Domain(domain.attributes, (2, 2, 2)), maps)
+    tables = recoded.counts([("u8",), ("u16",), ("u64",), ("u8", "u16")])
+    assert [t.tolist() for t in tables[:3]] == [[1, 2], [1, 2], [1, 2]]
+    assert tables[3].tolist() == [[0, 1], [1, 1]]
+
+
 def test_code_maps_are_checked() -> None:
     from engine.counting import check_code_maps
 
