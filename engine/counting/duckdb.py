@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,6 +40,15 @@ from engine.domain import Domain
 
 _MAP_TABLES = itertools.count()
 """Numbers the temporary tables of code maps (one connection may serve several runs)."""
+
+
+def _drop_tables(connection: duckdb.DuckDBPyConnection, names: list[str]) -> None:
+    """Drop our temporary tables of code maps (nothing when the connection is closed)."""
+    for name in names:
+        try:
+            connection.execute(f"DROP TABLE IF EXISTS {name}")  # our own names (a counter)
+        except duckdb.Error:
+            return
 
 
 def _quoted(name: str) -> str:
@@ -130,6 +140,9 @@ class DuckDBCounts:
                     [[int(v) for v in code_map]],
                 )
                 out._map_tables[j] = name
+        if out._map_tables:
+            # Dropped with the re-coded counts (a run), not kept until the connection closes.
+            weakref.finalize(out, _drop_tables, self._connection, list(out._map_tables.values()))
         return out
 
     def _relation(self, attrs: Sequence[str]) -> str:

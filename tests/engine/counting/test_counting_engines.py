@@ -206,6 +206,31 @@ def test_recoded_counts_take_the_largest_code_of_every_column_type(
     assert tables[3].tolist() == [[0, 1], [1, 1]]
 
 
+def test_duckdb_drops_the_tables_of_code_maps_with_the_recoded_counts(tmp_path: Path) -> None:
+    """One connection may serve many runs: each run's map tables go with its re-coded counts."""
+    import gc
+
+    from engine.counting import recoded_engine
+
+    write_codes(_sparse_dataset(DOMAIN, 20, 3), tmp_path / "c.parquet")
+    engine = DuckDBCounts(tmp_path / "c.parquet", DOMAIN)
+
+    def temporary() -> int:
+        row = engine._connection.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE temporary"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    for _ in range(3):
+        recoded = recoded_engine(engine, RECODED, MAPS)
+        assert temporary() == 3 and int(recoded.counts([("x",)])[0].sum()) == 20
+        del recoded
+        gc.collect()
+        assert temporary() == 0
+    engine.close()
+
+
 def test_code_maps_are_checked() -> None:
     from engine.counting import check_code_maps
 
