@@ -8,7 +8,9 @@ layout of codes (one unsigned-integer column per attribute); the groups come bac
 With ``batched`` set, many tables asked at once are counted in one job (``groupingSets``, at
 most :data:`~engine.counting.BATCH_CELLS` cells; off by default, see ``batched``), and
 :meth:`SparkCounts.recoded` applies public code maps inside the query
-(``element_at(array(...), code + 1)``): the same exact integers.
+(``element_at(array(...), code + 1)``; a map longer than :data:`LITERAL_MAP_VALUES` by a
+broadcast left join): the same exact integers. Spark's errors are replaced by their class name
+(their messages may quote data).
 """
 
 from __future__ import annotations
