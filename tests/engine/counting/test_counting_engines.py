@@ -139,13 +139,20 @@ MAPS = (
 )
 
 
-@pytest.mark.parametrize("kind", ["duckdb", "spark", "generic"])
+@pytest.mark.parametrize("kind", ["duckdb", "spark", "spark_joined", "generic"])
 def test_recoded_engines_count_what_recoded_codes_count(
-    tmp_path: Path, request: pytest.FixtureRequest, kind: str
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    """Counts over public code maps (DuckDB and Spark: in the query; any other engine: its
-    original tables summed) equal the tables of the codes re-coded in memory, cell for cell."""
+    """Counts over public code maps (DuckDB and Spark: in the query, Spark's long maps by a
+    join; any other engine: its original tables summed) equal the tables of the codes re-coded
+    in memory, cell for cell, one table per query and batched."""
     from engine.counting import RecodedCounts, recoded_engine
+
+    if kind == "spark_joined":
+        import engine.counting.spark as spark_counts
+
+        monkeypatch.setattr(spark_counts, "LITERAL_MAP_VALUES", 2)  # longer maps are joined
+        kind = "spark"
 
     rng = np.random.default_rng(8)
     data = Dataset(DOMAIN, np.column_stack([rng.integers(0, n, 2000) for n in DOMAIN.sizes]))
@@ -159,6 +166,68 @@ def test_recoded_engines_count_what_recoded_codes_count(
     for attrs, want, table in zip(_attribute_sets(RECODED), expected, got, strict=True):
         assert table.dtype == np.int64 and table.shape == want.shape
         np.testing.assert_array_equal(table, want, err_msg=f"{kind} {attrs}")
+    if kind != "generic":
+        recoded.batched = True  # type: ignore[attr-defined]
+        got = recoded.counts(_attribute_sets(RECODED))
+        for attrs, want, table in zip(_attribute_sets(RECODED), expected, got, strict=True):
+            np.testing.assert_array_equal(table, want, err_msg=f"{kind} batched {attrs}")
+
+
+@pytest.mark.parametrize("kind", ["duckdb", "spark"])
+def test_recoded_counts_take_the_largest_code_of_every_column_type(
+    tmp_path: Path, request: pytest.FixtureRequest, kind: str
+) -> None:
+    """A column of 256 values is stored as uint8: its code 255 must be mapped, not overflow
+    (DuckDB's ``code + 1`` was computed in UINT8: a job failed iff a row held the last value);
+    a uint64 column is mapped too (DuckDB had no list index of UBIGINT)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from engine.counting import recoded_engine
+
+    domain = Domain.from_mapping({"u8": 256, "u16": 65536, "u64": 3})
+    columns = {"u8": [255, 0, 255], "u16": [65535, 1, 0], "u64": [2, 2, 0]}
+    types = {"u8": pa.uint8(), "u16": pa.uint16(), "u64": pa.uint64()}
+    pq.write_table(
+        pa.table({k: pa.array(v, types[k]) for k, v in columns.items()}), tmp_path / "c.parquet"
+    )
+    if kind == "duckdb":
+        engine: CountingEngine = DuckDBCounts(tmp_path / "c.parquet", domain)
+    else:
+        from engine.counting.spark import SparkCounts
+
+        engine = SparkCounts(
+            tmp_path / "c.parquet", domain, session=request.getfixturevalue("spark")
+        )
+    maps = (np.minimum(np.arange(256), 1), np.minimum(np.arange(65536), 1), np.array([0, 1, 1]))
+    recoded = recoded_engine(engine, Domain(domain.attributes, (2, 2, 2)), maps)
+    tables = recoded.counts([("u8",), ("u16",), ("u64",), ("u8", "u16")])
+    assert [t.tolist() for t in tables[:3]] == [[1, 2], [1, 2], [1, 2]]
+    assert tables[3].tolist() == [[0, 1], [1, 1]]
+
+
+def test_duckdb_drops_the_tables_of_code_maps_with_the_recoded_counts(tmp_path: Path) -> None:
+    """One connection may serve many runs: a run's map tables go once its counts are released."""
+    import gc
+
+    from engine.counting import recoded_engine
+
+    write_codes(_sparse_dataset(DOMAIN, 20, 3), tmp_path / "c.parquet")
+    engine = DuckDBCounts(tmp_path / "c.parquet", DOMAIN)
+
+    def temporary() -> int:
+        row = engine._connection.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE temporary"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    for _ in range(3):  # the previous run's tables dropped when the next run re-codes
+        recoded = recoded_engine(engine, RECODED, MAPS)
+        assert temporary() == 3 and int(recoded.counts([("x",)])[0].sum()) == 20
+        del recoded
+        gc.collect()
+    engine.close()
 
 
 def test_code_maps_are_checked() -> None:
@@ -463,6 +532,39 @@ def test_duckdb_numbers_the_rows_of_a_directory_in_path_order(tmp_path: Path) ->
     np.testing.assert_array_equal(got, data.codes[positions][:, [3, 4]])
 
 
+@pytest.mark.parametrize("kind", ["duckdb", "spark"])
+def test_engines_read_and_number_the_same_files_of_a_directory(
+    tmp_path: Path, request: pytest.FixtureRequest, kind: str
+) -> None:
+    """DuckDB and Spark read the same files (Spark skips ``_…`` and ``.…`` names; DuckDB's glob
+    took them) and number their rows in the same path order (Spark's ``file_path`` is an
+    escaped URI: ``a b`` sorted as ``a%20b`` came after ``a!``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from engine.counting import codes_at
+
+    folder = tmp_path / "codes"
+    (folder / "_temporary").mkdir(parents=True)
+    names = ["a b.parquet", "a!.parquet", "a%21.parquet", "_x.parquet", ".h.parquet"]
+    names += ["\u00e9.parquet", "_temporary/part.parquet"]
+    for i, name in enumerate(names):
+        pq.write_table(pa.table({"x": pa.array([i, i], pa.uint8())}), folder / name)
+    domain = Domain.from_mapping({"x": len(names)})
+    if kind == "duckdb":
+        engine: CountingEngine = DuckDBCounts(folder, domain)
+    else:
+        from engine.counting.spark import SparkCounts
+
+        engine = SparkCounts(folder, domain, session=request.getfixturevalue("spark"))
+    expected = [0, 0, 1, 1, 2, 2, 5, 5]  # the visible files, in the order of their names
+    assert engine.n_rows == len(expected)
+    every = codes_at(engine, ["x"], None)
+    assert every is not None and every.ravel().tolist() == expected
+    some = codes_at(engine, ["x"], np.array([7, 2, 0, 5]))
+    assert some is not None and some.ravel().tolist() == [5, 1, 0, 2]
+
+
 def test_recognising_an_engine_reads_nothing() -> None:
     assert is_counting_engine(_Untouchable())
     assert is_counting_engine(seeded_dataset())
@@ -516,6 +618,34 @@ def test_spark_refuses_codes_that_are_not_integers_naming_only_the_column(
     with pytest.raises(ValueError, match=f"column 'secret' has {message}") as info:
         engine.counts([("secret",)])
     assert "Alice" not in str(info.value)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_spark_errors_never_quote_the_data(
+    tmp_path: Path, request: pytest.FixtureRequest, batched: bool
+) -> None:
+    """Spark's own message quotes the value it failed to cast (``[CAST_INVALID_INPUT] The value
+    'Alice' …``): a re-coded count over a column of strings casts it in the query."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from engine.counting import recoded_engine
+    from engine.counting.spark import SparkCounts
+
+    pq.write_table(
+        pa.table({"secret": ["Alice", "1"], "y": pa.array([0, 1], pa.uint8())}),
+        tmp_path / "c.parquet",
+    )
+    domain = Domain.from_mapping({"secret": 5, "y": 2})
+    engine = SparkCounts(tmp_path / "c.parquet", domain, session=request.getfixturevalue("spark"))
+    engine.batched = batched
+    recoded = recoded_engine(
+        engine, Domain(domain.attributes, (2, 2)), (np.array([0, 1, 1, 1, 1]), None)
+    )
+    with pytest.raises(RuntimeError, match="Spark could not count") as info:
+        recoded.counts([("secret",), ("secret", "y")])
+    assert "Alice" not in str(info.value)
+    assert info.value.__context__ is None and info.value.__cause__ is None
 
 
 def test_duckdb_never_installs_or_loads_an_extension_by_itself(tmp_path: Path) -> None:
