@@ -105,9 +105,12 @@ class DuckDBCounts:
         self._stale: list[str] = []
         """Map tables of re-coded counts no longer referenced, dropped by the next ``recoded``
         (not by the finalizer itself: it may run while a result of this connection is open)."""
-        self.batched = True
-        """Whether several tables asked at once are counted in one ``GROUPING SETS`` scan
-        (a switch for benchmarks; the counts are the same either way)."""
+        self.batched = False
+        """Whether several tables asked at once are counted in one ``GROUPING SETS`` scan (the
+        counts are the same either way). Off by default: DuckDB keeps one hash table per set, so
+        a batch of many sets ran out of memory at 100 M rows under ``memory_limit='1GB'`` (AIM's
+        first round, 270 tables), and one query per table was as fast or faster on local
+        Parquet (docs/benchmarks.md, "Past one machine")."""
 
     def recoded(self, domain: Domain, maps: CodeMaps) -> DuckDBCounts:
         """These counts over the codes re-coded by the public ``maps`` into ``domain``
