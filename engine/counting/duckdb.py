@@ -109,8 +109,8 @@ class DuckDBCounts:
         """Whether several tables asked at once are counted in one ``GROUPING SETS`` scan (the
         counts are the same either way). Off by default: DuckDB keeps one hash table per set, so
         a batch of many sets ran out of memory at 100 M rows under ``memory_limit='1GB'`` (AIM's
-        first round, 270 tables), and one query per table was within about 25 % of a batch either way on local
-        Parquet (docs/benchmarks.md, "Past one machine")."""
+        first round, 270 tables), and one query per table was within about 25 % of a batch
+        either way on local Parquet at 10 M rows (docs/benchmarks.md, "Past one machine")."""
 
     def recoded(self, domain: Domain, maps: CodeMaps) -> DuckDBCounts:
         """These counts over the codes re-coded by the public ``maps`` into ``domain``
