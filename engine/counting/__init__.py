@@ -30,8 +30,9 @@ Two additions let every graphical method run on an engine (issue 29, "every meth
   (``GROUP BY GROUPING SETS``, when the engine's ``batched`` is set; off by default on both:
   Spark's ``Expand`` copies every row once per set and was measured 2–4× slower than a job per
   table on ``local[2]``, and DuckDB keeps a hash table per set, which ran out of memory on
-  AIM's first round at 100 M rows under a 1 GB ``memory_limit``), at most :data:`BATCH_CELLS` cells of tables (and :data:`BATCH_COLUMNS`
-  columns) per query, so what comes back stays bounded.
+  AIM's first round at 100 M rows under a 1 GB ``memory_limit``), at most
+  :data:`BATCH_CELLS` cells of tables (and :data:`BATCH_COLUMNS` columns) per query, so what
+  comes back stays bounded.
 """
 
 from __future__ import annotations
