@@ -13,6 +13,7 @@ Two modes:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import tempfile
@@ -20,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIN_SECRET_KEY_LENGTH = 32
@@ -175,7 +176,38 @@ class Settings(BaseSettings):
     auth_failure_burst: int = Field(default=30, ge=1)
     auth_failures_per_second: float = Field(default=1.0, gt=0)
 
+    # Registered sources (issue 29 §1; docs/sources.md). Directories under which an owner may
+    # register a local file or directory (a JSON list); empty: none.
+    source_local_roots: list[Path] = Field(default_factory=list)
+    # Buckets (a JSON list) an owner may register s3:// sources from, read with the object
+    # store's endpoint, region and credentials (RHOSYNTH_S3_*); empty: the service's bucket only.
+    source_s3_buckets: list[str] = Field(default_factory=list)
+    # Named PostgreSQL connections, a JSON object {"name": "postgresql://..."}: the credentials
+    # live here, never in a request. Use a role that may only read what owners may register.
+    source_connections: dict[str, SecretStr] = Field(default_factory=dict)
+    # statement_timeout of each query on a registered PostgreSQL source.
+    source_statement_timeout_seconds: int = Field(default=600, ge=1)
+    # How jobs on a registered dataset without a copy count: DuckDB in the worker (out of core,
+    # bounded by memory_limit and threads) or Spark (a master URL or sc:// Spark Connect).
+    source_engine: Literal["duckdb", "spark"] = "duckdb"
+    duckdb_memory_limit: str = Field(default="1GB", pattern=r"^[0-9]+(\.[0-9]+)?\s*[KMGT]i?B$")
+    duckdb_threads: int = Field(default=1, ge=1, le=256)
+    spark_master: str = "local[2]"
+    # The driver JVM's heap (spark.driver.memory; local[…] executors run in it). A Spark-mode job
+    # raises its memory limit by this plus SPARK_JVM_OVERHEAD_BYTES while it runs (the JVM is
+    # started by the first such job of a worker process and inherits that limit).
+    spark_driver_memory: str = Field(default="1g", pattern=r"^[0-9]+[kmgt]$")
+
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("source_local_roots", "source_s3_buckets", "source_connections", mode="before")
+    @classmethod
+    def _json_text(cls, value: object) -> object:
+        # Environment variables arrive as JSON already parsed; the same text passed to the
+        # constructor (tests, the CLI) is parsed here.
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else None
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> Settings:

@@ -36,6 +36,8 @@ from app.jobs.endpoints import router as jobs_router
 from app.jobs.polled_read import PolledJobRead
 from app.reports.endpoints import router as reports_router
 from app.samples.endpoints import router as samples_router
+from app.sources.endpoints import drafts_router as source_drafts_router
+from app.sources.endpoints import router as sources_router
 from app.storage import StorageUnavailable, open_storage
 from app.webhooks.endpoints import router as webhooks_router
 
@@ -96,7 +98,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.auth_failure_burst, settings.auth_failures_per_second
     )
     install_docs(app)
+    app.include_router(sources_router)
     app.include_router(datasets_router)
+    app.include_router(source_drafts_router)
     app.include_router(drafts_router)
     app.include_router(jobs_router)
     app.include_router(reports_router)

@@ -50,11 +50,33 @@ def count_marginal(data: Dataset | CountingEngine, attrs: Sequence[str]) -> npt.
     return count_flat(flat, shape)
 
 
-def _engine_table(engine: CountingEngine, attrs: tuple[str, ...]) -> npt.NDArray[np.int64]:
+def count_marginals(
+    data: Dataset | CountingEngine, attribute_sets: Sequence[Sequence[str]]
+) -> list[npt.NDArray[np.int64]]:
+    """:func:`count_marginal` of each of ``attribute_sets``: one by one on a :class:`Dataset`
+    (unchanged), in one request on any other engine (DuckDB answers small tables together in one
+    ``GROUPING SETS`` scan, bounded by :data:`engine.counting.BATCH_CELLS`; Spark does when its
+    ``batched`` is set). The same exact tables either way."""
+    sets = [tuple(attrs) for attrs in attribute_sets]
+    if isinstance(data, Dataset):
+        return [count_marginal(data, attrs) for attrs in sets]
+    tables = data.counts(sets)
+    if len(tables) != len(sets):
+        raise RuntimeError("the counting engine returned the wrong number of tables")
+    for attrs, table in zip(sets, tables, strict=True):
+        _check_table(data, attrs, table)
+    return tables
+
+
+def _check_table(engine: CountingEngine, attrs: tuple[str, ...], table: object) -> None:
     shape = engine.domain.project(attrs).sizes if attrs else ()
-    (table,) = engine.counts([attrs])
     if not isinstance(table, np.ndarray) or table.dtype != np.int64 or table.shape != shape:
         raise RuntimeError("the counting engine returned a table of the wrong type or shape")
+
+
+def _engine_table(engine: CountingEngine, attrs: tuple[str, ...]) -> npt.NDArray[np.int64]:
+    (table,) = engine.counts([attrs])
+    _check_table(engine, attrs, table)
     return table
 
 
@@ -130,9 +152,16 @@ class MarginalCache:
     ``kept_bytes``, the smaller of its table (8 bytes per cell: on many rows) and its flat
     cell indices (:func:`index_dtype`, mostly 4 bytes per row: on few rows), so a later ask is
     free or one ``np.bincount``.
+
+    Over another :class:`~engine.counting.CountingEngine` (DuckDB, Spark) the engine counts:
+    tables of at most ``max_cells`` cells are kept as above, a larger one asked twice is kept
+    while it fits ``kept_bytes``, and :meth:`prefetch` asks for many tables in one request
+    (:func:`count_marginals`). The tables are the same exact integers either way.
     """
 
-    def __init__(self, data: Dataset, max_cells: int, kept_bytes: int = FLAT_CACHE_BYTES) -> None:
+    def __init__(
+        self, data: Dataset | CountingEngine, max_cells: int, kept_bytes: int = FLAT_CACHE_BYTES
+    ) -> None:
         self._data = data
         self._max_cells = max_cells
         self._budget = kept_bytes
@@ -151,8 +180,8 @@ class MarginalCache:
             cached = self._large.get(key)
         if cached is not None:
             return cached
-        if not key:
-            return count_marginal(self._data, key)
+        if not key or not isinstance(self._data, Dataset):
+            return self._engine_table(key, count_marginal(self._data, key))
         shape = self._data.domain.project(key).sizes
         flat = self._flats.get(key)
         if flat is None:
@@ -171,6 +200,40 @@ class MarginalCache:
         self._asked.add(key)
         return counts
 
+    def _engine_table(
+        self, key: tuple[str, ...], counts: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
+        """Keep a table an engine counted, by the same rules as the codes' path."""
+        if not key:
+            return counts
+        if counts.size <= self._max_cells:
+            self._tables[key] = counts
+        elif key in self._asked and self._used + counts.nbytes <= self._budget:
+            self._large[key] = counts
+            self._used += counts.nbytes
+        self._asked.add(key)
+        return counts
+
+    def prefetch(self, attribute_sets: Sequence[Sequence[str]]) -> None:
+        """Count, in one request, the tables of ``attribute_sets`` that will be kept (at most
+        ``max_cells`` cells) and are not yet: a no-op on a :class:`Dataset` (counted on first
+        ask, as before), batched on another engine (:func:`count_marginals`)."""
+        if isinstance(self._data, Dataset):
+            return
+        domain = self._data.domain
+        missing = list(
+            dict.fromkeys(
+                key
+                for key in (tuple(attrs) for attrs in attribute_sets)
+                if key and key not in self._tables and domain.cells(key) <= self._max_cells
+            )
+        )
+        if len(missing) < 2:
+            return
+        for key, table in zip(missing, count_marginals(self._data, missing), strict=True):
+            self._tables[key] = table
+            self._asked.add(key)
+
     @property
     def held_bytes(self) -> int:
         """Memory held: the compact columns, the kept tables and the kept flat indices."""
@@ -183,6 +246,7 @@ class MarginalCache:
     def _column(self, attr: str) -> npt.NDArray[np.unsignedinteger[Any]]:
         column = self._columns.get(attr)
         if column is None:
+            assert isinstance(self._data, Dataset)
             size = self._data.domain.sizes[self._data.domain.index(attr)]
             column = compact_column(self._data.column(attr), size)
             self._columns[attr] = column

@@ -109,6 +109,59 @@ def upload(
 
 
 @remote.command()
+@click.argument("location")
+@click.option("--schema", "schema", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--name", required=True)
+@click.option("--budget-rho", required=True, help="total ρ budget of the dataset")
+@click.option("--budget-delta", default=None, help="total δ, for DP discovery")
+@click.option("--discovery-rho", default=None, help="ρ to spend on DP discovery")
+@click.option("--connection", default=None, help="a PostgreSQL connection the operator named")
+@click.option("--query", is_flag=True, help="LOCATION is a SELECT, not a table (postgres)")
+@click.option("--format", "format_", type=click.Choice(["parquet", "csv"]), default=None)
+@click.option("--keep-copy", is_flag=True, help="store the encoded table as an upload does")
+@click.pass_context
+def register(
+    ctx: click.Context,
+    location: str,
+    schema: str,
+    name: str,
+    budget_rho: str,
+    budget_delta: str | None,
+    discovery_rho: str | None,
+    connection: str | None,
+    query: bool,
+    format_: str | None,
+    keep_copy: bool,
+) -> None:
+    """Register a dataset where it lives (owner keys; docs/sources.md): LOCATION is
+    s3://bucket/key, an absolute local path, or with --connection a PostgreSQL table (or, with
+    --query, a SELECT). Prints the dataset."""
+    source: dict[str, Any]
+    if connection is not None:
+        source = {"kind": "postgres", "connection": connection}
+        source["query" if query else "table"] = location
+    elif location.startswith("s3://"):
+        source = {"kind": "s3", "uri": location}
+    else:
+        source = {"kind": "local", "uri": location}
+    if format_ is not None and connection is None:
+        source["format"] = format_
+    with _client(ctx) as client:
+        dataset = client.register(
+            source,
+            Path(schema),
+            name,
+            budget_rho,
+            budget_delta=budget_delta,
+            discovery_rho=discovery_rho,
+            keep_copy=keep_copy,
+        )
+    for warning in dataset.warnings:
+        click.echo(f"warning ({warning.code}): {warning.message}", err=True)
+    _echo_json(dataset)
+
+
+@remote.command()
 @click.argument("table", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--show-values", is_flag=True, help="propose the data's own categories and bounds")
 @click.pass_context

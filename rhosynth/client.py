@@ -289,6 +289,35 @@ class Client:
             )
         return Dataset.model_validate(response.json())
 
+    def register(
+        self,
+        source: dict[str, Any],
+        schema: SchemaSource,
+        name: str,
+        budget_rho: Number,
+        *,
+        budget_delta: Number | None = None,
+        discovery_rho: Number | None = None,
+        keep_copy: bool = False,
+    ) -> Dataset:
+        """Register a dataset where it lives instead of uploading it (owner keys; docs/sources.md):
+        ``source`` is ``{"kind": "s3", "uri": "s3://bucket/key"}``, ``{"kind": "local", "uri":
+        "/path"}`` or ``{"kind": "postgres", "connection": name, "table": ...}`` (or ``"query"``).
+        Not retried: a repeated registration would create a second dataset."""
+        body: dict[str, Any] = {
+            "name": name,
+            "source": source,
+            "schema": json.loads(_schema_text(schema)),
+            "budget_rho": _amount(budget_rho),
+            "keep_copy": keep_copy,
+        }
+        if budget_delta is not None:
+            body["budget_delta"] = _amount(budget_delta)
+        if discovery_rho is not None:
+            body["discovery_rho"] = _amount(discovery_rho)
+        response = self._send("POST", "/v1/datasets/sources", retry=False, json=body)
+        return Dataset.model_validate(response.json())
+
     def draft_schema(
         self,
         table: TableSource,

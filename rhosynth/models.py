@@ -115,6 +115,21 @@ class PrivacyUnit(_Wire):
     truncation: Truncation | None = None
 
 
+class Source(_Wire):
+    """Where a registered dataset lives (docs/sources.md). ``kind``, ``keep_copy`` and ``engine``
+    for every key; the location and fingerprint for owner keys only (None for analysts)."""
+
+    kind: Literal["s3", "local", "postgres"]
+    keep_copy: bool
+    engine: str | None = None
+    uri: str | None = None
+    format: str | None = None
+    connection: str | None = None
+    table: str | None = None
+    query: str | None = None
+    fingerprint: dict[str, Any] | None = None
+
+
 class Dataset(_Wire):
     """An uploaded dataset: its public schema and budget (``n_rows`` for owner keys only), and
     the warnings its upload gave about the domain. ``privacy`` says what ρ and ε protect
@@ -133,6 +148,8 @@ class Dataset(_Wire):
     n_rows: int | None
     privacy: str = "per row"
     privacy_unit: PrivacyUnit | None = None
+    origin: Literal["upload", "source"] = "upload"
+    source: Source | None = None
 
     @property
     def learned_domains(self) -> dict[str, list[float] | list[str]]:

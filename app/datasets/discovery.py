@@ -22,14 +22,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from app.budget.service import MAX_DETAIL_BYTES
-from app.datasets.ingest import IngestLimits, UploadRejected, read_batches
+from app.datasets.ingest import IngestLimits, TableFiles, UploadRejected, read_batches
 from engine.columns.spec import DELTA_QUANTUM, RHO_QUANTUM
 from engine.discovery.plan import (
     Discovered,
@@ -70,7 +69,7 @@ def _decimal(value: Fraction) -> Decimal:
 
 
 def discover_and_resolve(
-    source: Path,
+    source: TableFiles,
     spec: SchemaSpec,
     limits: IngestLimits,
     *,

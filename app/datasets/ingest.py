@@ -12,6 +12,7 @@ echo a value from the file (the uploader's own data could still end up in logs a
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from collections import Counter
 from collections.abc import Generator, Iterable
@@ -91,7 +92,7 @@ def encoded_arrow_schema(schema: TableSchema) -> pa.Schema:
 
 
 def ingest_table(
-    source: Path,
+    source: TableFiles,
     schema: TableSchema,
     target: Path,
     limits: IngestLimits,
@@ -133,8 +134,22 @@ def ingest_table(
         raise
 
 
+@dataclass(frozen=True)
+class PartitionFile:
+    """A file of a hive-partitioned source and the columns its directories name
+    (``city=Lyon/part-0.parquet``: ``(("city", "Lyon"),)``; None: a missing value)."""
+
+    path: Path
+    values: tuple[tuple[str, str | None], ...]
+
+
+TableFiles = Path | tuple[Path | PartitionFile, ...]
+"""An upload (one file), or the files of a registered source read one after the other as one
+table (app/sources/reading.py), each checked as an upload of its own would be."""
+
+
 def read_batches(
-    source: Path,
+    source: TableFiles,
     schema: TableSchema,
     limits: IngestLimits,
     *,
@@ -149,13 +164,74 @@ def read_batches(
     file's next batch is decoded on a thread while the caller encodes one
     (:class:`~engine.tables.prefetch.Prefetched`; the batches are sized for two at once); CSV blocks
     are parsed on threads already (:class:`~engine.tables.csv_blocks.CsvBlocks`). Close what this
-    returns (``contextlib.closing``) to stop the reading early."""
+    returns (``contextlib.closing``) to stop the reading early.
+
+    A tuple of files is read file by file in its order, each within the same bounds (the row
+    limit applies to the whole table: callers count rows over every batch)."""
+    if isinstance(source, tuple):
+        if len(source) == 1 and isinstance(source[0], Path):
+            source = source[0]
+        else:
+            return _files_batches(source, schema, limits, typed=typed, prefetch=prefetch)
     with open(source, "rb") as handle:
         magic = handle.read(4)
     if magic == PARQUET_MAGIC:
         batches = _parquet_batches(source, schema, limits)
         return Prefetched(batches, name="parquet-batches") if prefetch else batches
     return _csv_batches(source, schema, limits, typed=typed)
+
+
+def _files_batches(
+    files: tuple[Path | PartitionFile, ...],
+    schema: TableSchema,
+    limits: IngestLimits,
+    *,
+    typed: bool,
+    prefetch: bool,
+) -> Generator[pa.RecordBatch]:
+    if not files:
+        raise UploadRejected(422, "the source holds no file to read")
+    for item in files:
+        if isinstance(item, Path):
+            with closing(read_batches(item, schema, limits, typed=typed, prefetch=prefetch)) as one:
+                yield from one
+            continue
+        # Columns named by the file's directories (hive partitions) that the schema stores: the
+        # file is read without them, and each batch gets them as text, as a CSV cell would be.
+        given = {k: v for k, v in item.values if k in schema.names}
+        if not given:
+            with closing(
+                read_batches(item.path, schema, limits, typed=typed, prefetch=prefetch)
+            ) as one:
+                yield from one
+            continue
+        for value in given.values():
+            if value is not None and len(value.encode()) > limits.max_cell_bytes:
+                raise UploadRejected(
+                    422, f"a partition value is longer than {limits.max_cell_bytes} bytes"
+                )
+        kept = tuple(c for c in schema.columns if c.name not in given)
+        if not kept:
+            raise UploadRejected(422, "every column would come from the directory names")
+        reduced = dataclasses.replace(
+            schema,
+            columns=kept,
+            discovered=tuple(n for n in schema.discovered if n not in given),
+            rules=(),
+        )
+        with closing(
+            read_batches(item.path, reduced, limits, typed=typed, prefetch=prefetch)
+        ) as one:
+            for batch in one:
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        pa.array([given[name]] * batch.num_rows, type=pa.string())
+                        if name in given
+                        else batch.column(name)
+                        for name in schema.names
+                    ],
+                    names=list(schema.names),
+                )
 
 
 def _write_encoded(

@@ -21,6 +21,15 @@ class Dataset(Base):
             "(privacy_unit IS NULL) = (unit_max_rows IS NULL)", name="privacy_unit_bound"
         ),
         CheckConstraint("unit_max_rows IS NULL OR unit_max_rows >= 1", name="unit_max_rows"),
+        CheckConstraint(
+            "source_kind IS NULL OR source_kind IN ('s3', 'local', 'postgres')",
+            name="source_kind",
+        ),
+        CheckConstraint(
+            "(source_kind IS NULL) = (source IS NULL) AND (source_kind IS NULL) = "
+            "(source_fingerprint IS NULL) AND (source_kind IS NULL) = (source_engine IS NULL)",
+            name="source_described",
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
@@ -35,7 +44,8 @@ class Dataset(Base):
     )
     n_rows: Mapped[int] = mapped_column(BigInteger)
     n_columns: Mapped[int]
-    # Path of the encoded Parquet table relative to the storage root; NULL once erased.
+    # Path of the encoded table relative to the storage root; NULL once erased (deleted_at set),
+    # and for a registered source kept without a copy (source_kind set).
     storage_key: Mapped[str | None] = mapped_column(String(500))
     created_by: Mapped[uuid.UUID] = mapped_column(ForeignKey("api_keys.id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -49,3 +59,23 @@ class Dataset(Base):
     unit_max_rows: Mapped[int | None] = mapped_column(default=None)
     truncation: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     truncation_release: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    # A registered source (issue 29 §1; app/sources/reading.py): its kind, where it lives (the
+    # owner's metadata: never credentials), what registration measured, and the counting engine
+    # its jobs use. All NULL for an upload.
+    source_kind: Mapped[str | None] = mapped_column(String(20), default=None)
+    # none_as_null: None is SQL NULL (the CHECKs test IS NULL), not the JSON text 'null'.
+    source: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
+    source_fingerprint: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON(none_as_null=True), default=None
+    )
+    source_engine: Mapped[str | None] = mapped_column(String(20), default=None)
+
+    @property
+    def reads_source(self) -> bool:
+        """Whether jobs read the registered source itself (no stored copy)."""
+        return self.source_kind is not None and self.storage_key is None
+
+    @property
+    def readable(self) -> bool:
+        """Not erased: a stored table, or a registered source."""
+        return self.deleted_at is None and (self.storage_key is not None or self.reads_source)

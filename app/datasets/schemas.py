@@ -17,6 +17,7 @@ from app.api.types import (
     check_delta_scale,
     check_rho_scale,
 )
+from app.sources.schemas import SourceOut
 
 
 class BudgetOut(BaseModel):
@@ -149,6 +150,14 @@ class DatasetOut(BaseModel):
     )
     privacy_unit: PrivacyUnitOut | None = Field(
         default=None, description="the privacy unit; null for a row-level dataset"
+    )
+    origin: Literal["upload", "source"] = Field(
+        default="upload", description="uploaded, or registered from a source (docs/sources.md)"
+    )
+    source: SourceOut | None = Field(
+        default=None,
+        description="a registered dataset's source: its kind for every key, where it lives for "
+        "owner keys only; null for an upload",
     )
 
 

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -24,7 +24,7 @@ from app.budget.repository import AccountState
 from app.config import Settings
 from app.datasets import repository
 from app.datasets.discovery import discover_and_resolve
-from app.datasets.ingest import IngestLimits, UploadRejected, ingest_table
+from app.datasets.ingest import IngestLimits, TableFiles, UploadRejected, ingest_table
 from app.datasets.models import Dataset
 from app.datasets.schemas import (
     BudgetOut,
@@ -45,6 +45,7 @@ from app.db.base import utcnow
 from app.db.session import after_commit
 from app.jobs import service as job_service
 from app.samples import repository as sample_repository
+from app.sources.schemas import SourceOut
 from app.storage import (
     Storage,
     dataset_prefix,
@@ -242,6 +243,23 @@ def parse_name(raw: str) -> str:
     return name
 
 
+@dataclass(frozen=True)
+class RegisteredSource:
+    """What a registration records beside the dataset (app/sources/reading.py)."""
+
+    spec: dict[str, Any]  # SourceSpec.to_json(): where it lives, never credentials
+    fingerprint: dict[str, Any]
+    engine: str  # the counting engine of its jobs: duckdb or spark
+    keep_copy: bool = False
+
+    @property
+    def location(self) -> str:
+        """Where it lives, in one line (no query text): for the audit log."""
+        if self.spec.get("uri"):
+            return f"{self.spec['kind']}:{self.spec['uri']}"
+        return f"postgres:{self.spec.get('connection')}:{self.spec.get('table') or '(query)'}"
+
+
 def create_dataset(
     session: Session,
     settings: Settings,
@@ -251,15 +269,21 @@ def create_dataset(
     name: str,
     total_rho: Decimal,
     schema: SchemaSpec,
-    upload: Path,
+    upload: TableFiles,
     total_delta: Decimal = Decimal(0),
     discovery_rho: Decimal | None = None,
+    registered: RegisteredSource | None = None,
 ) -> Dataset:
     """Validate and store the table, then record the dataset and its budget account.
 
     A schema with columns to discover is completed first (app/datasets/discovery.py), and the
     discovery is charged to the new account as one ``discover`` entry in this transaction.
+
+    With ``registered`` (a registered source, read into ``upload`` by app/sources/reading.py),
+    the same checks run on every row; the codes are stored only with ``keep_copy``, otherwise
+    they are discarded and jobs read the source itself (app/sources/counting.py).
     """
+    keep_copy = registered is None or registered.keep_copy
     limits = IngestLimits(
         max_columns=settings.max_columns,
         max_rows=settings.max_rows,
@@ -307,7 +331,9 @@ def create_dataset(
     # "Raw values kept for the owner's report"); none when the schema has no such column.
     values_key = dataset_values_key(dataset_id)
     values_temp = (
-        storage.temp_path(PurePosixPath(values_key).suffix) if value_columns(table_schema) else None
+        storage.temp_path(PurePosixPath(values_key).suffix)
+        if value_columns(table_schema) and keep_copy
+        else None
     )
     try:
         rows = ingest_table(
@@ -320,7 +346,8 @@ def create_dataset(
         )
         if values_temp is not None:
             storage.put_file(values_temp, values_key)
-        storage.put_file(temp, key)
+        if keep_copy:
+            storage.put_file(temp, key)
     except BaseException:
         # A refused table, or storage that cannot be written: leave nothing behind.
         with contextlib.suppress(OSError):
@@ -341,7 +368,7 @@ def create_dataset(
                 warnings=[warning.to_json() for warning in warnings],
                 n_rows=rows,
                 n_columns=len(table_schema.columns),
-                storage_key=key,
+                storage_key=key if keep_copy else None,
                 created_by=principal.key_id,
                 created_at=utcnow(),
                 privacy_unit=None if unit is None else unit.column,
@@ -350,6 +377,10 @@ def create_dataset(
                 truncation_release=None
                 if truncation_charge is None
                 else truncation_charge.released,
+                source_kind=None if registered is None else registered.spec["kind"],
+                source=None if registered is None else registered.spec,
+                source_fingerprint=None if registered is None else registered.fingerprint,
+                source_engine=None if registered is None else registered.engine,
             ),
         )
         budget_service.open_account(
@@ -389,6 +420,11 @@ def create_dataset(
                 "budget_delta": str(total_delta),
                 "discovery_rho": None if outcome.discovered is None else str(outcome.rho),
                 "unit_max_rows": None if unit is None else unit.max_rows,
+                **(
+                    {}
+                    if registered is None
+                    else {"source": registered.location, "keep_copy": str(registered.keep_copy)}
+                ),
             },
         )
     except BaseException:
@@ -530,7 +566,15 @@ def dataset_out(dataset: Dataset, state: AccountState, principal: Principal) -> 
         n_rows=dataset.n_rows if principal.is_owner else None,
         privacy=unit_phrase(dataset.unit_max_rows),
         privacy_unit=privacy_unit_out(dataset, owner=principal.is_owner),
+        origin="upload" if dataset.source_kind is None else "source",
+        source=source_out(dataset, owner=principal.is_owner),
     )
+
+
+def source_out(dataset: Dataset, *, owner: bool) -> SourceOut | None:
+    from app.sources.service import source_out as described  # the sources package imports this
+
+    return described(dataset, owner=owner)
 
 
 def privacy_unit_out(dataset: Dataset, *, owner: bool) -> PrivacyUnitOut | None:

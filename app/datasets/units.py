@@ -16,10 +16,9 @@ from contextlib import closing
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
-from app.datasets.ingest import IngestLimits, UploadRejected, read_batches
+from app.datasets.ingest import IngestLimits, TableFiles, UploadRejected, read_batches
 from engine.columns.spec import RHO_QUANTUM
 from engine.privacy_unit import PrivacyUnit, Truncation, noisy_truncation
 from engine.tables.encoding import TableSchema
@@ -45,7 +44,7 @@ def unit_memory_bytes(rows: int) -> int:
 
 
 def truncation_pass(
-    source: Path,
+    source: TableFiles,
     schema: TableSchema,
     unit: PrivacyUnit,
     limits: IngestLimits,

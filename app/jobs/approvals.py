@@ -75,7 +75,7 @@ def list_pending(
     for job in repository.pending_for_dataset(session, dataset_id, limit=limit):
         try:
             cost = preview.preview_job(session, settings, principal, dataset_id, request_of(job))
-        except (InvalidJob, DatasetUnavailable) as error:
+        except (InvalidJob, DatasetUnavailable, JobConflict) as error:
             out.append(PendingJob(job, None, str(error) or "the dataset was deleted"))
             continue
         # The job's reservation is already out of ``remaining_rho``: the dry run, which asks

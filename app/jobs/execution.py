@@ -16,6 +16,7 @@ next (app/jobs/repository.py, ``claim_next``), which may be another job than the
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import threading
@@ -57,8 +58,11 @@ from app.reports.artefacts import (
     ArtefactWriter,
     write_release_artefacts,
 )
+from app.sources.counting import engine_allowance_bytes, source_engine
+from app.sources.reading import SOURCE_CHANGED, SourceChanged, SourceSpec
 from app.storage import Storage, dataset_values_key, discard, job_output_key, open_storage
 from app.webhooks import outbox
+from engine.counting import CountingEngine
 from engine.domain import Dataset as EngineDataset
 from engine.mechanisms import get_mechanism
 from engine.mechanisms.base import SynthesisCancelled
@@ -73,6 +77,8 @@ GENERIC_FAILURE = (
     "the synthesis failed with an internal error; the budget for this job stays spent "
     "(the operator's logs have the details)"
 )
+
+SOURCE_CHANGED_FAILURE = f"{SOURCE_CHANGED}; the budget for this job stays spent"
 
 
 class LostOwnership(Exception):
@@ -388,6 +394,11 @@ def _run_attempt(
                     exc_info=not isinstance(error, JobTimeLimitExceeded),
                 )
                 reason = time_limit_error(settings.job_time_limit_seconds)
+            elif isinstance(error, SourceChanged):
+                # The registered source no longer matches what registration measured: the
+                # owner changed it. Charged at the claim like any failure (privacy rule 1).
+                logger.warning("job %s: its registered source changed", job_id)
+                reason = SOURCE_CHANGED_FAILURE
             else:
                 logger.exception("job %s attempt %d failed", job_id, claim.attempt)
                 reason = GENERIC_FAILURE
@@ -482,25 +493,46 @@ class _Source:
     """What a run reads of its dataset's record before it loads the table."""
 
     schema: TableSchema
-    table_key: str
+    table_key: str | None  # None: a registered source read in place (``source``)
     values_key: str  # the raw values, for the owner tier after publication
     discovery_delta: float  # the δ discovery spent on the published domain
     allowance: int  # the input table's address space, added to the memory limit
     contribution_bound: int = 1  # k: the rows one privacy unit may have (1: row-level)
     unit: dict[str, Any] | None = None  # the reports' statement of the unit (public)
+    source: SourceSpec | None = None  # a registered source without a copy (docs/sources.md)
+    fingerprint: dict[str, Any] | None = None  # what its registration measured
+    engine: str = "duckdb"  # the counting engine recorded at registration
+    registered_rows: int = 0  # the rows registration counted (private: bounds the re-read)
 
     @property
     def unit_max_rows(self) -> int | None:
         return None if self.unit is None else int(self.unit["max_rows"])
 
 
-def _source(factory: sessionmaker[Session], claim: Claim) -> _Source:
+def _source(factory: sessionmaker[Session], settings: Settings, claim: Claim) -> _Source:
     with transaction(factory) as session:
         dataset = dataset_repository.get(session, claim.dataset_id)
-        if dataset is None or dataset.storage_key is None:
+        if dataset is None or not dataset.readable:
             raise SynthesisCancelled(claim.job_id)  # erased after submission
         schema = TableSchema.from_json(dataset.schema)
         account = budget_repository.get_account(session, claim.dataset_id)
+        if dataset.reads_source:
+            # Counted by an engine over the source: the in-memory input allowance does not
+            # apply; DuckDB's buffer pool (a setting, public) is added to the memory limit
+            # instead, so the engine's memory never decides whether the job fits.
+            assert dataset.source is not None
+            engine = dataset.source_engine or settings.source_engine
+            return _Source(
+                schema,
+                None,
+                dataset_values_key(dataset.id),
+                float(account.spent_delta) if account is not None else 0.0,
+                engine_allowance_bytes(settings, engine),
+                source=SourceSpec.from_json(dataset.source),
+                fingerprint=dataset.source_fingerprint,
+                engine=engine,
+                registered_rows=dataset.n_rows,
+            )
         # The input table's own address space (private: its exact rows), added to this job's
         # memory limit so that whether the job fits depends on the public estimate only.
         domain = schema.domain()
@@ -531,7 +563,7 @@ def _synthesize(
 ) -> tuple[int, str]:
     """Run the attempt up to publication; returns the synthetic table's row count and the key
     it is published under (``output_key``, or a partitioned output's manifest)."""
-    source = _source(factory, claim)
+    source = _source(factory, settings, claim)
     # The job's memory limit is raised by its input table's allowance while it runs.
     with raised_memory_limit(source.allowance):
         schema, table_key = source.schema, source.table_key
@@ -543,36 +575,57 @@ def _synthesize(
         chunked = partitioned_output.applies(settings, mechanism, claim.rows)
 
         progress.phase("load")
-        # The engine's run takes the codes at their stored width: at 10 M rows × 14 columns, 134 MB
-        # instead of 1.1 GB of int64.
-        codes = read_stored_table(storage, table_key, schema, narrow=True)
-        codes.flags.writeable = False  # the engine keeps a read-only view instead of copying it
-        data = EngineDataset(schema.domain(), codes)
-        del codes
-        result = mechanism.run(
-            data,
-            Fraction(claim.rho),
-            params,
-            rng=rng,
-            rows=claim.rows,
-            # Public caps. Rows the analyst asked for were checked at submission against the
-            # output and memory limits and are produced as asked; a row count taken from the noisy
-            # estimate is capped at RHOSYNTH_MAX_OUTPUT_ROWS and at the rows that fit the per-job
-            # memory limit.
-            max_rows=(
-                0  # the model only: its rows are drawn in chunks below
-                if chunked
-                else settings.max_output_rows
-                if claim.rows is not None
-                else output_rows_limit(settings, mechanism, data.domain, params)
-            ),
-            progress=progress,
-            on_milestone=progress.milestone,
-            # Privacy per person (issue 28 §1): ρ per unit of at most k rows, the run spends
-            # ρ/k² at the row level and states its releases at sensitivity k.
-            contribution_bound=source.contribution_bound,
-        )
-        del data
+        with contextlib.ExitStack() as reading:
+            data: EngineDataset | CountingEngine
+            if table_key is None:
+                # A registered source (app/sources/counting.py): its fingerprint checked, its
+                # rows encoded into scratch codes and counted by the operator's engine.
+                assert source.source is not None and source.fingerprint is not None
+                refusal = mechanism.engine_refusal(params)
+                if refusal is not None:  # refused at submission; never reached
+                    raise RuntimeError(refusal)
+                data = reading.enter_context(
+                    source_engine(
+                        settings,
+                        storage,
+                        source.source,
+                        source.fingerprint,
+                        schema,
+                        source.engine,
+                        source.registered_rows,
+                    )
+                )
+            else:
+                # The engine's run takes the codes at their stored width: at 10 M rows × 14
+                # columns, 134 MB instead of 1.1 GB of int64.
+                codes = read_stored_table(storage, table_key, schema, narrow=True)
+                codes.flags.writeable = False  # the engine keeps a read-only view
+                data = EngineDataset(schema.domain(), codes)
+                del codes
+            result = mechanism.run(
+                data,
+                Fraction(claim.rho),
+                params,
+                rng=rng,
+                rows=claim.rows,
+                # Public caps. Rows the analyst asked for were checked at submission against
+                # the output and memory limits and are produced as asked; a row count taken from
+                # the noisy estimate is capped at RHOSYNTH_MAX_OUTPUT_ROWS and at the rows that
+                # fit the per-job memory limit.
+                max_rows=(
+                    0  # the model only: its rows are drawn in chunks below
+                    if chunked
+                    else settings.max_output_rows
+                    if claim.rows is not None
+                    else output_rows_limit(settings, mechanism, data.domain, params)
+                ),
+                progress=progress,
+                on_milestone=progress.milestone,
+                # Privacy per person (issue 28 §1): ρ per unit of at most k rows, the run spends
+                # ρ/k² at the row level and states its releases at sensitivity k.
+                contribution_bound=source.contribution_bound,
+            )
+            del data
         progress.phase("write")
         synthetic = result.codes
         # Declared rules are kept on the output (engine.constraints.keep): rows that break one
@@ -631,5 +684,8 @@ def _synthesize(
         del record, result
         # What the owner tier compares, for the reports worker (its size is public: rows ×
         # columns); removed once the owner tier is built (app/jobs/owner_tier.py).
-        save_owner_input(storage, claim.job_id, claim.attempt, synthetic)
+        if table_key is not None:
+            # A registered source read in place has no stored table to compare with: no owner
+            # tier (app/jobs/owner_tier.py ends it "none").
+            save_owner_input(storage, claim.job_id, claim.attempt, synthetic)
         return (int(synthetic.shape[0]) if rows_out is None else rows_out), published_key

@@ -222,7 +222,7 @@ def _pending(session: Session, job_id: uuid.UUID) -> _Build | _Erased | None:
     if (
         dataset is None
         or dataset.deleted_at is not None
-        or dataset.storage_key is None
+        or dataset.storage_key is None  # erased, or a registered source without a copy
         or job.output_key is None
     ):
         return _Erased(job.attempt)

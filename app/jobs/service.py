@@ -42,6 +42,7 @@ from app.jobs.schemas import (
     QueueOut,
 )
 from app.reports.names import visible
+from app.sources.reading import SourceChanged, SourceRefused, SourceSpec, check_unchanged
 from app.storage import Storage, StorageUnavailable, job_output_prefix
 from app.webhooks import outbox
 from engine.accounting import epsilon_from_rho_delta, rho_from_epsilon_delta
@@ -77,6 +78,10 @@ class JobConflict(Exception):
 
 class IdempotencyMismatch(Exception):
     """The Idempotency-Key was already used for a different request (409, as Stripe does)."""
+
+
+class SourceChangedSinceRegistration(JobConflict):
+    """The registered source's files differ from what registration measured (409)."""
 
 
 class DatasetUnavailable(Exception):
@@ -251,6 +256,8 @@ def validate_submission(
         raise LookupError(dataset_id)
     if dataset.deleted_at is not None:
         raise DatasetUnavailable(dataset_id)
+    if dataset.reads_source:
+        check_registered_source(settings, mechanism, params, dataset)
     # The declared schema is public (the owner chose it); no data is read here.
     domain = TableSchema.from_json(dataset.schema).domain()
     try:
@@ -285,6 +292,37 @@ def validate_submission(
     return ValidatedSubmission(
         mechanism, params, budget, dataset, domain, estimate, prediction, rows, source
     )
+
+
+def check_registered_source(
+    settings: Settings, mechanism: Mechanism, params: BaseModel, dataset: Dataset
+) -> None:
+    """A job on a registered dataset without a copy (docs/sources.md), before anything is
+    reserved: the method must count through an engine (a public fact: method × dataset kind),
+    and the source's files must still be what registration measured (their metadata only: size,
+    modification time, ETag). A PostgreSQL source is checked by the worker as it reads."""
+    refusal = mechanism.engine_refusal(params)
+    if refusal is not None:
+        able = ", ".join(sorted(n for n in MECHANISMS if get_mechanism(n).runs_on_counts))
+        raise InvalidJob(
+            f"{refusal}: it cannot run on a registered source read in place (methods that "
+            f"can: {able}). Or register the source with keep_copy."
+        )
+    if dataset.source_kind in ("s3", "local") and dataset.source and dataset.source_fingerprint:
+        spec = SourceSpec.from_json(dataset.source)
+        try:
+            check_unchanged(spec, settings, dataset.source_fingerprint)
+        except SourceChanged as changed:
+            raise SourceChangedSinceRegistration(str(changed)) from None
+        except SourceRefused as refused:
+            # Its message may name where the source lives (a bucket, a path): the owner's
+            # metadata, which analyst keys do not see. A fixed text per status only.
+            raise SourceChangedSinceRegistration(
+                "the registered source could not be checked: the object store could not be reached"
+                if refused.status_code == 503
+                else "the registered source could not be checked: the service's settings no "
+                "longer allow reading it"
+            ) from None
 
 
 def submit_job(

@@ -64,10 +64,13 @@ class DomainRefused(ValueError):
 
 
 class EngineRefused(DomainRefused):
-    """A method reads more of the data than counts, so it runs only on codes in memory (a
-    :class:`~engine.domain.Dataset`), not on another :class:`~engine.counting.CountingEngine`.
+    """A method (or its params) reads more of the data than the given counting engine offers,
+    so it cannot run on that :class:`~engine.counting.CountingEngine`: e.g. DPCopula-MLE reads
+    every row (codes in memory only), DPCopula-Kendall reads a subsample by position (an engine
+    without ``codes_at``).
 
-    Decided from the method alone, before any data is read; the message names no data.
+    Decided from the method, its params and the engine alone, before any data is read; the
+    message names no data.
     """
 
 
@@ -777,11 +780,23 @@ class Mechanism(abc.ABC):
 
     @property
     def runs_on_counts(self) -> bool:
-        """Whether the method reads nothing of the data but exact counts (the contingency tables
-        it measures and the row count), so any :class:`~engine.counting.CountingEngine` can run
-        it (:meth:`_synthesize_counts`). Methods that read rows (re-coding the codes after a
-        compression, rank statistics on a subsample) run only on a :class:`Dataset`."""
+        """Whether the method runs through a :class:`~engine.counting.CountingEngine`
+        (:meth:`_synthesize_counts`): since issue 29 every method. They read exact counts (the
+        graphical methods over codes re-coded by public maps, :func:`engine.counting.
+        recoded_engine`); DPCopula-Kendall also reads its CSPRNG-chosen subsample of rows by
+        position (:func:`engine.counting.codes_at`) and refuses an engine that cannot, and
+        DPCopula-MLE refuses every engine but a :class:`Dataset`, before reading."""
         return type(self)._synthesize_counts is not Mechanism._synthesize_counts
+
+    def engine_refusal(self, params: BaseModel) -> str | None:
+        """Why this method with ``params`` cannot run on a counting engine other than codes in
+        memory (DuckDB, Spark), or ``None`` when it can. Decided from public facts only (the
+        method and its params), so the service refuses at submission what :meth:`run` would
+        refuse with :class:`EngineRefused`; overridden where params matter (DPCopula-MLE)."""
+        del params
+        if self.runs_on_counts:
+            return None
+        return f"method {self.name!r} runs only on codes in memory"
 
     def run(
         self,
@@ -821,10 +836,11 @@ class Mechanism(abc.ABC):
         ``on_milestone`` receives the public schedule ``milestones``: on a completed run exactly
         that sequence, whatever the data and the noise (see :class:`ProgressReporter`).
 
-        ``data`` is the codes in memory (a :class:`Dataset`) or, for a method that reads nothing
-        but counts (:attr:`runs_on_counts`), any :class:`~engine.counting.CountingEngine`
-        (DuckDB, Spark): the same counts give the same release, bit for bit. Any other method
-        raises :class:`EngineRefused` for a non-``Dataset`` before anything is read.
+        ``data`` is the codes in memory (a :class:`Dataset`) or, for a method that runs through
+        counts (:attr:`runs_on_counts`: every method), any :class:`~engine.counting.
+        CountingEngine` (DuckDB, Spark): the same exact counts (and, for DPCopula, the same
+        subsample rows) give the same release, bit for bit, so every privacy claim is unchanged.
+        What an engine cannot serve raises :class:`EngineRefused` before anything is read.
 
         Raises ``RuntimeError`` if the mechanism's measurements do not add up to exactly ``rho``,
         if a measured axis fits neither its attribute nor an axis map (``axis_maps``), or if the

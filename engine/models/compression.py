@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from engine.counting import CountingEngine, recoded_engine
 from engine.domain import Dataset, Domain
 from engine.estimation import NoisyMarginal
 from engine.estimation.synthesis import draw_balanced
@@ -181,14 +182,35 @@ def measured_axis_maps(
     )
 
 
+def recode(data: Dataset | CountingEngine, compression: Compression) -> Dataset | CountingEngine:
+    """``data`` re-coded by ``compression``: codes in memory are re-coded in memory (a
+    :class:`Dataset`, as before engines existed); any other counting engine counts over the
+    public code maps (:func:`engine.counting.recoded_engine`: inside the DuckDB or Spark query).
+    Either way every later table is the same exact table of the re-coded rows."""
+    if isinstance(data, Dataset):
+        recoded = compression.compress_codes(data.codes)
+        recoded.flags.writeable = False  # Dataset keeps a read-only array without copying it
+        return Dataset(compression.domain, recoded)
+    maps = [
+        compression.mapping(j) if compression.merged(j) else None
+        for j in range(len(compression.original))
+    ]
+    return recoded_engine(data, compression.domain, maps)
+
+
 def compress_after_one_ways(
-    data: Dataset, one_ways: Sequence[Measurement], compress: bool, threshold: float = 3.0
-) -> tuple[Compression, Dataset, list[NoisyMarginal]]:
+    data: Dataset | CountingEngine,
+    one_ways: Sequence[Measurement],
+    compress: bool,
+    threshold: float = 3.0,
+) -> tuple[Compression, Dataset | CountingEngine, list[NoisyMarginal]]:
     """The step MST, AIM, PPSyn and PrivMRF share after measuring every one-way marginal: the
     compression those noisy counts define (identity when ``compress`` is off), the data re-coded
-    by it, and the one-ways as estimator inputs on the compressed domain.
+    by it (:func:`recode`: in memory for a :class:`Dataset`, in the query for another counting
+    engine), and the one-ways as estimator inputs on the compressed domain.
 
     Post-processing of the one-way releases plus a public re-coding: no further privacy cost.
+    The re-coded tables are the same exact integers whichever engine counts them.
     """
     original = data.domain
     sigmas = [math.sqrt(float(m.sigma2)) for m in one_ways]
@@ -198,9 +220,7 @@ def compress_after_one_ways(
         if compress
         else Compression.identity(original, counts)
     )
-    recoded = compression.compress_codes(data.codes)
-    recoded.flags.writeable = False  # Dataset keeps a read-only array without copying it
-    compressed = Dataset(compression.domain, recoded)
+    compressed = recode(data, compression)
     noisy = [
         NoisyMarginal((attr,), compression.compress_counts(j, m.noisy_counts), sigma)
         for j, (attr, m, sigma) in enumerate(

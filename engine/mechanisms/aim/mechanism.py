@@ -16,7 +16,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.accounting import exact_share, split_rho
-from engine.domain import Dataset, Domain
+from engine.counting import CountingEngine
+from engine.domain import Domain
 from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate, model_size
 from engine.estimation.growth import TreeGrowth
 from engine.estimation.junction_tree import build_junction_tree
@@ -561,9 +562,9 @@ class AIMMechanism(Mechanism):
             raise TypeError("params must be AIMParams")
         return one_way_previews(domain.attributes, first_one_way_rhos(domain, params, rho))
 
-    def _synthesize(
+    def _synthesize_counts(
         self,
-        data: Dataset,
+        data: CountingEngine,
         rho: Fraction,
         params: BaseModel,
         *,
@@ -638,6 +639,7 @@ class AIMMechanism(Mechanism):
             growth = TreeGrowth(model.tree) if local else None
             eligible = self._eligible(domain, model, noisy, pool, size_limit, most, chooser, growth)
             estimates = model.project_many(eligible)
+            answer.prefetch(eligible)  # one request on DuckDB/Spark; nothing on a Dataset
             errors = np.array(
                 [
                     float(np.abs(answer(c) - est).sum())

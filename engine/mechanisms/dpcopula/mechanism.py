@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
@@ -16,10 +17,12 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.accounting import split_rho
+from engine.counting import CountingEngine, codes_at
 from engine.domain import Dataset, Domain
 from engine.estimation.simplex import project_to_simplex
 from engine.marginals import Measurement, measure_marginal
 from engine.mechanisms.base import (
+    EngineRefused,
     GaussianCharge,
     Mechanism,
     Milestone,
@@ -181,13 +184,32 @@ def _split_budget(
     return _Budget(keys, margins, rest - margins)
 
 
-def _partition_of_rows(data: Dataset, keys: tuple[str, ...]) -> npt.NDArray[np.intp]:
-    """The flat (mixed-radix, first key most significant) partition index of every row."""
+def _partition_of_rows(data: CountingEngine, keys: tuple[str, ...]) -> npt.NDArray[np.intp]:
+    """The flat (mixed-radix, first key most significant) partition index of every row; on
+    another counting engine from the key columns read by position (:func:`_rows`)."""
     flat = np.zeros(data.n_rows, dtype=np.intp)
-    for attr in keys:
+    if not keys:
+        return flat
+    columns = _rows(data, keys, None)
+    for j, attr in enumerate(keys):
         flat *= data.domain.size(attr)
-        flat += data.column(attr).astype(np.intp, copy=False)
+        flat += columns[:, j].astype(np.intp, copy=False)
     return flat
+
+
+def _rows(
+    data: CountingEngine, attrs: Sequence[str], positions: npt.NDArray[np.intp] | None
+) -> IntArray:
+    """:func:`engine.counting.codes_at` (int64 rows × attrs); ``_synthesize_counts`` refused
+    any engine without it before reading anything."""
+    if isinstance(data, Dataset):
+        index = [data.domain.index(a) for a in attrs]
+        taken = data.codes if positions is None else data.codes[positions]
+        return np.asarray(taken[:, index], dtype=np.int64).reshape(-1, len(attrs))
+    codes = codes_at(data, attrs, positions)
+    if codes is None:
+        raise RuntimeError("the counting engine cannot read rows by position")
+    return codes
 
 
 def _partition_counts(
@@ -258,9 +280,12 @@ def margin_noise(total: float, n_partitions: int, sizes: list[int], rho_margins:
 
 @dataclass(frozen=True, eq=False)
 class _Columns:
-    """The copula attributes' codes (rows × m, in copula order) and each row's partition."""
+    """Each row's partition, and the copula attributes' codes (in copula order, values
+    re-ordered) of the rows at given positions (``fetch(None)``: every row), read only when
+    the correlation step needs them: on another counting engine, Kendall reads just its
+    subsample (:func:`engine.counting.codes_at`)."""
 
-    codes: IntArray
+    fetch: Callable[[npt.NDArray[np.intp] | None], IntArray]
     partition: npt.NDArray[np.intp]
     n_partitions: int
 
@@ -314,7 +339,7 @@ def _kendall_correlations(
         ]
     )
     partition = columns.partition[used]
-    codes = columns.codes[used]
+    codes = columns.fetch(used)  # the subsample's rows only
     exact = np.zeros((n_partitions, len(pairs)), dtype=np.int64)
     for k, (a, b) in enumerate(pairs):
         exact[:, k] = pair_kendall_numerators(
@@ -381,16 +406,14 @@ def _mle_correlations(
     sensitivity = Fraction(2 * grid)
     sigma2 = sensitivity * sensitivity / (2 * pair_rho)
     estimates = np.zeros((columns.n_partitions, len(pairs)))
+    codes = columns.fetch(None)  # every row (on a Dataset only: refused on other engines)
     for p, rows in enumerate(columns.rows_by_partition()):
         n_blocks = int(min(1 << 32, max(1, math.floor(float(counts[p]) / params.mle_block_rows))))
         # The block assignment is part of the mechanism: its randomness comes from the CSPRNG.
         blocks = secure_uniform_integers(n_blocks, rows.size, source)
         scores = np.column_stack(
-            [
-                normal_scores(columns.codes[rows, j], margins[p][j])
-                for j in range(columns.codes.shape[1])
-            ]
-        ).reshape(rows.size, columns.codes.shape[1])
+            [normal_scores(codes[rows, j], margins[p][j]) for j in range(codes.shape[1])]
+        ).reshape(rows.size, codes.shape[1])
         sums = block_correlation_grid_sums(scores, blocks, n_blocks, pairs, grid)
         noisy = sums + discrete_gaussian_noise(sigma2, len(pairs), source)
         estimates[p] = np.clip(noisy / (grid * n_blocks), -1.0, 1.0)
@@ -471,7 +494,11 @@ class DPCopulaMechanism(Mechanism):
       ``GaussianCharge`` per pair (sensitivity 1, σ² = s²; with one partition literally
       sensitivity Δ, σ² = Δ²s²). The P charges add up to ρ_C, the ρ of the whole vector.
       The subsample is part of the mechanism, so it is drawn from the noise source (distinct
-      random 64-bit keys, :func:`secure_order_keys`), never from ``rng``.
+      random 64-bit keys, :func:`secure_order_keys`), never from ``rng``. On a counting
+      engine (DuckDB, Spark) the keys are drawn the same way for the engine's row positions
+      (its fixed order: files by path, rows in file order), and only the chosen rows' codes
+      (plus each row's partition keys) are read (:func:`engine.counting.codes_at`): the same
+      subsample, so the analysis is unchanged (a uniform subset whatever the fixed order).
     * MLE. Rows are assigned i.i.d. uniformly (CSPRNG) to l_p = max(1, ⌊ñ_p/``mle_block_rows``⌋)
       blocks within their partition, so an added or removed row lands in one block. Each block's
       Pearson correlation r of the normal scores Φ⁻¹(mid-CDF) under the released margins
@@ -600,9 +627,19 @@ class DPCopulaMechanism(Mechanism):
         parts = split_rho(budget.margins, [size_weight(size) for size in domain.sizes])
         return one_way_previews(domain.attributes, parts)
 
-    def _synthesize(
+    def engine_refusal(self, params: BaseModel) -> str | None:
+        """DPCopula-MLE reads every row (its block estimates), so it runs only on codes in
+        memory; DPCopula-Kendall reads counts and its subsample of rows by position."""
+        if isinstance(params, DPCopulaParams) and params.correlation == "mle":
+            return (
+                f"method {self.name!r} with correlation 'mle' reads every row; it runs only "
+                "on codes in memory, not on another counting engine (use 'kendall')"
+            )
+        return super().engine_refusal(params)
+
+    def _synthesize_counts(
         self,
-        data: Dataset,
+        data: CountingEngine,
         rho: Fraction,
         params: BaseModel,
         *,
@@ -613,6 +650,16 @@ class DPCopulaMechanism(Mechanism):
         noise_source: random.Random | None,
     ) -> SynthesisResult:
         assert isinstance(params, DPCopulaParams)
+        if not isinstance(data, Dataset):
+            # Decided from the method's params and the engine alone, before anything is read.
+            refusal = self.engine_refusal(params)
+            if refusal is not None:
+                raise EngineRefused(refusal)
+            if not callable(getattr(data, "codes_at", None)):
+                raise EngineRefused(
+                    f"method {self.name!r} reads a subsample of rows by position; this counting "
+                    "engine cannot, so it runs only on codes in memory, DuckDB or Spark"
+                )
         source = noise_source if noise_source is not None else SecureRandom()
         domain = data.domain
         candidates = (
@@ -698,21 +745,25 @@ class DPCopulaMechanism(Mechanism):
         orders: dict[int, IntArray] = {}
         if pairs:
             rows_partition = _partition_of_rows(data, keys)
-            codes = np.column_stack([data.column(a).astype(np.int64) for a in copula]).reshape(
-                data.n_rows, len(copula)
-            )
+            ranks: dict[int, IntArray] = {}
             for j, attr in enumerate(copula):
                 if _reordered(params, domain.size(attr)):
                     order = association_order(np.stack(margins[j]))
                     orders[j] = order
-                    rank = np.argsort(order)
-                    codes[:, j] = rank[codes[:, j]]
+                    ranks[j] = np.argsort(order)
                     margins[j] = [margin[order] for margin in margins[j]]
+
+            def fetch(positions: npt.NDArray[np.intp] | None) -> IntArray:
+                codes = _rows(data, copula, positions)
+                for j, rank in ranks.items():
+                    codes[:, j] = rank[codes[:, j]]
+                return codes
+
             pair_rho = budget.correlation / len(pairs)
             names = [(copula[a], copula[b]) for a, b in pairs]
             if params.correlation == "kendall":
                 estimates, releases = _kendall_correlations(
-                    _Columns(codes, rows_partition, n_partitions),
+                    _Columns(fetch, rows_partition, n_partitions),
                     [domain.size(a) for a in copula],
                     pairs,
                     names,
@@ -727,7 +778,7 @@ class DPCopulaMechanism(Mechanism):
             else:
                 scores_margins = [[margin[p] for margin in margins] for p in range(n_partitions)]
                 estimates, releases = _mle_correlations(
-                    _Columns(codes, rows_partition, n_partitions),
+                    _Columns(fetch, rows_partition, n_partitions),
                     scores_margins,
                     pairs,
                     names,

@@ -12,9 +12,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.accounting import split_rho
-from engine.domain import Dataset, Domain
+from engine.counting import CountingEngine
+from engine.domain import Domain
 from engine.estimation import NoisyMarginal, estimate
-from engine.marginals import Measurement, count_marginal, measure_marginal
+from engine.marginals import Measurement, count_marginals, measure_marginal
 from engine.mechanisms.base import (
     GRAPHICAL_OUTPUT,
     Mechanism,
@@ -162,9 +163,9 @@ class MSTMechanism(Mechanism):
         one_way_rho = budget_split(d, rho)[0]
         return one_way_previews(domain.attributes, [one_way_rho / d] * d)
 
-    def _synthesize(
+    def _synthesize_counts(
         self,
-        data: Dataset,
+        data: CountingEngine,
         rho: Fraction,
         params: BaseModel,
         *,
@@ -207,9 +208,12 @@ class MSTMechanism(Mechanism):
             pairs = list(itertools.combinations(attributes, 2))
             estimates = first.project_many(pairs)
             # L1 errors of the 1-way model on every pair: sensitivity 1 each.
+            # All pairs in one request (one GROUPING SETS scan per batch on DuckDB and Spark).
             errors = {
-                pair: float(np.abs(count_marginal(small_data, pair) - est).sum())
-                for pair, est in zip(pairs, estimates, strict=True)
+                pair: float(np.abs(table - est).sum())
+                for pair, table, est in zip(
+                    pairs, count_marginals(small_data, pairs), estimates, strict=True
+                )
             }
             step_rho = select_rho / edges_needed
             epsilon = epsilon_for_rho(step_rho)

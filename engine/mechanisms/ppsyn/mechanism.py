@@ -14,7 +14,8 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.accounting import exact_share, gaussian_rho
-from engine.domain import Dataset, Domain
+from engine.counting import CountingEngine
+from engine.domain import Domain
 from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate
 from engine.estimation.growth import TreeGrowth
 from engine.marginals import (
@@ -345,9 +346,9 @@ class PPSynMechanism(Mechanism):
         one_way_total = exact_share(params.one_way_share) * rho
         return one_way_previews(domain.attributes, one_way_parts(domain, one_way_total))
 
-    def _synthesize(
+    def _synthesize_counts(
         self,
-        data: Dataset,
+        data: CountingEngine,
         rho: Fraction,
         params: BaseModel,
         *,
@@ -460,6 +461,7 @@ class PPSynMechanism(Mechanism):
             if not eligible:  # nothing else fits: re-measure a one-way marginal (always fits)
                 eligible = list(one_way_weights)
             estimates = model.project_many(eligible)
+            answer.prefetch(eligible)  # one request on DuckDB/Spark; nothing on a Dataset
             partitions = round_partitions(model, eligible, sigma, params, estimates, cache)
             scores = np.array(
                 [

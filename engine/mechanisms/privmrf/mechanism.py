@@ -13,7 +13,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.accounting import exact_share, sigma2_for_rho
-from engine.domain import Dataset, Domain
+from engine.counting import CountingEngine
+from engine.domain import Domain
 from engine.estimation import (
     GraphicalModel,
     ModelSizer,
@@ -27,6 +28,7 @@ from engine.marginals import (
     MarginalCache,
     Measurement,
     count_marginal,
+    count_marginals,
     measure_marginal,
 )
 from engine.mechanisms.aim.mechanism import check_one_way_model
@@ -379,9 +381,9 @@ class PrivMRFMechanism(Mechanism):
             for a, b in pairs
         )
 
-    def _synthesize(
+    def _synthesize_counts(
         self,
-        data: Dataset,
+        data: CountingEngine,
         rho: Fraction,
         params: BaseModel,
         *,
@@ -435,11 +437,10 @@ class PrivMRFMechanism(Mechanism):
         noisy_r = np.zeros(m)
         if m:
             sens_r, sigma2_r = r_score_noise(m, grid, rho_r)
+            # Every pair in one request (GROUPING SETS batches on DuckDB and Spark).
+            pair_names = [(attributes[a], attributes[b]) for a, b in pairs]
             floored = np.array(
-                [
-                    r_score_floor(count_marginal(data, (attributes[a], attributes[b])), grid)
-                    for a, b in pairs
-                ],
+                [r_score_floor(table, grid) for table in count_marginals(data, pair_names)],
                 dtype=np.int64,
             )
             noisy_r = (floored + discrete_gaussian_noise(sigma2_r, (m,), source)) / grid
@@ -545,6 +546,7 @@ class PrivMRFMechanism(Mechanism):
             k_i = min(params.candidates, len(eligible))
             sampled = [eligible[j] for j in sorted(source.sample(range(len(eligible)), k_i))]
             estimates = model.project_many(sampled)
+            answer.prefetch(sampled)  # one request on DuckDB/Spark; nothing on a Dataset
             scores = np.array(
                 [
                     selection_score(est, answer(c), grid)

@@ -14,11 +14,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.accounting import exact_share, gaussian_rho, sigma2_for_rho, split_rho
-from engine.domain import Dataset, Domain
+from engine.counting import CountingEngine
+from engine.domain import Domain
 from engine.marginals import (
     MARGINAL_SENSITIVITY,
     Measurement,
     count_marginal,
+    count_marginals,
     measure_marginal,
 )
 from engine.mechanisms.base import (
@@ -51,7 +53,7 @@ from engine.mechanisms.privsyn.parts import (
     refine_coarse,
 )
 from engine.mechanisms.splits import one_way_parts, size_weight
-from engine.models.compression import Compression, measured_axis_maps
+from engine.models.compression import Compression, measured_axis_maps, recode
 from engine.models.fitted import FittedModel
 from engine.models.gum import GUMSettings
 from engine.models.kinds import GUMModel
@@ -422,9 +424,9 @@ class PrivSynMechanism(Mechanism):
         one_way_rho = first_budget_split(len(domain), params, rho)[0]
         return one_way_previews(domain.attributes, one_way_parts(domain, one_way_rho))
 
-    def _synthesize(
+    def _synthesize_counts(
         self,
-        data: Dataset,
+        data: CountingEngine,
         rho: Fraction,
         params: BaseModel,
         *,
@@ -461,9 +463,8 @@ class PrivSynMechanism(Mechanism):
         domain = compression.domain
         sizes = domain.sizes
         compressed_counts = [compression.compress_counts(j, c) for j, c in enumerate(counts)]
-        recoded = compression.compress_codes(data.codes)
-        recoded.flags.writeable = False  # Dataset keeps a read-only array without copying it
-        small = Dataset(domain, recoded)
+        # In memory for a Dataset, inside the query for DuckDB/Spark: the same exact tables.
+        small = recode(data, compression)
 
         # 2. DenseMarg: noisy InDif, greedy selection, isolated attributes, combination.
         progress.milestone("dependency_scores")
@@ -475,11 +476,10 @@ class PrivSynMechanism(Mechanism):
             k = params.indif_grid
             sensitivity = Fraction(INDIF_SENSITIVITY * k)
             sigma2 = sensitivity**2 * m / (2 * indif_rho)
+            # Every pair in one request (GROUPING SETS batches on DuckDB and Spark).
+            pair_names = [(attributes[a], attributes[b]) for a, b in pairs]
             floored = np.array(
-                [
-                    indif_floor(count_marginal(small, (attributes[a], attributes[b])), k)
-                    for a, b in pairs
-                ],
+                [indif_floor(table, k) for table in count_marginals(small, pair_names)],
                 dtype=np.int64,
             )
             noisy_scores = floored + discrete_gaussian_noise(sigma2, (m,), noise_source)
