@@ -166,7 +166,8 @@ def test_a_refused_check_at_submission_does_not_name_the_source(tmp_path: Path) 
             storage_key=None,
         )
         with pytest.raises(SourceChangedSinceRegistration) as refused:
-            check_registered_source(settings, get_mechanism("independent"), record)
+            independent = get_mechanism("independent")
+            check_registered_source(settings, independent, independent.validate_params({}), record)
         assert "secret" not in str(refused.value)
         assert "no longer allow" in str(refused.value)
 
