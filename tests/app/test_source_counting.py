@@ -165,9 +165,10 @@ def test_a_refused_check_at_submission_does_not_name_the_source(tmp_path: Path) 
             source_engine="duckdb",
             storage_key=None,
         )
+        independent = get_mechanism("independent")
+        params = independent.validate_params({})
         with pytest.raises(SourceChangedSinceRegistration) as refused:
-            independent = get_mechanism("independent")
-            check_registered_source(settings, independent, independent.validate_params({}), record)
+            check_registered_source(settings, independent, params, record)
         assert "secret" not in str(refused.value)
         assert "no longer allow" in str(refused.value)
 
