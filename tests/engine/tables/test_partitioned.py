@@ -136,6 +136,13 @@ def test_the_sample_is_made_of_written_rows(tmp_path: Path) -> None:
     )
     picked = {tuple(row) for row in out.sample.tolist()}
     assert len(picked) == 90 and picked <= written
+    # The positions name those very rows of the written table (what the owner tier reads).
+    positions = out.sample_positions
+    assert np.all(np.diff(positions) > 0)
+    at = np.column_stack(
+        [table.column(name).to_numpy()[positions] for name in ("hi", "lo")]
+    ).astype(np.uint8)
+    np.testing.assert_array_equal(at, out.sample)
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
