@@ -6,7 +6,9 @@ chunks of at most ``chunk_rows`` from the fitted model's sampler (``FittedModel.
 decodes each chunk and writes it as one Parquet file ``part-00000.parquet``, ``part-00001…``
 (the service's output format: ``engine.tables.synthetic_output.write_synthetic``), with at most
 ``workers`` chunks in flight in a thread pool; a finished chunk is dropped before the next one
-is drawn, so memory is bounded by ``workers`` chunks whatever ``n``.
+is drawn, so memory is bounded by ``workers`` chunks whatever ``n``. Parts are handed on in row
+order; no chunk is drawn while ``2 × workers`` are in flight or written and waiting for an
+earlier one, so scratch disk is bounded by ``2 × workers`` parts.
 
 Privacy: the fitted model is a DP release; drawing rows from it, decoding them and keeping the
 schema's rules (engine.constraints.keep, per chunk, with the same sampler for redraws) is
@@ -215,7 +217,13 @@ def write_partitioned(
         running: dict[Future[tuple[_Chunk, KeepReport | None]], int] = {}
         try:
             while delivered < len(sizes):
-                while next_index < len(sizes) and len(running) < workers:
+                # At most ``workers`` chunks in flight, and at most ``2 × workers`` drawn but
+                # not handed on (written parts wait on disk for a slower earlier chunk).
+                while (
+                    next_index < len(sizes)
+                    and len(running) < workers
+                    and next_index - delivered < 2 * workers
+                ):
                     if cancelled is not None and cancelled():
                         raise PartitionCancelled
                     running[pool.submit(run, next_index)] = next_index
