@@ -273,3 +273,30 @@ def test_parts_waiting_for_a_slow_first_chunk_stay_bounded(tmp_path: Path) -> No
     )
     assert len(out.parts) == 12 and state["calls"] == 12
     assert state["peak"] <= 2 * workers
+
+
+def test_a_failing_chunk_stops_the_run_with_its_error(tmp_path: Path) -> None:
+    """An exception in a worker thread reaches the caller; no part after the failed one is
+    handed on and no chunk is drawn once it is seen."""
+    calls: list[int] = []
+    seen: list[str] = []
+
+    def failing(rows: int, rng: np.random.Generator) -> np.ndarray:
+        calls.append(rows)
+        if len(calls) == 3:
+            raise ArithmeticError("chunk 2 failed")
+        return fixed_sampler(rows, rng)
+
+    with pytest.raises(ArithmeticError, match="chunk 2 failed"):
+        write_partitioned(
+            codes_schema(),
+            failing,
+            20_000,
+            0,
+            tmp_path,
+            chunk_rows=1000,
+            workers=1,
+            on_part=lambda part: seen.append(part.name),
+        )
+    assert seen == [part_name(0), part_name(1)]
+    assert len(calls) == 3
