@@ -179,3 +179,22 @@ def test_parts_are_kept_from_other_tenants_failed_attempts_and_erased_datasets(
     assert analyst.get(listing).status_code == 410
     assert analyst.get(part).status_code == 410
     assert not list((outputs / big["id"]).rglob("*"))
+
+
+def test_part_keys_name_only_parts_of_the_manifests_folder() -> None:
+    """The route's name check (app/jobs/partitioned_output.part_key): only part-NNNNN.parquet,
+    so no request names the manifest, the subsample's positions or another object."""
+    from app.jobs.partitioned_output import SAMPLE_POSITIONS, part_key
+
+    key = "outputs/j/attempt-2/parts/manifest.json"
+    assert part_key(key, "part-00003.parquet") == "outputs/j/attempt-2/parts/part-00003.parquet"
+    for name in (
+        "manifest.json",
+        SAMPLE_POSITIONS,
+        "../attempt-1.parquet",
+        "part-00003.parquet/../../x",
+        "part-3.parquet",
+        "part-00003.parquet\n",
+    ):
+        with pytest.raises(KeyError):
+            part_key(key, name)
