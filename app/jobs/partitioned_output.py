@@ -15,7 +15,10 @@ the manifest's key; :func:`is_partitioned` tells the two kinds of output apart. 
 parts listing and each part (app/jobs/endpoints.py), or the whole table as one CSV stream.
 
 Reports read a uniform subsample of at most ``RHOSYNTH_REPORT_SAMPLE_ROWS`` rows of the written
-codes (their shares estimate the output's); the row count they state is the release's.
+codes (their shares estimate the output's); the row count they state is the release's. The
+subsample's row positions are stored beside the parts (``parts/report-sample.npy``, never served:
+it is not a part's name) so that the owner tier compares the published values of those very rows
+(:func:`sample_positions`, app/reports/artefacts.py ``published_values``).
 Post-processing of the fitted model only: no ρ, seeds drive the draws (each chunk its own child
 of the job seed's SeedSequence).
 """
@@ -40,6 +43,7 @@ from engine.tables.encoding import TableSchema
 from engine.tables.partitioned import Part, write_partitioned
 
 MANIFEST = "manifest.json"
+SAMPLE_POSITIONS = "report-sample.npy"
 PARTS_FOLDER = "parts"
 PART_NAME = re.compile(r"part-[0-9]{5}\.parquet")
 
@@ -134,6 +138,9 @@ def store_partitioned(
             on_part=upload,
             cancelled=cancelled,
         )
+        positions = folder / SAMPLE_POSITIONS
+        np.save(positions, out.sample_positions, allow_pickle=False)
+        storage.put_file(positions, f"{key.removesuffix(MANIFEST)}{SAMPLE_POSITIONS}")
         manifest = {
             "format": "parquet",
             "rows": out.rows,
@@ -145,6 +152,14 @@ def store_partitioned(
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return StoredParts(key, out.rows, out.sample, out.rules)
+
+
+def sample_positions(storage: Storage, key: str) -> npt.NDArray[np.int64]:
+    """The sorted positions, in the whole table, of the rows in the reports' subsample of the
+    partitioned output whose manifest is ``key`` (the owner tier's synthetic codes)."""
+    with storage.local_copy(f"{key.removesuffix(MANIFEST)}{SAMPLE_POSITIONS}") as path:
+        positions: npt.NDArray[np.int64] = np.load(path, allow_pickle=False)
+    return positions
 
 
 def part_names(storage: Storage, key: str) -> list[str]:

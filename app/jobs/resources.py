@@ -29,11 +29,13 @@ Without ``rows`` the output size is the mechanism's noisy row count, which the s
 know: it is capped at :func:`output_rows_limit`, the number of rows that fit in the memory limit
 next to the method's model (and at ``RHOSYNTH_MAX_OUTPUT_ROWS``), so the worker never decodes more.
 With ``rows`` at or above ``RHOSYNTH_PARTITIONED_OUTPUT_ROWS`` (a re-samplable method) the output
-is drawn in chunks, so the estimate counts the chunks in flight and the reports' subsample
-instead of every row (app/jobs/partitioned_output.py).
+is drawn in chunks, so the memory estimate counts the chunks in flight and the reports' subsample
+instead of every row (app/jobs/partitioned_output.py); its work still counts every row.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from pydantic import BaseModel
 
@@ -122,12 +124,22 @@ def check_resources(
                 f"{_capital(domain_hint(mechanism, domain, work=False))}, or choose another "
                 "method"
             )
+        if held != rows:  # a chunked release: its chunks in flight do not fit
+            raise ResourcesExceeded(
+                f"{name!r} drawing a release of {rows} rows in chunks holds {bound} rows at "
+                f"once, which would need about {_gib(estimate.memory_bytes)} of memory on this "
+                f"dataset's {len(domain)} columns; the limit per job is {_gib(limit)}"
+            )
         cap = output_rows_limit(settings, mechanism, domain, params)
         raise ResourcesExceeded(
             f"{name!r} with rows = {bound} would need about {_gib(estimate.memory_bytes)} of "
             f"memory on this dataset's {len(domain)} columns; the limit per job is "
             f"{_gib(limit)}: at most {cap} rows fit"
         )
+    if rows is not None and held != rows:
+        # A chunked release holds a few chunks but draws, decodes and writes every row: its
+        # time counts them all.
+        estimate = replace(estimate, work=mechanism.estimate_resources(domain, params, rows).work)
     seconds = estimate.seconds
     if seconds > TIME_BOUND_SLACK * settings.job_time_limit_seconds:
         raise ResourcesExceeded(

@@ -198,20 +198,28 @@ def stored_values(storage: Storage, key: str) -> ValueSource:
 
 def published_values(storage: Storage, key: str, schema: TableSchema) -> ValueSource:
     """The numeric, date and datetime columns of a published output (Parquet at ``key``): the
-    values analysts download, read :data:`VALUE_BATCH_ROWS` rows at a time."""
+    values analysts download, read :data:`VALUE_BATCH_ROWS` rows at a time; of a partitioned
+    output, those of the reports' subsample only (the rows of the owner tier's codes)."""
     names = [column.name for column in value_columns(schema)]
-    # A partitioned output (app/jobs/partitioned_output.py): its parts in row order.
-    keys = (
-        list(partitioned_output.iter_part_keys(storage, key))
-        if partitioned_output.is_partitioned(key)
-        else [key]
-    )
+    # A partitioned output (app/jobs/partitioned_output.py): its parts in row order, only the
+    # rows of the reports' subsample (the owner tier's synthetic codes are those rows).
+    keys, positions = [key], None
+    if partitioned_output.is_partitioned(key):
+        keys = list(partitioned_output.iter_part_keys(storage, key))
+        positions = partitioned_output.sample_positions(storage, key)
 
     def batches() -> Iterator[pa.RecordBatch]:
+        start = 0
         for part in keys:
             with storage.local_copy(part) as path:
                 parquet = pq.ParquetFile(path)
-                yield from parquet.iter_batches(batch_size=VALUE_BATCH_ROWS, columns=names)
+                for batch in parquet.iter_batches(batch_size=VALUE_BATCH_ROWS, columns=names):
+                    stop = start + batch.num_rows
+                    if positions is not None:
+                        low, high = np.searchsorted(positions, [start, stop])
+                        batch = batch.take(pa.array(positions[low:high] - start))
+                    start = stop
+                    yield batch
 
     return ValueSource(batches, names=frozenset(names))
 

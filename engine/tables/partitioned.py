@@ -6,7 +6,9 @@ chunks of at most ``chunk_rows`` from the fitted model's sampler (``FittedModel.
 decodes each chunk and writes it as one Parquet file ``part-00000.parquet``, ``part-00001…``
 (the service's output format: ``engine.tables.synthetic_output.write_synthetic``), with at most
 ``workers`` chunks in flight in a thread pool; a finished chunk is dropped before the next one
-is drawn, so memory is bounded by ``workers`` chunks whatever ``n``.
+is drawn, so memory is bounded by ``workers`` chunks whatever ``n``. Parts are handed on in row
+order; no chunk is drawn while ``2 × workers`` are in flight or written and waiting for an
+earlier one, so scratch disk is bounded by ``2 × workers`` parts.
 
 Privacy: the fitted model is a DP release; drawing rows from it, decoding them and keeping the
 schema's rules (engine.constraints.keep, per chunk, with the same sampler for redraws) is
@@ -17,8 +19,10 @@ post-processing only; no DP noise is drawn here.
 
 Reports need the synthetic rows (engine/reports/release.py reads shares of codes): the result
 keeps a uniform subsample of at most ``sample_rows`` rows (each chunk contributes a share
-proportional to its rows, chosen with a second generator of its own), the row count, the parts
-(name, rows, bytes) and, for a schema with rules, the per-chunk rule reports summed.
+proportional to its rows, chosen with a second generator of its own) with the rows' positions
+in the written table (so the published values of those very rows can be read back, e.g. by the
+owner tier), the row count, the parts (name, rows, bytes) and, for a schema with rules, the
+per-chunk rule reports summed.
 """
 
 from __future__ import annotations
@@ -93,19 +97,23 @@ class Part:
 @dataclass(frozen=True)
 class PartitionedOutput:
     """What :func:`write_partitioned` wrote: the parts in row order, the total rows, a uniform
-    subsample of the written codes for the reports (at most ``sample_rows``), and the summed
-    rule report (None for a schema without rules)."""
+    subsample of the written codes for the reports (at most ``sample_rows``), the sorted
+    positions of those rows in the whole written table (parts concatenated in order), and the
+    summed rule report (None for a schema without rules)."""
 
     parts: tuple[Part, ...]
     rows: int
     sample: CodeArray
     rules: KeepReport | None
+    sample_positions: npt.NDArray[np.int64]
 
     def __post_init__(self) -> None:
         if self.rows != sum(p.rows for p in self.parts):
             raise ValueError("rows must be the sum of the parts' rows")
         if self.sample.ndim != 2 or self.sample.shape[0] > self.rows:
             raise ValueError("the sample must be a 2-d array of at most rows rows")
+        if self.sample_positions.shape != (self.sample.shape[0],):
+            raise ValueError("sample_positions must give one position per sample row")
 
 
 def merge_reports(reports: list[KeepReport]) -> KeepReport:
@@ -141,6 +149,7 @@ def merge_reports(reports: list[KeepReport]) -> KeepReport:
 class _Chunk:
     part: Part
     sample: CodeArray
+    positions: npt.NDArray[np.int64]
     rules: KeepReport | None
 
 
@@ -177,6 +186,7 @@ def write_partitioned(
     shares = sample_shares(sizes, sample_rows)
     root = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     children = root.spawn(len(sizes))
+    offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)[:-1]]).astype(np.int64)
 
     results: list[_Chunk | None] = [None] * len(sizes)
     reports: list[KeepReport] = []
@@ -198,7 +208,8 @@ def write_partitioned(
         report = None if kept is None else kept.report
         del kept
         part = Part(part_name(index), sizes[index], path.stat().st_size)
-        return _Chunk(part, sample, report), report
+        positions = chosen.astype(np.int64) + offsets[index]
+        return _Chunk(part, sample, positions, report), report
 
     next_index = 0
     delivered = 0
@@ -206,7 +217,13 @@ def write_partitioned(
         running: dict[Future[tuple[_Chunk, KeepReport | None]], int] = {}
         try:
             while delivered < len(sizes):
-                while next_index < len(sizes) and len(running) < workers:
+                # At most ``workers`` chunks in flight, and at most ``2 × workers`` drawn but
+                # not handed on (written parts wait on disk for a slower earlier chunk).
+                while (
+                    next_index < len(sizes)
+                    and len(running) < workers
+                    and next_index - delivered < 2 * workers
+                ):
                     if cancelled is not None and cancelled():
                         raise PartitionCancelled
                     running[pool.submit(run, next_index)] = next_index
@@ -235,6 +252,7 @@ def write_partitioned(
         rows=sum(sizes),
         sample=sample,
         rules=merge_reports(reports) if schema.rules and reports else None,
+        sample_positions=np.concatenate([c.positions for c in chunks]),
     )
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from app.jobs import execution
 from app.jobs.owner_tier import build_owner_tier
+from app.storage.local import LocalStorage
 from tests.conftest import Tenant, make_tenant
 from tests.support.api import create_dataset, submit
 from tests.support.stack import Stack
@@ -113,5 +114,87 @@ def test_a_large_release_is_stored_and_downloaded_as_parts(
     report = analyst.get(f"/v1/jobs/{big['id']}/report", params={"format": "json"}).json()
     assert report["synthetic_rows"] == 2500 and report["report_sample_rows"] == 500
 
-    # The owner tier reads the published values from the parts.
+    # The owner tier compares the published values of the reports' subsample (read from the
+    # parts) with the real ones: the values line up with the subsample's codes.
     assert build_owner_tier(parts_stack.settings, uuid.UUID(big["id"])) == "built"
+    owner = parts_tenant.owner.get(f"/v1/jobs/{big['id']}/report", params={"tier": "owner"})
+    values = owner.json()["values"]
+    assert values["available"] is True, values
+    assert {c["column"] for c in values["columns"]} == {"age", "income"}
+
+
+def test_parts_are_kept_from_other_tenants_failed_attempts_and_erased_datasets(
+    parts_stack: Stack,
+    parts_tenant: Tenant,
+    people_csv: bytes,
+    people_schema: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    analyst = parts_tenant.analyst
+    dataset = create_dataset(parts_tenant.owner, people_csv, people_schema, budget_rho="4")
+    outputs = Path(parts_stack.settings.storage_dir) / "outputs"
+
+    # An attempt that fails after its first part is uploaded publishes no manifest and leaves
+    # no part behind (its attempt folder is discarded).
+    real_put = LocalStorage.put_file
+    put: list[str] = []
+
+    def failing_put(self: LocalStorage, local: Path, key: str) -> None:
+        if key.endswith("part-00001.parquet"):
+            raise OSError("the store is full")
+        real_put(self, local, key)
+        put.append(key)
+
+    monkeypatch.setattr(LocalStorage, "put_file", failing_put)
+    failed = submit(analyst, dataset["id"], rho="0.5", method="mst", rows=2500, seed=5).json()
+    settings = parts_stack.settings.model_copy(
+        update={"partitioned_output_rows": 1000, "output_chunk_rows": 700, "job_max_attempts": 1}
+    )
+    assert execution.execute_job(settings, uuid.UUID(failed["id"])).status == "failed"
+    first = f"outputs/{failed['id']}/attempt-1/parts/part-00000.parquet"
+    assert first in put and not (outputs.parent / first).exists()
+    assert not list((outputs / failed["id"]).rglob("*.parquet"))
+    assert not list((outputs / failed["id"]).rglob("manifest.json"))
+    monkeypatch.setattr(LocalStorage, "put_file", real_put)
+
+    big = submit(analyst, dataset["id"], rho="0.5", method="mst", rows=2500, seed=3).json()
+    _run(parts_stack, big["id"])
+    listing = f"/v1/jobs/{big['id']}/output/parts"
+    part = f"{listing}/part-00000.parquet"
+    assert analyst.get(listing).status_code == 200
+    assert analyst.get(part).status_code == 200
+
+    # Another tenant's keys see no such job.
+    other = make_tenant(parts_stack)
+    try:
+        assert other.analyst.get(listing).status_code == 404
+        assert other.analyst.get(part).status_code == 404
+        assert other.owner.get(f"/v1/jobs/{big['id']}/output").status_code == 404
+    finally:
+        other.close()
+
+    # Deleting the dataset erases every part: the routes answer 410, the files are gone.
+    assert list((outputs / big["id"]).rglob("part-*.parquet"))
+    assert parts_tenant.owner.delete(f"/v1/datasets/{dataset['id']}").status_code == 200
+    assert analyst.get(listing).status_code == 410
+    assert analyst.get(part).status_code == 410
+    assert not list((outputs / big["id"]).rglob("*"))
+
+
+def test_part_keys_name_only_parts_of_the_manifests_folder() -> None:
+    """The route's name check (app/jobs/partitioned_output.part_key): only part-NNNNN.parquet,
+    so no request names the manifest, the subsample's positions or another object."""
+    from app.jobs.partitioned_output import SAMPLE_POSITIONS, part_key
+
+    key = "outputs/j/attempt-2/parts/manifest.json"
+    assert part_key(key, "part-00003.parquet") == "outputs/j/attempt-2/parts/part-00003.parquet"
+    for name in (
+        "manifest.json",
+        SAMPLE_POSITIONS,
+        "../attempt-1.parquet",
+        "part-00003.parquet/../../x",
+        "part-3.parquet",
+        "part-00003.parquet\n",
+    ):
+        with pytest.raises(KeyError):
+            part_key(key, name)

@@ -244,3 +244,29 @@ def test_a_model_cap_below_the_one_ways_names_the_widest_columns() -> None:
     assert "every one-way marginal (3,796 cells)" in message
     assert "'opened' (2,232 values), 'amount' (1,024 values) and 'city' (300 values)" in message
     assert "raise max_model_size_mb, or give those columns fewer bins" in message
+
+
+def test_a_chunked_release_holds_a_few_chunks_but_its_time_counts_every_row() -> None:
+    """A release drawn in chunks (app/jobs/partitioned_output.py): the memory estimate counts
+    the chunks in flight and the reports' subsample, but drawing and writing every row still
+    takes its time, so the time check counts all of them."""
+    independent = get_mechanism("independent")
+    params = independent.validate_params({})
+    wide = Domain(tuple(f"c{i}" for i in range(100)), (2,) * 100)
+    settings = _settings(
+        **SHORT_LEASE,
+        job_time_limit_seconds=10,
+        max_output_rows=10**10,
+        partitioned_output_rows=1_000_000,
+        output_chunk_rows=100_000,
+        output_workers=2,
+        report_sample_rows=100_000,
+    )
+    held = independent.estimate_resources(wide, params, 300_000)
+    # 10^7 rows × 100 columns: 10^9 output cells, 10 s of work at 10^8 units a second.
+    estimate = check_resources(settings, independent, wide, params, 10**7)
+    assert estimate.memory_bytes == held.memory_bytes
+    assert estimate.work == independent.estimate_resources(wide, params, 10**7).work
+    # 2 × 10^8 rows: 2 × 10^10 cells, past TIME_BOUND_SLACK × the 10 s limit.
+    with pytest.raises(ResourcesExceeded, match="of work"):
+        check_resources(settings, independent, wide, params, 2 * 10**8)

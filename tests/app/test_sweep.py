@@ -93,3 +93,38 @@ def test_sweep_keeps_only_the_published_attempt_with_its_artefacts(
     assert published.exists() and published_artefact.exists()
     assert not lost_output.exists() and not lost_artefact.exists()
     assert not lost_sample.exists()
+
+
+def test_sweep_keeps_a_published_partitioned_output_and_removes_a_crashed_attempts_parts(
+    api_stack: Stack, tenant: Tenant, people_csv: bytes, people_schema: str
+) -> None:
+    """A partitioned output (app/jobs/partitioned_output.py) is published as the manifest inside
+    its attempt's folder: the folder is kept; the parts of an attempt that crashed before its
+    manifest are removed."""
+    from sqlalchemy import update
+
+    from app.jobs.models import Job
+
+    root = api_stack.settings.resolved_storage_dir
+    dataset = create_dataset(tenant.owner, people_csv, people_schema)
+    job_id = submit(tenant.analyst, dataset["id"]).json()["id"]
+    outputs = root / "outputs" / job_id
+    with api_stack.session() as session:
+        session.execute(
+            update(Job)
+            .where(Job.id == uuid.UUID(job_id))
+            .values(
+                status="succeeded",
+                attempt=2,
+                output_key=f"outputs/{job_id}/attempt-2/parts/manifest.json",
+                artefacts=["record.npz"],
+            )
+        )
+    crashed_part = _touch(outputs / "attempt-1" / "parts" / "part-00000.parquet", age=100)
+    manifest = _touch(outputs / "attempt-2" / "parts" / "manifest.json", age=100)
+    part = _touch(outputs / "attempt-2" / "parts" / "part-00000.parquet", age=100)
+    artefact = _touch(outputs / "attempt-2" / "record.npz", age=100)
+
+    sweep_storage(api_stack.settings, grace_seconds=50)
+    assert manifest.exists() and part.exists() and artefact.exists()
+    assert not crashed_part.exists()

@@ -136,6 +136,13 @@ def test_the_sample_is_made_of_written_rows(tmp_path: Path) -> None:
     )
     picked = {tuple(row) for row in out.sample.tolist()}
     assert len(picked) == 90 and picked <= written
+    # The positions name those very rows of the written table (what the owner tier reads).
+    positions = out.sample_positions
+    assert np.all(np.diff(positions) > 0)
+    at = np.column_stack(
+        [table.column(name).to_numpy()[positions] for name in ("hi", "lo")]
+    ).astype(np.uint8)
+    np.testing.assert_array_equal(at, out.sample)
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
@@ -226,3 +233,70 @@ def test_on_part_sees_the_parts_in_row_order(tmp_path: Path) -> None:
         on_part=lambda part: seen.append(part.name),
     )
     assert seen == [part_name(i) for i in range(7)]
+
+
+def test_parts_waiting_for_a_slow_first_chunk_stay_bounded(tmp_path: Path) -> None:
+    """Parts are handed on in row order, so written parts wait on disk for a slow earlier chunk;
+    the writer draws no further chunk while ``2 × workers`` are in flight or waiting (scratch
+    disk bounded by a few parts whatever the rows). Chunk 0 waits until 8 other chunks have
+    been drawn, or 2 s: without the bound all 11 others are drawn and wait on disk."""
+    lock = threading.Lock()
+    others = threading.Semaphore(0)
+    state = {"calls": 0, "peak": 0}
+
+    def slow_first(rows: int, rng: np.random.Generator) -> np.ndarray:
+        with lock:
+            state["calls"] += 1
+            first = state["calls"] == 1
+        if first:
+            for _ in range(8):
+                if not others.acquire(timeout=2.0):
+                    break
+        else:
+            others.release()
+        return fixed_sampler(rows, rng)
+
+    def on_part(part: Any) -> None:
+        state["peak"] = max(state["peak"], len(list(tmp_path.glob("part-*.parquet"))))
+        (tmp_path / part.name).unlink()  # uploaded: the local file goes
+
+    workers = 2
+    out = write_partitioned(
+        codes_schema(),
+        slow_first,
+        12_000,
+        0,
+        tmp_path,
+        chunk_rows=1000,
+        workers=workers,
+        on_part=on_part,
+    )
+    assert len(out.parts) == 12 and state["calls"] == 12
+    assert state["peak"] <= 2 * workers
+
+
+def test_a_failing_chunk_stops_the_run_with_its_error(tmp_path: Path) -> None:
+    """An exception in a worker thread reaches the caller; no part after the failed one is
+    handed on and no chunk is drawn once it is seen."""
+    calls: list[int] = []
+    seen: list[str] = []
+
+    def failing(rows: int, rng: np.random.Generator) -> np.ndarray:
+        calls.append(rows)
+        if len(calls) == 3:
+            raise ArithmeticError("chunk 2 failed")
+        return fixed_sampler(rows, rng)
+
+    with pytest.raises(ArithmeticError, match="chunk 2 failed"):
+        write_partitioned(
+            codes_schema(),
+            failing,
+            20_000,
+            0,
+            tmp_path,
+            chunk_rows=1000,
+            workers=1,
+            on_part=lambda part: seen.append(part.name),
+        )
+    assert seen == [part_name(0), part_name(1)]
+    assert len(calls) == 3
