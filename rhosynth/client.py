@@ -696,6 +696,36 @@ class Client:
             response.close()
         return target
 
+    def output_parts(self, job: Job | uuid.UUID | str) -> list[dict[str, Any]]:
+        """The parts of a large release stored as a partitioned Parquet dataset (``name``,
+        ``rows``, ``bytes``, ``url``), in row order. A release stored as one file raises
+        :class:`~rhosynth.errors.Conflict` (409: download it with :meth:`download_to`)."""
+        response = self._send("GET", f"/v1/jobs/{_id(job)}/output/parts", retry=True)
+        parts: list[dict[str, Any]] = response.json()["parts"]
+        return parts
+
+    def download_parts(self, job: Job | uuid.UUID | str, directory: str | Path) -> list[Path]:
+        """Stream every part of a partitioned release into ``directory`` (created if needed) as
+        ``part-NNNNN.parquet``: a Parquet dataset that ``pandas.read_parquet(directory)`` or
+        ``pyarrow.dataset.dataset(directory)`` reads whole. Returns the files in row order."""
+        target = Path(directory)
+        target.mkdir(parents=True, exist_ok=True)
+        written = []
+        for part in self.output_parts(job):
+            name = str(part["name"])
+            if Path(name).name != name:  # the service names parts part-NNNNN.parquet
+                raise ApiError(None, f"unexpected part name {name!r}")
+            response = self._send("GET", str(part["url"]), retry=True, stream=True)
+            path = target / name
+            try:
+                with path.open("wb") as handle:
+                    for chunk in response.iter_bytes():
+                        handle.write(chunk)
+            finally:
+                response.close()
+            written.append(path)
+        return written
+
     @staticmethod
     def _output_path(job: Job | Sample | uuid.UUID | str) -> str:
         if isinstance(job, Sample):

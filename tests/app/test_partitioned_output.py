@@ -198,3 +198,38 @@ def test_part_keys_name_only_parts_of_the_manifests_folder() -> None:
     ):
         with pytest.raises(KeyError):
             part_key(key, name)
+
+
+def test_the_client_lists_and_downloads_the_parts(
+    parts_stack: Stack,
+    parts_tenant: Tenant,
+    people_csv: bytes,
+    people_schema: str,
+    tmp_path: Path,
+) -> None:
+    """``Client.output_parts`` and ``download_parts``: the parts land as a Parquet dataset that
+    pandas reads whole; a one-file release is a Conflict."""
+    import pandas as pd
+
+    from rhosynth.client import Client
+    from rhosynth.errors import Conflict
+
+    dataset = create_dataset(parts_tenant.owner, people_csv, people_schema, budget_rho="2")
+    big = submit(
+        parts_tenant.analyst, dataset["id"], rho="0.5", method="mst", rows=1500, seed=4
+    ).json()
+    _run(parts_stack, big["id"])
+    small = submit(
+        parts_tenant.analyst, dataset["id"], rho="0.5", method="mst", rows=50, seed=4
+    ).json()
+    _run(parts_stack, small["id"])
+    key = parts_tenant.analyst.headers["Authorization"].removeprefix("Bearer ")
+    with Client(parts_stack.base_url, key) as client:
+        parts = client.output_parts(big["id"])
+        assert [p["rows"] for p in parts] == [700, 700, 100]
+        files = client.download_parts(big["id"], tmp_path / "release")
+        assert [f.name for f in files] == [p["name"] for p in parts]
+        frame = pd.read_parquet(tmp_path / "release")
+        assert len(frame) == 1500
+        with pytest.raises(Conflict):
+            client.output_parts(small["id"])
