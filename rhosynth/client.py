@@ -684,10 +684,11 @@ class Client:
         format: TableFormat = "parquet",
     ) -> Path:
         """Stream a job's (or a sample's) table to ``path``; returns the path."""
-        target = Path(path)
-        response = self._send(
-            "GET", self._output_path(job), retry=True, stream=True, params={"format": format}
-        )
+        return self._stream_to(self._output_path(job), Path(path), {"format": format})
+
+    def _stream_to(self, url: str, target: Path, params: dict[str, str] | None = None) -> Path:
+        """GET ``url`` streamed to the file ``target`` (retried like every read)."""
+        response = self._send("GET", url, retry=True, stream=True, params=params)
         try:
             with target.open("wb") as handle:
                 for chunk in response.iter_bytes():
@@ -715,15 +716,7 @@ class Client:
             name = str(part["name"])
             if Path(name).name != name:  # the service names parts part-NNNNN.parquet
                 raise ApiError(None, f"unexpected part name {name!r}")
-            response = self._send("GET", str(part["url"]), retry=True, stream=True)
-            path = target / name
-            try:
-                with path.open("wb") as handle:
-                    for chunk in response.iter_bytes():
-                        handle.write(chunk)
-            finally:
-                response.close()
-            written.append(path)
+            written.append(self._stream_to(str(part["url"]), target / name))
         return written
 
     @staticmethod

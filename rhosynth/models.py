@@ -121,7 +121,7 @@ class Source(_Wire):
 
     kind: Literal["s3", "local", "postgres"]
     keep_copy: bool
-    engine: str | None = None
+    engine: Literal["duckdb", "spark"] | None = None
     uri: str | None = None
     format: str | None = None
     connection: str | None = None
@@ -484,6 +484,7 @@ SERVER_NAMES: dict[type[BaseModel], str] = {
     Truncation: "TruncationOut",
     PrivacyUnit: "PrivacyUnitOut",
     Dataset: "DatasetOut",
+    Source: "SourceOut",
     LedgerEntry: "LedgerEntryOut",
     Ledger: "LedgerOut",
     Progress: "ProgressOut",

@@ -24,6 +24,7 @@ from app.auth.service import Principal
 from app.budget.service import BudgetExceeded, QuotaRequired
 from app.jobs import approvals, partitioned_output, preview, service
 from app.jobs.export import parts_download, table_download
+from app.jobs.models import Job
 from app.jobs.schemas import (
     ApprovalList,
     ApprovalOut,
@@ -269,17 +270,7 @@ def download_output(
     format: Annotated[Literal["csv", "parquet"], Query()] = "csv",
 ) -> StreamingResponse:
     """Download the synthetic table in the original value space (CSV or Parquet)."""
-    try:
-        with db.transaction() as session:
-            job, key = service.output_key(session, storage, principal, job_id)
-    except service.JobNotFound:
-        raise _job_not_found() from None
-    except service.JobConflict as error:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
-    except service.OutputGone:
-        raise HTTPException(
-            status.HTTP_410_GONE, "the output was erased with its dataset"
-        ) from None
+    job, key = _output_key(db, storage, principal, job_id)
     if partitioned_output.is_partitioned(key):
         # A large release: one CSV stream of every part; Parquet comes as parts (below).
         if format == "parquet":
@@ -293,13 +284,14 @@ def download_output(
     return table_download(storage, key, format, f"rhosynth-{job.id}")
 
 
-def _partitioned_key(
+def _output_key(
     db: Database, storage: Storage, principal: Principal, job_id: uuid.UUID
-) -> str:
-    """The manifest key of a job's partitioned output (404, 409, 410 as for the output)."""
+) -> tuple[Job, str]:
+    """A succeeded job and its output's key, for downloads: 404, 409 (not succeeded) or 410
+    (erased with its dataset) otherwise."""
     try:
         with db.transaction() as session:
-            _job, key = service.output_key(session, storage, principal, job_id)
+            return service.output_key(session, storage, principal, job_id)
     except service.JobNotFound:
         raise _job_not_found() from None
     except service.JobConflict as error:
@@ -308,6 +300,13 @@ def _partitioned_key(
         raise HTTPException(
             status.HTTP_410_GONE, "the output was erased with its dataset"
         ) from None
+
+
+def _partitioned_key(
+    db: Database, storage: Storage, principal: Principal, job_id: uuid.UUID
+) -> str:
+    """The manifest key of a job's partitioned output (404, 409, 410 as for the output)."""
+    _job, key = _output_key(db, storage, principal, job_id)
     if not partitioned_output.is_partitioned(key):
         raise HTTPException(
             status.HTTP_409_CONFLICT,
