@@ -25,7 +25,11 @@ SLOW_ROWS = 10_000_000  # about 3-5 s of sampling and writing: long enough to be
 
 @pytest.fixture(scope="module")
 def chaos_stack(_services: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    stack = Stack.create("chaos", tmp_path_factory.mktemp("chaos-stack"))
+    # SLOW_ROWS (10 M) stays one output file, drawn in memory (these tests look for it): above
+    # it a release would be stored as parts (tests/app/test_partitioned_output.py).
+    stack = Stack.create(
+        "chaos", tmp_path_factory.mktemp("chaos-stack"), partitioned_output_rows=10 * SLOW_ROWS
+    )
     try:
         yield stack
     finally:

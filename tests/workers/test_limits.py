@@ -41,6 +41,8 @@ def limits_stack(_services: None, tmp_path_factory: pytest.TempPathFactory) -> I
         "limits",
         tmp_path_factory.mktemp("limits-stack"),
         workers=1,
+        # BIG_ROWS drawn in memory (the point of the memory-limit test), not as parts.
+        partitioned_output_rows=10 * BIG_ROWS,
         worker_overrides={
             "job_time_limit_seconds": TIME_LIMIT_SECONDS,
             "job_memory_limit_mb": MEMORY_LIMIT_MB,
