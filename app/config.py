@@ -97,6 +97,15 @@ class Settings(BaseSettings):
 
     # Limits on releases.
     max_output_rows: int = Field(default=100_000_000, ge=1)
+    # A release of at least this many requested rows, from a method with a re-samplable model,
+    # is drawn in chunks and stored as a partitioned Parquet dataset (part-00000.parquet, …;
+    # app/jobs/partitioned_output.py, engine/tables/partitioned.py) instead of in memory.
+    partitioned_output_rows: int = Field(default=5_000_000, ge=1)
+    # Rows per chunk (and per part), and chunks drawn and written at once (threads).
+    output_chunk_rows: int = Field(default=2_000_000, ge=1)
+    output_workers: int = Field(default=2, ge=1, le=64)
+    # Rows of a partitioned release kept (a uniform subsample) for its reports.
+    report_sample_rows: int = Field(default=1_000_000, ge=1)
     # Derived samples (free re-sampling) queued or running per tenant at once.
     tenant_max_live_samples: int = Field(default=20, ge=1)
     # Rows a tenant's samples may hold at once (queued, running or stored): a new sample past it

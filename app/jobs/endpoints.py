@@ -22,8 +22,8 @@ from app.api.errors import ErrorOut, error_responses
 from app.api.limits import FiniteJSONRoute
 from app.auth.service import Principal
 from app.budget.service import BudgetExceeded, QuotaRequired
-from app.jobs import approvals, preview, service
-from app.jobs.export import table_download
+from app.jobs import approvals, partitioned_output, preview, service
+from app.jobs.export import parts_download, table_download
 from app.jobs.schemas import (
     ApprovalList,
     ApprovalOut,
@@ -33,9 +33,12 @@ from app.jobs.schemas import (
     JobRequest,
     MethodList,
     MethodOut,
+    OutputPartOut,
+    OutputPartsOut,
     OverBudgetOut,
     RejectIn,
 )
+from app.storage import Storage
 from engine.mechanisms import MECHANISMS
 
 router = APIRouter(
@@ -277,7 +280,92 @@ def download_output(
         raise HTTPException(
             status.HTTP_410_GONE, "the output was erased with its dataset"
         ) from None
+    if partitioned_output.is_partitioned(key):
+        # A large release: one CSV stream of every part; Parquet comes as parts (below).
+        if format == "parquet":
+            raise HTTPException(
+                status.HTTP_409_CONFLICT,
+                f"this release is a partitioned Parquet dataset: list its parts with GET "
+                f"/v1/jobs/{job.id}/output/parts and download each one, or ask for format=csv",
+            )
+        keys = list(partitioned_output.iter_part_keys(storage, key))
+        return parts_download(storage, keys, f"rhosynth-{job.id}")
     return table_download(storage, key, format, f"rhosynth-{job.id}")
+
+
+def _partitioned_key(
+    db: Database, storage: Storage, principal: Principal, job_id: uuid.UUID
+) -> str:
+    """The manifest key of a job's partitioned output (404, 409, 410 as for the output)."""
+    try:
+        with db.transaction() as session:
+            _job, key = service.output_key(session, storage, principal, job_id)
+    except service.JobNotFound:
+        raise _job_not_found() from None
+    except service.JobConflict as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    except service.OutputGone:
+        raise HTTPException(
+            status.HTTP_410_GONE, "the output was erased with its dataset"
+        ) from None
+    if not partitioned_output.is_partitioned(key):
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"this release is one file: download it with GET /v1/jobs/{job_id}/output",
+        )
+    return key
+
+
+@router.get(
+    "/jobs/{job_id}/output/parts",
+    response_model=OutputPartsOut,
+    responses=error_responses(409, 410),
+)
+def list_output_parts(
+    job_id: uuid.UUID, db: DatabaseDep, storage: StorageDep, principal: AnalystKey
+) -> OutputPartsOut:
+    """The parts of a large release stored as a partitioned Parquet dataset, in row order."""
+    key = _partitioned_key(db, storage, principal, job_id)
+    manifest = partitioned_output.read_manifest(storage, key)
+    return OutputPartsOut(
+        format=str(manifest["format"]),
+        rows=int(manifest["rows"]),
+        parts=[
+            OutputPartOut(
+                name=str(part["name"]),
+                rows=int(part["rows"]),
+                bytes=int(part["bytes"]),
+                url=f"/v1/jobs/{job_id}/output/parts/{part['name']}",
+            )
+            for part in manifest["parts"]
+        ],
+    )
+
+
+@router.get(
+    "/jobs/{job_id}/output/parts/{name}",
+    response_model=None,
+    responses={
+        200: {"content": {"text/csv": {}, "application/vnd.apache.parquet": {}}},
+        **error_responses(409, 410),
+    },
+)
+def download_output_part(
+    job_id: uuid.UUID,
+    name: str,
+    db: DatabaseDep,
+    storage: StorageDep,
+    principal: AnalystKey,
+    format: Annotated[Literal["csv", "parquet"], Query()] = "parquet",
+) -> StreamingResponse:
+    """One part of a partitioned release (Parquet as stored, or CSV)."""
+    key = _partitioned_key(db, storage, principal, job_id)
+    if name not in partitioned_output.part_names(storage, key):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "no such part")
+    stem = name.removesuffix(".parquet")
+    return table_download(
+        storage, partitioned_output.part_key(key, name), format, f"rhosynth-{job_id}-{stem}"
+    )
 
 
 @router.get("/methods", response_model=MethodList, tags=["methods"])

@@ -39,7 +39,7 @@ from app.datasets import repository as dataset_repository
 from app.datasets.ingest import read_stored_table
 from app.db.base import utcnow
 from app.db.session import get_session_factory, transaction
-from app.jobs import dispatch, repository
+from app.jobs import dispatch, partitioned_output, repository
 from app.jobs.export import store_table
 from app.jobs.limits import (
     JobTimeLimitExceeded,
@@ -206,6 +206,10 @@ class _Progress:
         self._detail = PHASES[name]
         self._write(public=PHASES[name])
 
+    def check(self) -> None:
+        """Raise if the attempt must stop (time limit, lost lease, cancel), without writing."""
+        self._check()
+
     def _check(self) -> None:
         if self._lease.past_deadline():  # the job's time limit (app/jobs/limits.py)
             raise JobTimeLimitExceeded(self._claim.job_id)
@@ -333,13 +337,15 @@ def _run_attempt(
         writer = ArtefactWriter(storage, job_id, claim.attempt, past_deadline=lease.past_deadline)
         progress = _Progress(factory, settings, claim, lease)
         try:
-            rows = _synthesize(factory, settings, storage, claim, progress, output_key, writer)
+            rows, published_key = _synthesize(
+                factory, settings, storage, claim, progress, output_key, writer
+            )
             with transaction(factory) as session:
                 published = repository.complete(
                     session,
                     job_id,
                     claim.attempt,
-                    output_key=output_key,
+                    output_key=published_key,
                     output_rows=rows,
                     artefacts=writer.written,
                     now=utcnow(),
@@ -554,8 +560,9 @@ def _synthesize(
     progress: _Progress,
     output_key: str,
     writer: ArtefactWriter,
-) -> int:
-    """Run the attempt up to publication; returns the synthetic table's row count."""
+) -> tuple[int, str]:
+    """Run the attempt up to publication; returns the synthetic table's row count and the key
+    it is published under (``output_key``, or a partitioned output's manifest)."""
     source = _source(factory, settings, claim)
     # The job's memory limit is raised by its input table's allowance while it runs.
     with raised_memory_limit(source.allowance):
@@ -564,6 +571,8 @@ def _synthesize(
         params = mechanism.validate_params(claim.params)
         # Seeds drive post-processing only; DP noise comes from the CSPRNG inside the engine.
         rng = np.random.default_rng(claim.seed)
+        # A large release is drawn in chunks after the run (public facts decide).
+        chunked = partitioned_output.applies(settings, mechanism, claim.rows)
 
         progress.phase("load")
         with contextlib.ExitStack() as reading:
@@ -604,7 +613,9 @@ def _synthesize(
                 # the noisy estimate is capped at RHOSYNTH_MAX_OUTPUT_ROWS and at the rows that
                 # fit the per-job memory limit.
                 max_rows=(
-                    settings.max_output_rows
+                    0  # the model only: its rows are drawn in chunks below
+                    if chunked
+                    else settings.max_output_rows
                     if claim.rows is not None
                     else output_rows_limit(settings, mechanism, data.domain, params)
                 ),
@@ -621,16 +632,34 @@ def _synthesize(
         # are redrawn from the fitted model with the job's post-processing rng, then repaired.
         # No ρ: only the model's output is used; the counts go to the release report.
         model = result.model
-        kept = store_table(
-            storage,
-            schema,
-            synthetic,
-            rng,
-            output_key,
-            sampler=model.sample if model is not None else None,
-        )
-        if kept is not None:
-            synthetic = kept.codes
+        published_key, rows_out, rules = output_key, None, None
+        if chunked:
+            if model is None or claim.rows is None:  # applies() asked for both
+                raise RuntimeError("a chunked output needs rows and a re-samplable model")
+            # Parts uploaded as they are written; reports get a uniform subsample.
+            stored = partitioned_output.store_partitioned(
+                storage,
+                settings,
+                schema,
+                model.sample,
+                claim.rows,
+                claim.seed,
+                output_key,
+                check=progress.check,
+            )
+            synthetic, published_key, rows_out = stored.sample, stored.key, stored.rows
+            rules = None if stored.rules is None else stored.rules.to_json()
+        else:
+            kept = store_table(
+                storage,
+                schema,
+                synthetic,
+                rng,
+                output_key,
+                sampler=model.sample if model is not None else None,
+            )
+            if kept is not None:
+                synthetic, rules = kept.codes, kept.report.to_json()
 
         # The release's artefacts: post-processing of what was released (app/reports/artefacts.py).
         # The owner tier, which reads the real table, is built after publication by a reports
@@ -648,8 +677,9 @@ def _synthesize(
             synthetic,
             title,
             discovery_delta=source.discovery_delta,
-            rules=None if kept is None else kept.report.to_json(),
+            rules=rules,
             privacy_unit=source.unit,
+            synthetic_rows=rows_out,
         )
         del record, result
         # What the owner tier compares, for the reports worker (its size is public: rows ×
@@ -658,4 +688,4 @@ def _synthesize(
             # A registered source read in place has no stored table to compare with: no owner
             # tier (app/jobs/owner_tier.py ends it "none").
             save_owner_input(storage, claim.job_id, claim.attempt, synthetic)
-        return int(synthetic.shape[0])
+        return (int(synthetic.shape[0]) if rows_out is None else rows_out), published_key

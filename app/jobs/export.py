@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,30 @@ def stream_stored_csv(storage: Storage, key: str) -> Iterator[bytes]:
     first streamed to a local scratch copy, removed when the response ends or is abandoned."""
     with storage.local_copy(key) as path:
         yield from stream_csv(path)
+
+
+def stream_parts_csv(storage: Storage, keys: Iterable[str]) -> Iterator[bytes]:
+    """Stored Parquet parts (one schema) as one CSV: the header once, then each part's rows,
+    one part's local copy at a time."""
+    header = True
+    for key in keys:
+        with storage.local_copy(key) as path:
+            parquet = pq.ParquetFile(path)
+            schema = parquet.schema_arrow
+            if header:
+                yield csv_header(schema.names)
+                header = False
+            for batch in parquet.iter_batches(batch_size=BATCH_ROWS):
+                yield csv_rows(batch, schema)
+
+
+def parts_download(storage: Storage, keys: list[str], filename: str) -> StreamingResponse:
+    """A partitioned output (app/jobs/partitioned_output.py) as one CSV download."""
+    return StreamingResponse(
+        stream_parts_csv(storage, keys),
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{filename}.csv"'},
+    )
 
 
 def table_download(storage: Storage, key: str, format: str, filename: str) -> StreamingResponse:

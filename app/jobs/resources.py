@@ -28,6 +28,9 @@ time limit (:func:`check_sampling_time`).
 Without ``rows`` the output size is the mechanism's noisy row count, which the submission cannot
 know: it is capped at :func:`output_rows_limit`, the number of rows that fit in the memory limit
 next to the method's model (and at ``RHOSYNTH_MAX_OUTPUT_ROWS``), so the worker never decodes more.
+With ``rows`` at or above ``RHOSYNTH_PARTITIONED_OUTPUT_ROWS`` (a re-samplable method) the output
+is drawn in chunks, so the estimate counts the chunks in flight and the reports' subsample
+instead of every row (app/jobs/partitioned_output.py).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from app.config import Settings
+from app.jobs.partitioned_output import rows_in_memory
 from engine.costs import CostPrediction
 from engine.domain import Domain
 from engine.mechanisms import Mechanism, ResourceEstimate
@@ -105,7 +109,9 @@ def check_resources(
     limit = _memory_limit(settings)
     name = mechanism.name
     # The cap (a bisection over the estimate) only when it is needed: no rows, or a message.
-    bound = rows if rows is not None else output_rows_limit(settings, mechanism, domain, params)
+    # A release drawn in chunks holds a few chunks, not its rows (app/jobs/partitioned_output.py).
+    held = rows_in_memory(settings, mechanism, rows)
+    bound = held if held is not None else output_rows_limit(settings, mechanism, domain, params)
     estimate = mechanism.estimate_resources(domain, params, bound)
     if estimate.memory_bytes > limit:
         bare = mechanism.estimate_resources(domain, params, 0).memory_bytes

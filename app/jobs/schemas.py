@@ -231,6 +231,21 @@ class JobList(BaseModel):
     next_offset: int | None
 
 
+class OutputPartOut(BaseModel):
+    name: str = Field(description="the part's file name, part-00000.parquet, … (row order)")
+    rows: int
+    bytes: int = Field(description="the Parquet file's size")
+    url: str = Field(description="where to download it (?format=csv for CSV)")
+
+
+class OutputPartsOut(BaseModel):
+    """A large release stored as a partitioned Parquet dataset: its parts, in row order."""
+
+    format: str
+    rows: int
+    parts: list[OutputPartOut]
+
+
 class MethodOut(BaseModel):
     name: str
     description: str

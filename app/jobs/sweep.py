@@ -153,9 +153,10 @@ def _sweep_outputs(
             keep = False
         elif owner.status in TERMINAL_STATUSES:
             published = owner.output_key
-            keep = published is not None and entry in (
-                published,
-                published.removesuffix(".parquet"),
+            # A partitioned output's manifest lies inside its attempt's folder.
+            keep = published is not None and (
+                entry in (published, published.removesuffix(".parquet"))
+                or published.startswith(entry + "/")
             )
         else:
             keep = True  # a live attempt may still publish it

@@ -30,6 +30,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from app.jobs import partitioned_output
 from app.reports.names import (
     MEASUREMENTS_JSON,
     MEASUREMENTS_PARQUET,
@@ -125,11 +126,14 @@ def write_release_artefacts(
     discovery_delta: float = 0.0,
     privacy_unit: Mapping[str, Any] | None = None,
     rules: dict[str, Any] | None = None,
+    synthetic_rows: int | None = None,
 ) -> None:
     """The record, the model, the measurements as tables and the release tier of the report
     (its privacy profile adds ``discovery_delta``, the dataset's discovery δ, to each δ;
     ``rules``: what keeping the schema's rules did, engine.constraints.keep;
-    ``privacy_unit``: :func:`engine.reports.unit.unit_statement` with the DP truncation count)."""
+    ``privacy_unit``: :func:`engine.reports.unit.unit_statement` with the DP truncation count;
+    ``synthetic_rows``: the release's rows when ``synthetic`` is a subsample of them, a
+    partitioned output's, app/jobs/partitioned_output.py)."""
     writer.put_bytes(RECORD, record.to_bytes())
     if model is not None:
         # The CLI's model file (model + public schema): `rhosynth sample` reads a download.
@@ -160,6 +164,7 @@ def write_release_artefacts(
             discovery_delta=discovery_delta,
             rules=rules,
             privacy_unit=privacy_unit,
+            synthetic_rows=synthetic_rows,
         )
         writer.put_json(RELEASE_JSON, built)
         writer.put_text(RELEASE_HTML, render_html(built, title=title))
@@ -195,11 +200,18 @@ def published_values(storage: Storage, key: str, schema: TableSchema) -> ValueSo
     """The numeric, date and datetime columns of a published output (Parquet at ``key``): the
     values analysts download, read :data:`VALUE_BATCH_ROWS` rows at a time."""
     names = [column.name for column in value_columns(schema)]
+    # A partitioned output (app/jobs/partitioned_output.py): its parts in row order.
+    keys = (
+        list(partitioned_output.iter_part_keys(storage, key))
+        if partitioned_output.is_partitioned(key)
+        else [key]
+    )
 
     def batches() -> Iterator[pa.RecordBatch]:
-        with storage.local_copy(key) as path:
-            parquet = pq.ParquetFile(path)
-            yield from parquet.iter_batches(batch_size=VALUE_BATCH_ROWS, columns=names)
+        for part in keys:
+            with storage.local_copy(part) as path:
+                parquet = pq.ParquetFile(path)
+                yield from parquet.iter_batches(batch_size=VALUE_BATCH_ROWS, columns=names)
 
     return ValueSource(batches, names=frozenset(names))
 

@@ -319,6 +319,7 @@ def build_release_report(
     discovery_delta: float = 0.0,
     privacy_unit: Mapping[str, Any] | None = None,
     rules: Mapping[str, Any] | None = None,
+    synthetic_rows: int | None = None,
 ) -> dict[str, Any]:
     """The release-tier report (JSON-able) of one release; DP post-processing only.
 
@@ -332,6 +333,9 @@ def build_release_report(
     added to each conversion δ of the privacy profile: the release uses the discovered domain.
     ``rules``: what keeping the schema's declared rules did (``KeepReport.to_json``, functions
     of the model's output only), shown under ``"rules"`` (null when the schema has none).
+    ``synthetic_rows``: the release's row count when ``synthetic`` is a uniform subsample of its
+    rows (a partitioned output: engine.tables.partitioned); the shares are then the subsample's
+    and ``"report_sample_rows"`` says how many rows they were computed on.
     Raises ValueError when the record's domain is not the schema's.
     """
     domain = schema.domain()
@@ -368,7 +372,8 @@ def build_release_report(
         },
         "privacy_profile": profile,
         "estimated_total": rounded(record.estimated_total),
-        "synthetic_rows": data.n_rows,
+        "synthetic_rows": data.n_rows if synthetic_rows is None else int(synthetic_rows),
+        **({} if synthetic_rows is None else {"report_sample_rows": data.n_rows}),
         "columns": [
             {"name": column.name, "type": column.type, "size": column.size}
             for column in schema.columns

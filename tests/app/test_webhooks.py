@@ -223,15 +223,15 @@ def _outbox_counts(settings: Settings) -> tuple[int, int]:
     return int(events or 0), int(deliveries or 0)
 
 
-def _run_job(settings: Settings, job_id: str, outcome: Callable[..., int]) -> str:
+def _run_job(settings: Settings, job_id: str, outcome: Callable[..., object]) -> str:
     """One attempt of the job in this process, the engine replaced by ``outcome``."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(execution, "_synthesize", outcome)
         return execution.execute_job(settings, uuid.UUID(job_id)).status
 
 
-def _rows(*_args: object) -> int:
-    return 7
+def _rows(*args: object) -> tuple[int, object]:
+    return 7, args[5]  # the rows and the key published (_synthesize's output_key)
 
 
 def test_events_arrive_signed_and_verify_with_the_client_helper(

@@ -51,7 +51,16 @@ def test_the_builder_takes_no_real_data() -> None:
         "discovery_delta",
         "privacy_unit",  # k and the DP truncation count: public (issue 28 §1)
         "rules",  # counts of keeping the declared rules: functions of the model's output
+        "synthetic_rows",  # a partitioned release's row count: the output's (issue 29 §2)
     ]
+
+
+def test_a_subsample_report_states_the_release_rows() -> None:
+    schema, record, synthetic = _tiny()
+    assert "report_sample_rows" not in build_release_report(schema, record, synthetic)
+    built = build_release_report(schema, record, synthetic, synthetic_rows=10_000_000)
+    assert built["synthetic_rows"] == 10_000_000
+    assert built["report_sample_rows"] == synthetic.shape[0]
 
 
 def test_the_rules_kept_are_reported() -> None:
