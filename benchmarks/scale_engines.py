@@ -28,7 +28,11 @@ Spark's JVM, a grandchild of the Python driver):
 * ``numpy``: the in-memory path (``Dataset`` of narrow codes, ``independent``) at 10 M and 20 M
   rows: wall and peak RSS, to state its limit.
 
+* ``writer``: each method fitted on adult alone (its driver-side time), then ``--rows-out`` rows
+  drawn by the chunked writer at one and at two threads.
+
 Results go to ``--json`` (one key per run; a recorded run is skipped unless ``--force``).
+``--project 1 4 16 64`` prints docs/scale.md's projection to 1 B rows from the recorded runs.
 
     nice python -m benchmarks.scale_engines --data ../shared/data --workdir /work/scale29 \\
         --json docs/scale_engines.json --phases generate upload count method numpy
@@ -411,6 +415,48 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+CORES_PER_NODE = 8
+SPREAD = 0.7  # u: how well a scan spreads over the cluster's cores
+JOB_OVERHEAD_S = 1.0  # o: fixed cost per Spark job on a cluster
+TARGET_ROWS = 1_000_000_000
+TABLES = {
+    # Tables each method counted on adult through DuckDBCounts (one-, two-, three-way) and the
+    # queries it made (counted by wrapping DuckDBCounts.counts and _fetch; ε = 1, seed 0).
+    "independent": ((14, 0, 0), 14),
+    "mst": ((14, 104, 0), 28),
+    "aim": ((28, 101, 378), 39),
+}
+
+
+def project(results: dict[str, Any], nodes: list[int]) -> list[list[str]]:
+    """docs/scale.md's table: counting at 1 B rows on ``nodes`` nodes of :data:`CORES_PER_NODE`
+    cores: jobs × o + Σ tables × rows × (core-seconds per row of a k-way table, Spark local[2]
+    at 100 M rows, one GROUP BY per table) / (nodes × cores × u), plus the driver-side time F
+    (the method fitted on adult alone, ``writer/<method>/…`` ``fit_s``)."""
+    spark = results["count/spark/100m"]
+    rows = spark["rows"]
+    per_row = [
+        spark[f"{name}_s"] * 2 / (spark[f"{name}_tables"] * rows)
+        for name in ("one_way", "two_way", "three_way")
+    ]
+    out = []
+    for method, (tables, jobs) in TABLES.items():
+        fit = results.get(f"writer/{method}/10000000", {}).get("fit_s", 0.0)
+        work = TARGET_ROWS * sum(t * a for t, a in zip(tables, per_row, strict=True))
+        cells = [
+            method,
+            "/".join(str(t) for t in tables),
+            str(jobs),
+            f"{work:,.0f}",
+            f"{fit:.1f} s",
+        ]
+        for n in nodes:
+            seconds = jobs * JOB_OVERHEAD_S + work / (n * CORES_PER_NODE * SPREAD) + fit
+            cells.append(f"{seconds:,.0f} s")
+        out.append(cells)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--child")
@@ -424,6 +470,7 @@ def main() -> None:
     parser.add_argument("--rows-out", type=int, default=100_000_000)
     parser.add_argument("--numpy-rows", type=int, nargs="+", default=[10_000_000, 20_000_000])
     parser.add_argument("--force", action="store_true")
+    parser.add_argument("--project", type=int, nargs="+", help="print docs/scale.md's table")
     parser.add_argument("--memory-limit", default="1GB", help="DuckDB's memory_limit")
     parser.add_argument(
         "--unbatched", action="store_true", help="one GROUP BY per table (no GROUPING SETS)"
@@ -436,6 +483,19 @@ def main() -> None:
         print(json.dumps(result), flush=True)
         return
     results: dict[str, Any] = json.loads(args.json.read_text()) if args.json.exists() else {}
+    if args.project:
+        from benchmarks.sections import markdown_table
+
+        header = ["method", "tables (1/2/3-way)", "jobs", "core-s", "F"]
+        header += [f"{n} nodes" for n in args.project]
+        print(
+            "\n".join(
+                markdown_table(
+                    header, project(results, args.project), "lrrrr" + "r" * len(args.project)
+                )
+            )
+        )
+        return
 
     def record(key: str, compute: Any) -> None:
         if key in results and not args.force:

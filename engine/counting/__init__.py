@@ -38,7 +38,7 @@ Two additions let every graphical method run on an engine (issue 29, "every meth
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeGuard
 
 import numpy as np
@@ -161,6 +161,30 @@ def batches(domain: Domain, attrs: Sequence[tuple[str, ...]]) -> list[list[tuple
     if current:
         out.append(current)
     return out
+
+
+def counted_in_batches(
+    domain: Domain,
+    attribute_sets: Sequence[Sequence[str]],
+    *,
+    batched: bool,
+    table: Callable[[tuple[str, ...]], IntArray],
+    grouping_sets: Callable[[list[tuple[str, ...]]], dict[tuple[str, ...], IntArray]],
+) -> list[IntArray]:
+    """``counts`` of an engine that counts one table per query (``table``) or, when ``batched``,
+    several per scan (``grouping_sets``, on the :func:`batches` of the distinct non-empty
+    sets); the tables in the order asked, each the same exact table either way."""
+    sets = checked_attributes(domain, attribute_sets)
+    wanted = list(dict.fromkeys(s for s in sets if s))
+    if not batched or len(wanted) < 2:
+        return [table(attrs) for attrs in sets]
+    tables: dict[tuple[str, ...], IntArray] = {}
+    for batch in batches(domain, wanted):
+        if len(batch) == 1:
+            tables[batch[0]] = table(batch[0])
+        else:
+            tables.update(grouping_sets(batch))
+    return [tables[s] if s else table(s) for s in sets]
 
 
 def grouping_mask(keys: Sequence[str], attrs: tuple[str, ...]) -> int:
@@ -297,6 +321,7 @@ __all__ = [
     "checked_attributes",
     "checked_codes",
     "codes_at",
+    "counted_in_batches",
     "grouping_mask",
     "is_counting_engine",
     "recoded_engine",

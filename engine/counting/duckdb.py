@@ -29,10 +29,9 @@ import pyarrow as pa
 from engine.counting import (
     CodeMaps,
     IntArray,
-    batches,
     check_code_maps,
-    checked_attributes,
     checked_codes,
+    counted_in_batches,
     grouping_mask,
     table_from_groups,
 )
@@ -226,17 +225,13 @@ class DuckDBCounts:
         raise RuntimeError(f"DuckDB could not count {what} ({failure})")
 
     def counts(self, attribute_sets: Sequence[Sequence[str]]) -> list[IntArray]:
-        sets = checked_attributes(self._domain, attribute_sets)
-        wanted = list(dict.fromkeys(s for s in sets if s))
-        if not self.batched or len(wanted) < 2:
-            return [self._table(attrs) for attrs in sets]
-        tables: dict[tuple[str, ...], IntArray] = {}
-        for batch in batches(self._domain, wanted):
-            if len(batch) == 1:
-                tables[batch[0]] = self._table(batch[0])
-            else:
-                tables.update(self._grouping_sets(batch))
-        return [tables[s] if s else self._table(s) for s in sets]
+        return counted_in_batches(
+            self._domain,
+            attribute_sets,
+            batched=self.batched,
+            table=self._table,
+            grouping_sets=self._grouping_sets,
+        )
 
     def _table(self, attrs: tuple[str, ...]) -> IntArray:
         if not attrs:
