@@ -231,6 +231,7 @@ def service(
         job_memory_limit_mb=2048,
         max_upload_bytes=1024**3,  # the service default (the test stack has 8 MiB)
         max_output_rows=100_028_416,
+        max_rows=100_028_416,  # adult × 2,048 is 28,416 rows above the default 100 M
         source_engine=engine,
         source_s3_buckets=json.dumps([s3.bucket]),
         s3_endpoint_url=s3.endpoint,
@@ -284,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
                     with PeakSampler(groups) as sampler:
                         reg = register(owner, uri, schema, engine)
                     reg["peak_mib"] = sampler.mib()
-                    results[f"register/{engine}"] = {"at": _now(), **reg}
+                    methods = "+".join(m for e, m in runs if e == engine)
+                    results[f"register/{engine}/for-{methods}"] = {"at": _now(), **reg}
                     save()
                     print("registered", reg, flush=True)
                     for _, method in (r for r in runs if r[0] == engine):
