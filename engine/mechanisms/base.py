@@ -796,7 +796,10 @@ class Mechanism(abc.ABC):
         del params
         if self.runs_on_counts:
             return None
-        return f"method {self.name!r} runs only on codes in memory"
+        return (
+            f"method {self.name!r} reads more than counts from the data; it runs only on codes "
+            "in memory, not on another counting engine"
+        )
 
     def run(
         self,
@@ -850,11 +853,10 @@ class Mechanism(abc.ABC):
         if not isinstance(data, Dataset):
             if not is_counting_engine(data):  # looks nothing up on the data
                 raise TypeError("data must be a Dataset or a CountingEngine")
-            if not self.runs_on_counts:
-                raise EngineRefused(
-                    f"method {self.name!r} reads more than counts from the data; it runs only "
-                    "on codes in memory, not on another counting engine"
-                )
+            # The service refuses the same at submission (app/jobs/service.py).
+            refusal = self.engine_refusal(params)
+            if refusal is not None:
+                raise EngineRefused(refusal)
         if isinstance(rho, bool) or not isinstance(rho, Fraction | int):
             raise TypeError("rho must be a Fraction (exact), not a float")
         rho = Fraction(rho)

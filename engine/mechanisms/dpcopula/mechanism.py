@@ -650,16 +650,13 @@ class DPCopulaMechanism(Mechanism):
         noise_source: random.Random | None,
     ) -> SynthesisResult:
         assert isinstance(params, DPCopulaParams)
-        if not isinstance(data, Dataset):
-            # Decided from the method's params and the engine alone, before anything is read.
-            refusal = self.engine_refusal(params)
-            if refusal is not None:
-                raise EngineRefused(refusal)
-            if not callable(getattr(data, "codes_at", None)):
-                raise EngineRefused(
-                    f"method {self.name!r} reads a subsample of rows by position; this counting "
-                    "engine cannot, so it runs only on codes in memory, DuckDB or Spark"
-                )
+        # Decided from the engine alone, before anything is read (the params' refusal,
+        # engine_refusal, was made by run).
+        if not isinstance(data, Dataset) and not callable(getattr(data, "codes_at", None)):
+            raise EngineRefused(
+                f"method {self.name!r} reads a subsample of rows by position; this counting "
+                "engine cannot, so it runs only on codes in memory, DuckDB or Spark"
+            )
         source = noise_source if noise_source is not None else SecureRandom()
         domain = data.domain
         candidates = (
