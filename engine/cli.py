@@ -745,8 +745,7 @@ def sample(
     """
     import numpy as np
 
-    from engine.mechanisms.base import resolve_rows
-    from engine.models.fitted import ModelError
+    from engine.models.fitted import ModelError, resolve_rows
     from engine.release.model_file import load_model_file
 
     started = time.perf_counter()
