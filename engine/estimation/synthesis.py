@@ -71,6 +71,10 @@ Strata = Sequence[tuple[CodeArray, int]]
 
 # Mixed-radix keys stay below this bound so that ``key * size + code`` never overflows int64.
 _KEY_BOUND = 2**62
+# A key shifted left to make room for the tie-break stays below this (int64's largest + 1).
+_SORT_BOUND = 2**63
+# Below this many bits for a truncated position, ties would be common: sort the floats instead.
+_MIN_FRACTION_BITS = 24
 
 
 def _dense_rank(key: IntArray) -> tuple[IntArray, int]:
@@ -86,11 +90,41 @@ def _dense_rank(key: IntArray) -> tuple[IntArray, int]:
 
 
 def _order_by_group_then(position: FloatArray, group: IntArray, groups: int) -> IntArray:
-    """``np.lexsort((position, group))`` for distinct ``position`` values: one sort on the
+    """``np.lexsort((position, group))`` for distinct ``position`` values in [0, 1].
+
+    One int64 key per row, ``(group, ⌊position · 2^b⌋, row)`` in bit fields, sorted by value
+    (``np.sort``, much faster than ``np.argsort``); its low bits are the order. Rows whose
+    group and truncated position are equal (adjacent after the sort, and rare: about
+    n² · 2^-43 pairs) are then re-sorted among themselves by their exact positions, so the order
+    is exactly the lexicographic one. When the fields do not fit 63 bits: one argsort on the
     floats, then a stable sort on the (small-dtype, so radix-sorted) group numbers."""
-    by_position = np.argsort(position)
-    small = group.astype(narrowest_unsigned(groups))[by_position]
-    order: IntArray = by_position[np.argsort(small, kind="stable")]
+    n = position.shape[0]
+    row_bits = max(n - 1, 1).bit_length()
+    group_bits = max(groups - 1, 1).bit_length()
+    fraction_bits = min(63 - row_bits - group_bits, 52)
+    if fraction_bits < _MIN_FRACTION_BITS:
+        by_position = np.argsort(position)
+        small = group.astype(narrowest_unsigned(groups))[by_position]
+        fallback: IntArray = by_position[np.argsort(small, kind="stable")]
+        return fallback
+    top = (1 << fraction_bits) - 1
+    scaled = np.floor(position * float(1 << fraction_bits))
+    np.minimum(scaled, float(top), out=scaled)  # a position of 1.0 shares the last step
+    key = group.astype(np.int64) << fraction_bits
+    key |= scaled.astype(np.int64)
+    key <<= row_bits
+    key |= np.arange(n, dtype=np.int64)
+    key.sort()
+    order: IntArray = key & ((1 << row_bits) - 1)
+    key >>= row_bits  # (group, truncated position)
+    same = key[1:] == key[:-1]
+    if same.any():
+        tied = np.zeros(n, dtype=bool)
+        tied[1:] = same
+        tied[:-1] |= same
+        slots = np.flatnonzero(tied)
+        members = order[slots]
+        order[slots] = members[np.lexsort((position[members], key[slots]))]
     return order
 
 
@@ -104,6 +138,11 @@ def _stratified_order(
     significant digit (the tie-break). Once every row has a key of its own the remaining columns
     cannot change the order and are skipped. Equal in distribution to a lexicographic sort on
     ``(keys, strata…, uniform tie-break)``.
+
+    The tie-break is a permutation of ``0..n-1`` in the low bits, so a sorted key tells its own
+    row: the keys are sorted by value (``np.sort``, about three times faster than
+    ``np.argsort`` on int64 here) and mapped back to rows through the inverse permutation. The
+    order is exactly ``np.argsort(key · 2^b + permutation)``, the same as with ``argsort``.
     """
     n = keys.shape[0]
     combined = keys.astype(np.int64, copy=True)
@@ -116,11 +155,17 @@ def _stratified_order(
         combined *= size
         combined += column
         bound *= size
-    if bound * n >= _KEY_BOUND:
+    bits = max(n - 1, 1).bit_length()  # the permutation's values fit in the low `bits` bits
+    if bound << bits > _SORT_BOUND:
         combined, bound = _dense_rank(combined)
-    combined *= n
-    combined += rng.permutation(n)
-    order: IntArray = np.argsort(combined)
+    permutation = rng.permutation(n)
+    combined <<= bits
+    combined |= permutation
+    combined.sort()
+    rows = np.empty(n, dtype=np.int64)
+    rows[permutation] = np.arange(n, dtype=np.int64)
+    combined &= (1 << bits) - 1
+    order: IntArray = rows[combined]
     return order
 
 
