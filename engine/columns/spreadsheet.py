@@ -141,8 +141,11 @@ def _cells(array: pa.Array, field: pa.Field) -> pa.Array:
             array = _quoted(escape_text(array))
     else:
         rendered = text_column(array, field)
-        if not (pa.types.is_string(rendered.type) or pa.types.is_large_string(rendered.type)):
-            array = rendered.cast(pa.string())  # numbers, booleans, ISO dates: pyarrow's text
+        if pa.types.is_integer(rendered.type):
+            array = _integer_text(rendered)
+        elif not (pa.types.is_string(rendered.type) or pa.types.is_large_string(rendered.type)):
+            # Numbers, booleans, ISO dates: pyarrow's text.
+            array = rendered.cast(pa.large_string())
         elif pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
             # A number in its declared format ("%.2f": -1.50) is a number, never a formula:
             # not escaped, and its text holds no comma, quote or line break to quote.
@@ -152,6 +155,22 @@ def _cells(array: pa.Array, field: pa.Field) -> pa.Array:
             needs = pc.fill_null(pc.match_substring_regex(escaped, _STRUCTURAL), False)
             array = pc.if_else(needs, _quoted(escaped), escaped)
     return pc.fill_null(array.cast(pa.large_string()), "")
+
+
+_TEXT_TABLE_LIMIT = 4096
+"""Integers spanning fewer values than this are rendered from a table of their texts."""
+
+
+def _integer_text(array: pa.Array) -> pa.Array:
+    """Integers as ``large_string``, the text of pyarrow's cast (nulls stay null). A column
+    spanning few values (codes, ages, counts: most of a synthetic table) takes each text from a
+    table of the span's texts, faster than casting every row."""
+    bounds = pc.min_max(array)
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low is None or high - low >= min(_TEXT_TABLE_LIMIT, len(array)):
+        return array.cast(pa.large_string())
+    texts = pa.array([str(value) for value in range(low, high + 1)], pa.large_string())
+    return texts.take(pc.subtract(array, pa.scalar(low, array.type)))
 
 
 def _quoted(array: pa.Array) -> pa.Array:

@@ -300,3 +300,27 @@ def test_negative_numbers_in_a_declared_format_stay_numbers() -> None:
         '2.00,52000.0,"a"',
         ',1.0,"\'=b"',
     ]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pa.array([3, 0, None, 7, 3], pa.uint8()),
+        pa.array([-5, 12, -5, None, 0], pa.int16()),
+        pa.array(list(range(-3000, 3000, 7)), pa.int64()),  # a span past the table: cast
+        pa.array([-(2**63), 2**63 - 1, None], pa.int64()),
+        pa.array([2**64 - 1, 0], pa.uint64()),
+        pa.array([None, None], pa.int32()),
+        pa.array([], pa.int64()),
+        pa.array([9, 8, 7, 6, 5, 4], pa.int32()).slice(2, 3),
+    ],
+)
+def test_integer_cells_are_pyarrows_text(values: pa.Array) -> None:
+    # Issue 25: integers are rendered from a table of the span's texts when the span is small;
+    # the bytes must be those of pyarrow's cast, nulls empty.
+    schema = pa.schema([pa.field("n", values.type)])
+    expected = b"".join(
+        (b"" if value is None else str(value).encode()) + b"\n" for value in values.to_pylist()
+    )
+    batch = pa.RecordBatch.from_arrays([values], schema=schema)
+    assert csv_rows(batch, schema) == expected
