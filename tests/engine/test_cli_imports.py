@@ -33,6 +33,7 @@ HEAVY = (
     "engine.schema_draft.inference",
     "engine.reports",
     "rhosynth.client",
+    "app.config",
     "app.main",
     "workers",
 )
