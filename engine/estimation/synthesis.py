@@ -139,10 +139,41 @@ def _stratified_order(
     cannot change the order and are skipped. Equal in distribution to a lexicographic sort on
     ``(keys, strata…, uniform tie-break)``.
 
-    The tie-break is a permutation of ``0..n-1`` in the low bits, so a sorted key tells its own
-    row: the keys are sorted by value (``np.sort``, about three times faster than
-    ``np.argsort`` on int64 here) and mapped back to rows through the inverse permutation. The
-    order is exactly ``np.argsort(key · 2^b + permutation)``, the same as with ``argsort``.
+    The order is exactly ``np.argsort(key · 2^b + permutation)``: see :func:`_stratified_ranks`.
+    """
+    ranks, permutation = _stratified_ranks(keys, parent_cells, strata, rng)
+    rows = np.empty(ranks.shape[0], dtype=np.int64)
+    rows[permutation] = np.arange(ranks.shape[0], dtype=np.int64)
+    order: IntArray = rows[ranks]
+    return order
+
+
+def _stratified_assign(
+    keys: IntArray,
+    parent_cells: int,
+    strata: Strata,
+    rng: np.random.Generator,
+    values: CodeArray,
+    out: CodeArray,
+) -> None:
+    """``out[_stratified_order(keys, parent_cells, strata, rng)] = values``, the same rows from
+    the same generator, without building the order: ``values`` are laid out by the rows'
+    tie-break values, then read back through the permutation."""
+    ranks, permutation = _stratified_ranks(keys, parent_cells, strata, rng)
+    by_tie_break = np.empty_like(values)
+    by_tie_break[ranks] = values
+    np.take(by_tie_break, permutation, out=out)
+
+
+def _stratified_ranks(
+    keys: IntArray, parent_cells: int, strata: Strata, rng: np.random.Generator
+) -> tuple[IntArray, IntArray]:
+    """The tie-break permutation of :func:`_stratified_order` and its values in the sorted order
+    (the k-th sorted row is the one whose tie-break value is ``ranks[k]``).
+
+    The tie-break is a permutation of ``0..n-1`` in the low bits of the key, so a sorted key
+    tells its own row: the keys are sorted by value (``np.sort``, about three times faster than
+    ``np.argsort`` on int64 here) and only their low bits are kept.
     """
     n = keys.shape[0]
     combined = keys.astype(np.int64, copy=True)
@@ -162,11 +193,8 @@ def _stratified_order(
     combined <<= bits
     combined |= permutation
     combined.sort()
-    rows = np.empty(n, dtype=np.int64)
-    rows[permutation] = np.arange(n, dtype=np.int64)
     combined &= (1 << bits) - 1
-    order: IntArray = rows[combined]
-    return order
+    return combined, permutation
 
 
 def _draw_round(
@@ -190,7 +218,7 @@ def _draw_round(
     out = np.empty(n, dtype=dtype)
     if strata is None:
         # Rows sorted by key with a random order inside each group receive those values.
-        out[_stratified_order(keys, parent_cells, (), rng)] = values
+        _stratified_assign(keys, parent_cells, (), rng, values, out)
         return out
     # Balanced: inside each group, spread every value's rows evenly along the group (value v
     # with c rows sits at positions (k + u_v)/c), and hand them to the group's rows sorted by
@@ -204,7 +232,7 @@ def _draw_round(
     )
     # Positions are distinct (ranks differ inside a value; offsets are continuous across values).
     interleaved = values[_order_by_group_then(position, group, present.size)]
-    out[_stratified_order(keys, parent_cells, strata, rng)] = interleaved
+    _stratified_assign(keys, parent_cells, strata, rng, interleaved, out)
     return out
 
 

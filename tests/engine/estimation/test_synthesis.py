@@ -286,6 +286,21 @@ def test_stratified_order_is_the_argsort_of_key_and_permutation(
     assert np.array_equal(order, expected)
 
 
+def test_stratified_assign_places_values_as_the_order_does() -> None:
+    from engine.estimation.synthesis import _stratified_assign, _stratified_order
+
+    data = np.random.default_rng(3)
+    n = 4000
+    keys = data.integers(0, 5, n)
+    strata = [(data.integers(0, 4, n), 4), (data.integers(0, 3, n), 3)]
+    values = data.integers(0, 200, n).astype(np.uint8)
+    expected = np.empty(n, dtype=np.uint8)
+    expected[_stratified_order(keys, 5, strata, np.random.default_rng(11))] = values
+    out = np.empty(n, dtype=np.uint8)
+    _stratified_assign(keys, 5, strata, np.random.default_rng(11), values, out)
+    assert np.array_equal(out, expected)
+
+
 @pytest.mark.parametrize(
     ("n", "groups"), [(1, 1), (7, 3), (20_000, 1), (20_000, 300), (500, 2**40)]
 )
