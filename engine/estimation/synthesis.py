@@ -77,10 +77,20 @@ _SORT_BOUND = 2**63
 _MIN_FRACTION_BITS = 24
 
 
-def _dense_rank(key: IntArray) -> tuple[IntArray, int]:
-    """Order-preserving ranks ``0..m-1`` of ``key``'s distinct values, and ``m``."""
-    order = np.argsort(key)
-    ordered = key[order]
+def _dense_rank(key: IntArray, bound: int, bits: int) -> tuple[IntArray, int]:
+    """Order-preserving ranks ``0..m-1`` of ``key``'s distinct values (all below ``bound``), and
+    ``m``. With room for the row number (``bits`` bits, the rows fit in them) under the key,
+    one sort by value of ``key · 2^bits + row`` (``np.sort``); else an ``argsort``."""
+    if bound << bits <= _SORT_BOUND:
+        packed = key << bits
+        packed |= np.arange(key.size, dtype=np.int64)
+        packed.sort()
+        order = packed & ((1 << bits) - 1)
+        packed >>= bits
+        ordered = packed
+    else:
+        order = np.argsort(key)
+        ordered = key[order]
     ranked = np.empty(key.size, dtype=np.int64)
     ranked[0] = 0
     np.cumsum(ordered[1:] != ordered[:-1], out=ranked[1:])
@@ -176,19 +186,22 @@ def _stratified_ranks(
     ``np.argsort`` on int64 here) and only their low bits are kept.
     """
     n = keys.shape[0]
+    bits = max(n - 1, 1).bit_length()  # the permutation's values fit in the low `bits` bits
+    # Keys below this leave room for a row number or the tie-break in the low bits; re-ranking
+    # before a key outgrows it keeps every sort a sort by value.
+    room = _SORT_BOUND >> bits
     combined = keys.astype(np.int64, copy=True)
     bound = max(int(parent_cells), 1)
     for column, size in strata:
-        if bound * size >= _KEY_BOUND:
-            combined, bound = _dense_rank(combined)
+        if bound * size >= _KEY_BOUND or (bound * size > room and bound > 1):
+            combined, bound = _dense_rank(combined, bound, bits)
             if bound == n:
                 break  # every row has a key of its own: later columns cannot reorder them
         combined *= size
         combined += column
         bound *= size
-    bits = max(n - 1, 1).bit_length()  # the permutation's values fit in the low `bits` bits
-    if bound << bits > _SORT_BOUND:
-        combined, bound = _dense_rank(combined)
+    if bound > room:
+        combined, bound = _dense_rank(combined, bound, bits)
     permutation = rng.permutation(n)
     combined <<= bits
     combined |= permutation

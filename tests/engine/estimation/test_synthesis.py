@@ -269,7 +269,15 @@ def _argsort_stratified_order(
 
 @pytest.mark.parametrize(
     ("n", "sizes"),
-    [(1, (3,)), (2, ()), (5000, (3, 2, 4)), (4097, (2**40, 2**30, 7)), (3000, (2**20,) * 3)],
+    [
+        (1, (3,)),
+        (2, ()),
+        (5000, (3, 2, 4)),
+        (4097, (2**40, 2**30, 7)),
+        (3000, (2**20,) * 3),
+        (2000, (2**55, 5)),  # a key past the room for the row number: re-ranked by argsort
+        (2000, (9,) * 30),  # re-ranked by value, often
+    ],
 )
 def test_stratified_order_is_the_argsort_of_key_and_permutation(
     n: int, sizes: tuple[int, ...]
