@@ -118,9 +118,10 @@ def csv_rows(batch: pa.RecordBatch | pa.Table, schema: pa.Schema) -> bytes:
     if not batch.num_rows:
         return b""
     cells = [_cells(column, field) for column, field in zip(batch.columns, schema, strict=True)]
-    lines = pc.binary_join_element_wise(*cells, pa.scalar(",", pa.large_string()))
+    # The line break joins the last cell (one column's bytes), not the whole line.
     newline = pa.scalar("\n", pa.large_string())
-    lines = pc.binary_join_element_wise(lines, pa.scalar("", pa.large_string()), newline)
+    cells[-1] = pc.binary_join_element_wise(cells[-1], pa.scalar("", pa.large_string()), newline)
+    lines = pc.binary_join_element_wise(*cells, pa.scalar(",", pa.large_string()))
     if isinstance(lines, pa.ChunkedArray):
         lines = lines.combine_chunks()
     _, offsets, data = lines.buffers()
