@@ -324,3 +324,31 @@ def test_integer_cells_are_pyarrows_text(values: pa.Array) -> None:
     )
     batch = pa.RecordBatch.from_arrays([values], schema=schema)
     assert csv_rows(batch, schema) == expected
+
+
+def test_adjacent_integer_columns_joined_give_the_same_line() -> None:
+    # Issue 25: adjacent integer columns of small spans are rendered as one joined column; the
+    # line must be the columns' cells joined by commas, whatever runs they form.
+    rng = np.random.default_rng(5)
+    n = 300
+    columns = {
+        "a": pa.array(rng.integers(0, 85, n), pa.uint8()),
+        "b": pa.array(rng.integers(-4, 5, n), pa.int8()),
+        "c": pa.array(rng.integers(0, 200, n), pa.int64()),  # a * b * c past the pair limit
+        "d": pa.array(rng.integers(0, 2, n), pa.uint8()),
+        "t": pa.array([f"x{v}" for v in rng.integers(0, 3, n)], pa.string()),
+        "e": pa.array([None if v == 0 else int(v) for v in rng.integers(0, 4, n)], pa.int32()),
+        "f": pa.array(rng.integers(0, 10**9, n), pa.int64()),  # cast
+        "g": pa.array(rng.integers(7, 9, n), pa.uint16()),
+    }
+    table = pa.table(columns)
+    lines = []
+    for row in table.to_pylist():
+        cells = []
+        for name, value in row.items():
+            if name == "t":
+                cells.append(f'"{value}"')
+            else:
+                cells.append("" if value is None else str(value))
+        lines.append(",".join(cells) + "\n")
+    assert csv_rows(table, table.schema) == "".join(lines).encode()
