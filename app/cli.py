@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from app.config import ConfigurationError, Settings, get_settings
-
 if TYPE_CHECKING:
+    from app.config import Settings
     from rhosynth.audit import ChainHead
 
 
@@ -38,6 +37,7 @@ def _configure_logging(settings: Settings) -> None:
 def embedded_api() -> Any:
     """The app of one embedded API process (uvicorn's factory for `rhosynth run` with several
     processes): settings from the environment, logging configured as in the parent."""
+    from app.config import get_settings
     from app.main import create_app
 
     settings = get_settings()
@@ -46,6 +46,9 @@ def embedded_api() -> Any:
 
 
 def _settings() -> Settings:
+    # Imported here: pydantic-settings is not needed for `--help` or the engine's commands.
+    from app.config import ConfigurationError, get_settings
+
     try:
         return get_settings()
     except ConfigurationError as error:  # names the variables, never their values

@@ -33,53 +33,35 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
-import numpy as np
-import numpy.typing as npt
-import pandas as pd
-import pyarrow as pa
-import pydantic
 
 from engine.accounting import RHO_QUANTUM, rho_from_epsilon_delta
-from engine.columns.spec import DELTA_QUANTUM
-from engine.columns.spec import RHO_QUANTUM as RHO_GRID
-from engine.constraints.keep import Sampler
-from engine.discovery.plan import (
-    Discovered,
-    DiscoveryRefused,
-    QuantileRequest,
-    RangeRequest,
-    allocate,
-)
-from engine.discovery.schema import discover, provisional, requests_for, resolve
-from engine.domain import CodeArray, Dataset
-from engine.evaluation import mean_tvd
-from engine.mechanisms import MECHANISMS, Mechanism, get_mechanism
-from engine.mechanisms.base import resolve_rows
-from engine.models.fitted import ModelError
-from engine.privacy_unit import Truncation
-from engine.release.from_result import record_from_result
-from engine.release.model_file import load_model_file, write_model_file
-from engine.release.record import RecordError, ReleaseRecord
-from engine.reports import build_owner_report, build_release_report, render_html
-from engine.tables.encoding import SchemaError, SchemaSpec, TableSchema
 from engine.tables.files import atomic_path
-from engine.tables.local import (
-    PARQUET_MAGIC,
-    TableError,
-    csv_batches,
-    is_parquet_name,
-    load_numeric_values,
-    load_schema,
-    load_spec,
-    load_table,
-    parquet_batches,
-    write_table,
-)
-from engine.tables.synthetic_output import write_synthetic
-from engine.tables.units import UnitCollector, kept_batches, reading_schema, without_unit
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pandas as pd
+    import pyarrow as pa
+    import pydantic
+
+    from engine.constraints.keep import Sampler
+    from engine.discovery.plan import Discovered
+    from engine.domain import CodeArray
+    from engine.mechanisms import Mechanism
+    from engine.privacy_unit import Truncation
+    from engine.release.record import ReleaseRecord
+    from engine.tables.encoding import SchemaSpec, TableSchema
+
+# The commands import numpy, pandas, pyarrow, scipy and the engine's internals in their bodies,
+# never here: `rhosynth <command> --help` builds every option from this module alone
+# (tests/engine/test_cli_imports.py checks that it imports none of them).
+
+METHODS = ("aim", "cipher", "dpcopula", "independent", "mst", "ppsyn", "privmrf", "privsyn")
+"""The registry's method names (engine.mechanisms.MECHANISMS), for ``--method``'s help without
+importing every mechanism; tests/engine/test_cli_imports.py checks that they are the same."""
 
 MAX_EPSILON = Decimal(1000)
 """The service's cap on ε (a larger ε gives no meaningful guarantee)."""
@@ -171,6 +153,8 @@ def parse_params(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def _mechanism(name: str) -> Mechanism:
+    from engine.mechanisms import MECHANISMS, get_mechanism
+
     try:
         return get_mechanism(name)
     except KeyError:
@@ -179,6 +163,8 @@ def _mechanism(name: str) -> Mechanism:
 
 
 def _validated_params(mechanism: Mechanism, raw: Mapping[str, Any]) -> pydantic.BaseModel:
+    import pydantic
+
     try:
         return mechanism.validate_params(raw)
     except pydantic.ValidationError as error:
@@ -207,6 +193,16 @@ def discover_schema(
     budget rules, engine/discovery): one counting pass, then the release. With a privacy unit,
     ``keep`` marks the rows truncation kept (:func:`truncate_file`) and the releases are
     calibrated to its k. :class:`TableError` (naming columns, never values) if it cannot run."""
+    import pyarrow as pa
+
+    from engine.columns.spec import DELTA_QUANTUM
+    from engine.columns.spec import RHO_QUANTUM as RHO_GRID
+    from engine.discovery.plan import DiscoveryRefused, QuantileRequest, RangeRequest, allocate
+    from engine.discovery.schema import discover, provisional, requests_for, resolve
+    from engine.tables.encoding import SchemaError
+    from engine.tables.local import PARQUET_MAGIC, TableError, csv_batches, parquet_batches
+    from engine.tables.units import kept_batches
+
     try:
         requests = requests_for(spec)
         if not requests:
@@ -253,6 +249,11 @@ def truncate_file(path: Path, spec: SchemaSpec) -> Truncation | None:
     """With a privacy unit in ``spec``: which rows of the file at ``path`` to keep, at most k
     per unit chosen by a keyed hash under a fresh key (engine/tables/units.py, as the service
     does at upload); None without one. :class:`TableError` (naming no value) if it cannot."""
+    from engine.discovery.schema import provisional
+    from engine.tables.encoding import SchemaError
+    from engine.tables.local import PARQUET_MAGIC, TableError, csv_batches, parquet_batches
+    from engine.tables.units import UnitCollector, reading_schema
+
     unit = spec.privacy_unit
     if unit is None:
         return None
@@ -335,6 +336,8 @@ def _parse_delta(text: str) -> Fraction:
 
 
 def _load_schema_or_fail(path: Path) -> TableSchema:
+    from engine.tables.local import TableError, load_schema
+
     try:
         return load_schema(path)
     except TableError as error:
@@ -344,6 +347,8 @@ def _load_schema_or_fail(path: Path) -> TableSchema:
 def _load_table_or_fail(
     label: str, path: Path, schema: TableSchema, *, allow_extra_columns: bool, narrow: bool = False
 ) -> CodeArray:
+    from engine.tables.local import TableError, load_table
+
     try:
         return load_table(path, schema, allow_extra_columns=allow_extra_columns, narrow=narrow)
     except TableError as error:
@@ -374,6 +379,9 @@ def _write_rows(
     from codes to a file, shared by ``synthesize`` and ``sample``. The schema's rules are kept
     (rows that break one redrawn from ``sampler``, the fitted model, then repaired; no ρ) and
     what that did is printed to stderr."""
+    from engine.tables.local import is_parquet_name
+    from engine.tables.synthetic_output import write_synthetic
+
     parquet = file_format == "parquet" if file_format is not None else is_parquet_name(out)
     try:
         with atomic_path(out) as temporary:
@@ -400,7 +408,7 @@ PathArgument = click.Path(path_type=Path, dir_okay=False)
 @click.option(
     "--schema", "schema_path", required=True, type=PathArgument, help="the declared schema (JSON)"
 )
-@click.option("--method", required=True, help=f"one of: {', '.join(sorted(MECHANISMS))}")
+@click.option("--method", required=True, help=f"one of: {', '.join(METHODS)}")
 @click.option("--rho", "rho_text", default=None, help="budget as ρ (zCDP), ≤ 12 decimal places")
 @click.option("--epsilon", "epsilon_text", default=None, help="budget as (ε, δ): ε, with --delta")
 @click.option("--delta", "delta_text", default=None, help="budget as (ε, δ): δ in (0, 1)")
@@ -494,6 +502,14 @@ def synthesize(
     --save-model M also writes the fitted model and the schema to M, for `rhosynth sample`;
     --save-record R writes the release record (its noisy measurements), for `rhosynth report`.
     """
+    import numpy as np
+
+    from engine.domain import Dataset
+    from engine.release.from_result import record_from_result
+    from engine.release.model_file import write_model_file
+    from engine.tables.local import TableError, load_spec
+    from engine.tables.units import without_unit
+
     started = time.perf_counter()
     epsilon: Decimal | None = None
     delta: Decimal | None = None
@@ -667,6 +683,10 @@ def evaluate(
     Example: rhosynth evaluate tests/fixtures/adult-sample.csv synth.csv --schema
     tests/fixtures/adult-domain.json
     """
+    import numpy as np
+
+    from engine.evaluation import mean_tvd
+
     schema = _load_schema_or_fail(schema_path)
     real_codes = _load_table_or_fail("REAL", real, schema, allow_extra_columns=True)
     synth_codes = _load_table_or_fail("SYNTH", synth, schema, allow_extra_columns=True)
@@ -723,6 +743,11 @@ def sample(
     decoded and written exactly as `synthesize` writes them. The same MODEL, --rows and --seed
     give the same file; they need not reproduce the `synthesize` run's own output.
     """
+    import numpy as np
+
+    from engine.models.fitted import ModelError, resolve_rows
+    from engine.release.model_file import load_model_file
+
     started = time.perf_counter()
     _check_output(out, [model_path])
     try:
@@ -759,6 +784,8 @@ def _write_bytes(out: Path, data: bytes, option: str) -> None:
 
 
 def _load_record(path: Path, schema: TableSchema) -> ReleaseRecord:
+    from engine.release.record import RecordError, ReleaseRecord
+
     try:
         record = ReleaseRecord.from_bytes(path.read_bytes())
     except OSError:
@@ -837,6 +864,11 @@ def report(
         raise CommandError("--record needs --release-html: the release tier is its own file")
     if record_path is None and (release_html_out or release_json_out):
         raise CommandError("--release-html and --release-json need --record")
+    import numpy as np
+
+    from engine.reports import build_owner_report, build_release_report, render_html
+    from engine.tables.local import load_numeric_values
+
     inputs = [real, synth, schema_path, *([record_path] if record_path else [])]
     outputs = [
         (path, option)
@@ -885,16 +917,11 @@ __all__ = [
     "COMMANDS",
     "CommandError",
     "ProgressBar",
-    "TableError",
     "evaluate",
-    "load_numeric_values",
-    "load_schema",
-    "load_table",
     "parse_params",
     "parse_rho",
     "report",
     "rho_for_epsilon_delta",
     "sample",
     "synthesize",
-    "write_table",
 ]

@@ -15,13 +15,17 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import click
 from pydantic import BaseModel
 
-from rhosynth.client import Client
 from rhosynth.errors import ApiError, OverBudget
+
+if TYPE_CHECKING:
+    # httpx and pandas come with the client: imported when a command talks to the service, not
+    # for `rhosynth remote --help`.
+    from rhosynth.client import Client
 
 
 def _echo_json(value: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> None:
@@ -49,6 +53,8 @@ def _client(ctx: click.Context) -> Iterator[Client]:
         raise click.UsageError("set RHOSYNTH_URL or pass --url (e.g. http://127.0.0.1:8000)")
     if not key:
         raise click.UsageError("set RHOSYNTH_API_KEY or pass --key")
+    from rhosynth.client import Client
+
     try:
         with Client(url, key) as client:
             yield client

@@ -42,7 +42,6 @@ from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -82,6 +81,8 @@ class _Bins:
 
 
 def _bins(column: LeveledColumn) -> _Bins:
+    from scipy import special  # here, not at import: a table without a coupling needs no scipy
+
     lower, upper = column.bin_levels()
     lower = np.clip(np.asarray(lower, dtype=np.float64), 0.0, 1.0)
     upper = np.maximum(np.clip(np.asarray(upper, dtype=np.float64), 0.0, 1.0), lower)
@@ -129,6 +130,8 @@ class Coupling:
         Each linked column's generator gives two uniforms per row, row by row, so a table decoded
         in row batches gets the same draws as in one piece.
         """
+        from scipy import special
+
         rows = codes.shape[0]
         k = len(self.columns)
         index = [np.asarray(codes[:, j], dtype=np.int64) for j in self.columns]
@@ -165,6 +168,8 @@ def _truncated_normal(
 
     Where the interval lies above the mean, the upper tails are inverted instead (Φ(−x)), so a
     box far out in a tail keeps its precision instead of rounding Φ to 1."""
+    from scipy import special
+
     a = (low - mean) / scale
     b = (high - mean) / scale
     upper_side = a > 0

@@ -19,8 +19,10 @@ import csv
 import io
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -117,10 +119,13 @@ def csv_rows(batch: pa.RecordBatch | pa.Table, schema: pa.Schema) -> bytes:
     quoted, typed values plain (quoted only if their rendered text needs it), nulls empty."""
     if not batch.num_rows:
         return b""
-    cells = [_cells(column, field) for column, field in zip(batch.columns, schema, strict=True)]
-    lines = pc.binary_join_element_wise(*cells, pa.scalar(",", pa.large_string()))
+    cells = _joined_spans(
+        [_cells(column, field) for column, field in zip(batch.columns, schema, strict=True)]
+    )
+    # The line break joins the last cell (one column's bytes), not the whole line.
     newline = pa.scalar("\n", pa.large_string())
-    lines = pc.binary_join_element_wise(lines, pa.scalar("", pa.large_string()), newline)
+    cells[-1] = pc.binary_join_element_wise(cells[-1], pa.scalar("", pa.large_string()), newline)
+    lines = pc.binary_join_element_wise(*cells, pa.scalar(",", pa.large_string()))
     if isinstance(lines, pa.ChunkedArray):
         lines = lines.combine_chunks()
     _, offsets, data = lines.buffers()
@@ -129,8 +134,57 @@ def csv_rows(batch: pa.RecordBatch | pa.Table, schema: pa.Schema) -> bytes:
     return b"" if data is None else data.slice(start, end - start).to_pybytes()
 
 
-def _cells(array: pa.Array, field: pa.Field) -> pa.Array:
-    """One column's CSV cells as ``large_string`` (no nulls)."""
+@dataclass(frozen=True)
+class _Tabled:
+    """Cells as positions in a table of their texts (integers of a small span, no nulls)."""
+
+    texts: pa.Array  # large_string, no nulls
+    index: npt.NDArray[np.int64]
+
+    def then(self, other: _Tabled) -> _Tabled:
+        """The cells of two adjacent columns as one: each pair's text joined by a comma."""
+        width = len(other.texts)
+        first = np.repeat(np.arange(len(self.texts)), width)
+        second = np.tile(np.arange(width), len(self.texts))
+        texts = pc.binary_join_element_wise(
+            self.texts.take(first), other.texts.take(second), pa.scalar(",", pa.large_string())
+        )
+        return _Tabled(texts, self.index * width + other.index)
+
+    def cells(self) -> pa.Array:
+        return self.texts.take(self.index)
+
+
+_PAIR_LIMIT = 16_384
+"""Adjacent tabled columns are joined while their table of texts stays this small."""
+
+
+def _joined_spans(parts: list[pa.Array | _Tabled]) -> list[pa.Array]:
+    """The columns' cells, adjacent tabled columns joined into one (a row joins fewer columns;
+    the bytes are the same)."""
+    cells: list[pa.Array] = []
+    run: _Tabled | None = None
+    for part in parts:
+        if isinstance(part, _Tabled):
+            if run is not None and len(run.texts) * len(part.texts) <= _PAIR_LIMIT:
+                run = run.then(part)
+                continue
+            if run is not None:
+                cells.append(run.cells())
+            run = part
+            continue
+        if run is not None:
+            cells.append(run.cells())
+            run = None
+        cells.append(part)
+    if run is not None:
+        cells.append(run.cells())
+    return cells
+
+
+def _cells(array: pa.Array, field: pa.Field) -> pa.Array | _Tabled:
+    """One column's CSV cells as ``large_string`` (no nulls), or as a table of texts and
+    positions in it."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     if is_text_field(field):
@@ -141,8 +195,14 @@ def _cells(array: pa.Array, field: pa.Field) -> pa.Array:
             array = _quoted(escape_text(array))
     else:
         rendered = text_column(array, field)
-        if not (pa.types.is_string(rendered.type) or pa.types.is_large_string(rendered.type)):
-            array = rendered.cast(pa.string())  # numbers, booleans, ISO dates: pyarrow's text
+        if pa.types.is_integer(rendered.type):
+            tabled = _integer_table(rendered)
+            if tabled is not None:
+                return tabled
+            array = _integer_text(rendered)
+        elif not (pa.types.is_string(rendered.type) or pa.types.is_large_string(rendered.type)):
+            # Numbers, booleans, ISO dates: pyarrow's text.
+            array = rendered.cast(pa.large_string())
         elif pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
             # A number in its declared format ("%.2f": -1.50) is a number, never a formula:
             # not escaped, and its text holds no comma, quote or line break to quote.
@@ -152,6 +212,37 @@ def _cells(array: pa.Array, field: pa.Field) -> pa.Array:
             needs = pc.fill_null(pc.match_substring_regex(escaped, _STRUCTURAL), False)
             array = pc.if_else(needs, _quoted(escaped), escaped)
     return pc.fill_null(array.cast(pa.large_string()), "")
+
+
+_TEXT_TABLE_LIMIT = 4096
+"""Integers spanning fewer values than this are rendered from a table of their texts."""
+
+
+def _integer_table(array: pa.Array) -> _Tabled | None:
+    """A column of integers without nulls spanning fewer than :data:`_TEXT_TABLE_LIMIT` values
+    as a table of the span's texts (pyarrow's cast's text) and each row's position in it."""
+    if array.null_count:
+        return None
+    bounds = pc.min_max(array)
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low is None or high - low >= min(_TEXT_TABLE_LIMIT, len(array)):
+        return None
+    texts = pa.array([str(value) for value in range(low, high + 1)], pa.large_string())
+    positions = pc.subtract(array, pa.scalar(low, array.type))
+    index = np.asarray(positions.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return _Tabled(texts, index)
+
+
+def _integer_text(array: pa.Array) -> pa.Array:
+    """Integers as ``large_string``, the text of pyarrow's cast (nulls stay null). A column
+    spanning few values (codes, ages, counts: most of a synthetic table) takes each text from a
+    table of the span's texts, faster than casting every row."""
+    bounds = pc.min_max(array)
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low is None or high - low >= min(_TEXT_TABLE_LIMIT, len(array)):
+        return array.cast(pa.large_string())
+    texts = pa.array([str(value) for value in range(low, high + 1)], pa.large_string())
+    return texts.take(pc.subtract(array, pa.scalar(low, array.type)))
 
 
 def _quoted(array: pa.Array) -> pa.Array:

@@ -62,7 +62,6 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import isotonic_regression
 
 from engine.accounting import sigma2_for_rho
 from engine.discovery.cost import DiscoveryCost, JsonScalar, exact_budget
@@ -761,6 +760,10 @@ def learn_bins(
     histograms (the dyadic tree) of L2 sensitivity 1, each node with N_Z(0, L/(2ρ)) noise: ρ-zCDP
     (CKS 2020, Theorem 14; Bun & Steinke 2016, Lemma 2.3); the rest is post-processing.
     """
+    # Here, not at import: engine.columns imports this module, and `rhosynth sample` needs no
+    # scipy.
+    from scipy.optimize import isotonic_regression
+
     budget = exact_budget(rho, "rho")
     if budget <= 0:
         raise ValueError("rho must be positive")

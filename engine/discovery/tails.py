@@ -29,7 +29,6 @@ from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
-from scipy import special, stats
 
 from engine.privacy_unit.group import check_contribution_bound
 
@@ -66,6 +65,8 @@ def _tail_bound(s2: Fraction, t: int, cap: int) -> float:
     """The bound of :func:`discrete_gaussian_tail_bound` with at most ``cap`` ≥ 0 terms summed
     directly (fewer terms only move more of the tail into the remainder's integral bound, which
     holds from any u ≥ t: still an upper bound, looser by about f(u)/(σ√(2π)))."""
+    from scipy import special  # here, not at import: `rhosynth sample` needs no scipy
+
     if t <= 0:
         return 1.0
     variance = float(s2)
@@ -87,6 +88,8 @@ def smallest_tail_threshold(sigma2: Fraction, probability: Fraction) -> int:
     So P(Z ≥ t) ≤ probability holds for the t returned (the comparison is exact: the float bound
     is converted to a Fraction). ``probability`` must lie in [MIN_TAIL_PROBABILITY, 1).
     """
+    from scipy import stats  # here, not at import: `rhosynth sample` needs no scipy
+
     s2 = _positive_fraction(sigma2, "sigma2")
     p = Fraction(probability)
     if not MIN_TAIL_PROBABILITY <= p < 1:

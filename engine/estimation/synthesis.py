@@ -71,12 +71,26 @@ Strata = Sequence[tuple[CodeArray, int]]
 
 # Mixed-radix keys stay below this bound so that ``key * size + code`` never overflows int64.
 _KEY_BOUND = 2**62
+# A key shifted left to make room for the tie-break stays below this (int64's largest + 1).
+_SORT_BOUND = 2**63
+# Below this many bits for a truncated position, ties would be common: sort the floats instead.
+_MIN_FRACTION_BITS = 24
 
 
-def _dense_rank(key: IntArray) -> tuple[IntArray, int]:
-    """Order-preserving ranks ``0..m-1`` of ``key``'s distinct values, and ``m``."""
-    order = np.argsort(key)
-    ordered = key[order]
+def _dense_rank(key: IntArray, bound: int, bits: int) -> tuple[IntArray, int]:
+    """Order-preserving ranks ``0..m-1`` of ``key``'s distinct values (all below ``bound``), and
+    ``m``. With room for the row number (``bits`` bits, the rows fit in them) under the key,
+    one sort by value of ``key · 2^bits + row`` (``np.sort``); else an ``argsort``."""
+    if bound << bits <= _SORT_BOUND:
+        packed = key << bits
+        packed |= np.arange(key.size, dtype=np.int64)
+        packed.sort()
+        order = packed & ((1 << bits) - 1)
+        packed >>= bits
+        ordered = packed
+    else:
+        order = np.argsort(key)
+        ordered = key[order]
     ranked = np.empty(key.size, dtype=np.int64)
     ranked[0] = 0
     np.cumsum(ordered[1:] != ordered[:-1], out=ranked[1:])
@@ -86,11 +100,41 @@ def _dense_rank(key: IntArray) -> tuple[IntArray, int]:
 
 
 def _order_by_group_then(position: FloatArray, group: IntArray, groups: int) -> IntArray:
-    """``np.lexsort((position, group))`` for distinct ``position`` values: one sort on the
+    """``np.lexsort((position, group))`` for distinct ``position`` values in [0, 1].
+
+    One int64 key per row, ``(group, ⌊position · 2^b⌋, row)`` in bit fields, sorted by value
+    (``np.sort``, much faster than ``np.argsort``); its low bits are the order. Rows whose
+    group and truncated position are equal (adjacent after the sort, and rare: about
+    n² · 2^-43 pairs) are then re-sorted among themselves by their exact positions, so the order
+    is exactly the lexicographic one. When the fields do not fit 63 bits: one argsort on the
     floats, then a stable sort on the (small-dtype, so radix-sorted) group numbers."""
-    by_position = np.argsort(position)
-    small = group.astype(narrowest_unsigned(groups))[by_position]
-    order: IntArray = by_position[np.argsort(small, kind="stable")]
+    n = position.shape[0]
+    row_bits = max(n - 1, 1).bit_length()
+    group_bits = max(groups - 1, 1).bit_length()
+    fraction_bits = min(63 - row_bits - group_bits, 52)
+    if fraction_bits < _MIN_FRACTION_BITS:
+        by_position = np.argsort(position)
+        small = group.astype(narrowest_unsigned(groups))[by_position]
+        fallback: IntArray = by_position[np.argsort(small, kind="stable")]
+        return fallback
+    top = (1 << fraction_bits) - 1
+    scaled = np.floor(position * float(1 << fraction_bits))
+    np.minimum(scaled, float(top), out=scaled)  # a position of 1.0 shares the last step
+    key = group.astype(np.int64) << fraction_bits
+    key |= scaled.astype(np.int64)
+    key <<= row_bits
+    key |= np.arange(n, dtype=np.int64)
+    key.sort()
+    order: IntArray = key & ((1 << row_bits) - 1)
+    key >>= row_bits  # (group, truncated position)
+    same = key[1:] == key[:-1]
+    if same.any():
+        tied = np.zeros(n, dtype=bool)
+        tied[1:] = same
+        tied[:-1] |= same
+        slots = np.flatnonzero(tied)
+        members = order[slots]
+        order[slots] = members[np.lexsort((position[members], key[slots]))]
     return order
 
 
@@ -104,24 +148,66 @@ def _stratified_order(
     significant digit (the tie-break). Once every row has a key of its own the remaining columns
     cannot change the order and are skipped. Equal in distribution to a lexicographic sort on
     ``(keys, strata…, uniform tie-break)``.
+
+    The order is exactly ``np.argsort(key · 2^b + permutation)``: see :func:`_stratified_ranks`.
+    """
+    ranks, permutation = _stratified_ranks(keys, parent_cells, strata, rng)
+    rows = np.empty(ranks.shape[0], dtype=np.int64)
+    rows[permutation] = np.arange(ranks.shape[0], dtype=np.int64)
+    order: IntArray = rows[ranks]
+    return order
+
+
+def _stratified_assign(
+    keys: IntArray,
+    parent_cells: int,
+    strata: Strata,
+    rng: np.random.Generator,
+    values: CodeArray,
+    out: CodeArray,
+) -> None:
+    """``out[_stratified_order(keys, parent_cells, strata, rng)] = values``, the same rows from
+    the same generator, without building the order: ``values`` are laid out by the rows'
+    tie-break values, then read back through the permutation."""
+    ranks, permutation = _stratified_ranks(keys, parent_cells, strata, rng)
+    by_tie_break = np.empty_like(values)
+    by_tie_break[ranks] = values
+    np.take(by_tie_break, permutation, out=out)
+
+
+def _stratified_ranks(
+    keys: IntArray, parent_cells: int, strata: Strata, rng: np.random.Generator
+) -> tuple[IntArray, IntArray]:
+    """The tie-break permutation of :func:`_stratified_order` and its values in the sorted order
+    (the k-th sorted row is the one whose tie-break value is ``ranks[k]``).
+
+    The tie-break is a permutation of ``0..n-1`` in the low bits of the key, so a sorted key
+    tells its own row: the keys are sorted by value (``np.sort``, about three times faster than
+    ``np.argsort`` on int64 here) and only their low bits are kept.
     """
     n = keys.shape[0]
+    bits = max(n - 1, 1).bit_length()  # the permutation's values fit in the low `bits` bits
+    # Keys below this leave room for a row number or the tie-break in the low bits; re-ranking
+    # before a key outgrows it keeps every sort a sort by value.
+    room = _SORT_BOUND >> bits
     combined = keys.astype(np.int64, copy=True)
     bound = max(int(parent_cells), 1)
     for column, size in strata:
-        if bound * size >= _KEY_BOUND:
-            combined, bound = _dense_rank(combined)
+        if bound * size >= _KEY_BOUND or (bound * size > room and bound > 1):
+            combined, bound = _dense_rank(combined, bound, bits)
             if bound == n:
                 break  # every row has a key of its own: later columns cannot reorder them
         combined *= size
         combined += column
         bound *= size
-    if bound * n >= _KEY_BOUND:
-        combined, bound = _dense_rank(combined)
-    combined *= n
-    combined += rng.permutation(n)
-    order: IntArray = np.argsort(combined)
-    return order
+    if bound > room:
+        combined, bound = _dense_rank(combined, bound, bits)
+    permutation = rng.permutation(n)
+    combined <<= bits
+    combined |= permutation
+    combined.sort()
+    combined &= (1 << bits) - 1
+    return combined, permutation
 
 
 def _draw_round(
@@ -145,7 +231,7 @@ def _draw_round(
     out = np.empty(n, dtype=dtype)
     if strata is None:
         # Rows sorted by key with a random order inside each group receive those values.
-        out[_stratified_order(keys, parent_cells, (), rng)] = values
+        _stratified_assign(keys, parent_cells, (), rng, values, out)
         return out
     # Balanced: inside each group, spread every value's rows evenly along the group (value v
     # with c rows sits at positions (k + u_v)/c), and hand them to the group's rows sorted by
@@ -159,7 +245,7 @@ def _draw_round(
     )
     # Positions are distinct (ranks differ inside a value; offsets are continuous across values).
     interleaved = values[_order_by_group_then(position, group, present.size)]
-    out[_stratified_order(keys, parent_cells, strata, rng)] = interleaved
+    _stratified_assign(keys, parent_cells, strata, rng, interleaved, out)
     return out
 
 

@@ -32,6 +32,7 @@ from engine.domain import Dataset, Domain
 from engine.marginals import Measurement
 from engine.mechanisms.preview import NoisePreview, unit_previews
 from engine.models.fitted import FittedModel
+from engine.models.fitted import resolve_rows as resolve_rows  # re-exported: the mechanisms use it
 from engine.privacy_unit.group import (
     check_contribution_bound,
     row_level_rho,
@@ -522,16 +523,6 @@ def _check_axes(name: str, result: SynthesisResult, domain: Domain) -> None:
                 raise RuntimeError(
                     f"mechanism {name!r} measured {attr!r} on other codes without an axis map"
                 )
-
-
-def resolve_rows(rows: int | None, estimated_total: float, max_rows: int | None = None) -> int:
-    """Rows to synthesise: ``rows`` if given, else max(1, round(N̂)) from the noisy total N̂,
-    capped at ``max_rows`` when one is set (a service limit; post-processing).
-
-    Never the true row count: that would release it without noise.
-    """
-    count = rows if rows is not None else max(1, round(estimated_total))
-    return count if max_rows is None else min(count, max_rows)
 
 
 _PROGRESS_JITTER = 1e-9

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special
 
 IntArray = npt.NDArray[np.int64]
 
@@ -64,6 +63,8 @@ def sample_copula(
     by ``rng``. ``correlation`` must be positive semi-definite (DPCopula repairs it:
     ``repair_correlation`` in engine/mechanisms/dpcopula/copula.py).
     """
+    from scipy import special  # here, not at import: other models' sampling needs no scipy
+
     p = np.asarray(correlation, dtype=np.float64)
     m = len(margins)
     if p.shape != (m, m):

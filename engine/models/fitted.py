@@ -309,4 +309,15 @@ __all__ = [
     "check_array",
     "probabilities",
     "register_kind",
+    "resolve_rows",
 ]
+
+
+def resolve_rows(rows: int | None, estimated_total: float, max_rows: int | None = None) -> int:
+    """Rows to synthesise: ``rows`` if given, else max(1, round(N̂)) from the noisy total N̂,
+    capped at ``max_rows`` when one is set (a service limit; post-processing).
+
+    Never the true row count: that would release it without noise.
+    """
+    count = rows if rows is not None else max(1, round(estimated_total))
+    return count if max_rows is None else min(count, max_rows)

@@ -15,14 +15,32 @@ bounds for the owner to edit instead, with a warning, since whatever is declared
 every analyst.
 """
 
-from engine.schema_draft.inference import (
-    DEFAULT_MISSING_VALUES,
-    ColumnDraft,
-    DraftCancelled,
-    SchemaDraft,
-    draft_schema,
-)
-from engine.schema_draft.units import UnitProposal, propose_unit
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.schema_draft.inference import (
+        DEFAULT_MISSING_VALUES,
+        ColumnDraft,
+        DraftCancelled,
+        SchemaDraft,
+        draft_schema,
+    )
+    from engine.schema_draft.units import UnitProposal, propose_unit
+
+# Loaded on first use (numpy, pandas and pyarrow come with them), so that `rhosynth schema
+# --help` (engine/schema_draft/cli.py) imports none of them.
+_HOMES = {
+    "DEFAULT_MISSING_VALUES": "engine.schema_draft.inference",
+    "ColumnDraft": "engine.schema_draft.inference",
+    "DraftCancelled": "engine.schema_draft.inference",
+    "SchemaDraft": "engine.schema_draft.inference",
+    "draft_schema": "engine.schema_draft.inference",
+    "UnitProposal": "engine.schema_draft.units",
+    "propose_unit": "engine.schema_draft.units",
+}
 
 __all__ = [
     "DEFAULT_MISSING_VALUES",
@@ -33,3 +51,10 @@ __all__ = [
     "draft_schema",
     "propose_unit",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'engine.schema_draft' has no attribute {name!r}")
+    return getattr(import_module(home), name)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from engine.schema_draft.inference import DEFAULT_MISSING_VALUES, DraftError, draft_schema
+# engine.schema_draft.inference (numpy, pandas, pyarrow) is imported when `draft` runs, not for
+# `rhosynth schema draft --help`.
 
 
 @click.group("schema", short_help="Draft a schema for a raw CSV/Parquet table.")
@@ -36,6 +37,8 @@ def draft(data: Path, missing: tuple[str, ...], show_values: bool) -> None:
     learned with DP at upload (charged to the dataset's budget), ranges too (inside public windows),
     identifiers and free text are ignored.
     """
+    from engine.schema_draft.inference import DEFAULT_MISSING_VALUES, DraftError, draft_schema
+
     try:
         result = draft_schema(
             data, missing_values=missing or DEFAULT_MISSING_VALUES, show_values=show_values

@@ -300,3 +300,55 @@ def test_negative_numbers_in_a_declared_format_stay_numbers() -> None:
         '2.00,52000.0,"a"',
         ',1.0,"\'=b"',
     ]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pa.array([3, 0, None, 7, 3], pa.uint8()),
+        pa.array([-5, 12, -5, None, 0], pa.int16()),
+        pa.array(list(range(-3000, 3000, 7)), pa.int64()),  # a span past the table: cast
+        pa.array([-(2**63), 2**63 - 1, None], pa.int64()),
+        pa.array([2**64 - 1, 0], pa.uint64()),
+        pa.array([None, None], pa.int32()),
+        pa.array([], pa.int64()),
+        pa.array([9, 8, 7, 6, 5, 4], pa.int32()).slice(2, 3),
+    ],
+)
+def test_integer_cells_are_pyarrows_text(values: pa.Array) -> None:
+    # Issue 25: integers are rendered from a table of the span's texts when the span is small;
+    # the bytes must be those of pyarrow's cast, nulls empty.
+    schema = pa.schema([pa.field("n", values.type)])
+    expected = b"".join(
+        (b"" if value is None else str(value).encode()) + b"\n" for value in values.to_pylist()
+    )
+    batch = pa.RecordBatch.from_arrays([values], schema=schema)
+    assert csv_rows(batch, schema) == expected
+
+
+def test_adjacent_integer_columns_joined_give_the_same_line() -> None:
+    # Issue 25: adjacent integer columns of small spans are rendered as one joined column; the
+    # line must be the columns' cells joined by commas, whatever runs they form.
+    rng = np.random.default_rng(5)
+    n = 300
+    columns = {
+        "a": pa.array(rng.integers(0, 85, n), pa.uint8()),
+        "b": pa.array(rng.integers(-4, 5, n), pa.int8()),
+        "c": pa.array(rng.integers(0, 200, n), pa.int64()),  # a * b * c past the pair limit
+        "d": pa.array(rng.integers(0, 2, n), pa.uint8()),
+        "t": pa.array([f"x{v}" for v in rng.integers(0, 3, n)], pa.string()),
+        "e": pa.array([None if v == 0 else int(v) for v in rng.integers(0, 4, n)], pa.int32()),
+        "f": pa.array(rng.integers(0, 10**9, n), pa.int64()),  # cast
+        "g": pa.array(rng.integers(7, 9, n), pa.uint16()),
+    }
+    table = pa.table(columns)
+    lines = []
+    for row in table.to_pylist():
+        cells = []
+        for name, value in row.items():
+            if name == "t":
+                cells.append(f'"{value}"')
+            else:
+                cells.append("" if value is None else str(value))
+        lines.append(",".join(cells) + "\n")
+    assert csv_rows(table, table.schema) == "".join(lines).encode()

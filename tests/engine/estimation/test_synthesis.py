@@ -244,6 +244,90 @@ def test_stratified_order_breaks_ties_at_random() -> None:
     assert abs(firsts - 1000) < 5 * np.sqrt(2000 * 0.25)
 
 
+def _argsort_stratified_order(
+    keys: np.ndarray,
+    parent_cells: int,
+    strata: list[tuple[np.ndarray, int]],
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """The order as main computed it before issue 25: ``np.argsort(key · n + permutation)``."""
+    n = keys.shape[0]
+    combined = keys.astype(np.int64, copy=True)
+    bound = max(parent_cells, 1)
+    for column, size in strata:
+        if bound * size >= 2**62:
+            _, combined = np.unique(combined, return_inverse=True)
+            combined = combined.astype(np.int64)
+            bound = int(combined.max()) + 1
+        combined = combined * size + column
+        bound *= size
+    if bound * n >= 2**62:
+        _, combined = np.unique(combined, return_inverse=True)
+        combined = combined.astype(np.int64)
+    return np.argsort(combined * n + rng.permutation(n))
+
+
+@pytest.mark.parametrize(
+    ("n", "sizes"),
+    [
+        (1, (3,)),
+        (2, ()),
+        (5000, (3, 2, 4)),
+        (4097, (2**40, 2**30, 7)),
+        (3000, (2**20,) * 3),
+        (2000, (2**55, 5)),  # a key past the room for the row number: re-ranked by argsort
+        (2000, (9,) * 30),  # re-ranked by value, often
+    ],
+)
+def test_stratified_order_is_the_argsort_of_key_and_permutation(
+    n: int, sizes: tuple[int, ...]
+) -> None:
+    # The sort by value with the permutation in the low bits (issue 25) gives, for the same
+    # generator state, exactly the order of an argsort of key · n + permutation: the same rows.
+    from engine.estimation.synthesis import _stratified_order
+
+    data = np.random.default_rng(n)
+    keys = data.integers(0, 6, n)
+    columns = [(data.integers(0, min(size, 9), n), size) for size in sizes]
+    order = _stratified_order(keys, 6, columns, np.random.default_rng(7))
+    expected = _argsort_stratified_order(keys, 6, columns, np.random.default_rng(7))
+    assert np.array_equal(order, expected)
+
+
+def test_stratified_assign_places_values_as_the_order_does() -> None:
+    from engine.estimation.synthesis import _stratified_assign, _stratified_order
+
+    data = np.random.default_rng(3)
+    n = 4000
+    keys = data.integers(0, 5, n)
+    strata = [(data.integers(0, 4, n), 4), (data.integers(0, 3, n), 3)]
+    values = data.integers(0, 200, n).astype(np.uint8)
+    expected = np.empty(n, dtype=np.uint8)
+    expected[_stratified_order(keys, 5, strata, np.random.default_rng(11))] = values
+    out = np.empty(n, dtype=np.uint8)
+    _stratified_assign(keys, 5, strata, np.random.default_rng(11), values, out)
+    assert np.array_equal(out, expected)
+
+
+@pytest.mark.parametrize(
+    ("n", "groups"), [(1, 1), (7, 3), (20_000, 1), (20_000, 300), (500, 2**40)]
+)
+def test_order_by_group_then_is_the_lexsort(n: int, groups: int) -> None:
+    from engine.estimation.synthesis import _order_by_group_then
+
+    rng = np.random.default_rng(n + groups)
+    group = np.sort(rng.integers(0, min(groups, 50), n)).astype(np.int64)
+    position = rng.random(n)
+    if n > 10:
+        # Near ties that a truncated position cannot tell apart (the later row first), and the
+        # end point 1.0.
+        position[1::10] = position[0:-1:10] * (1 - 2**-50)
+        group[1::10] = group[0:-1:10]
+        position[-1] = 1.0
+    order = _order_by_group_then(position, group, groups)
+    assert np.array_equal(order, np.lexsort((position, group)))
+
+
 def test_batches_split_the_rows_evenly_and_in_order() -> None:
     model = tree_model()
     batches = list(model.synthetic_batches(10, np.random.default_rng(0), batch_rows=3))
