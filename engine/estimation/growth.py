@@ -7,22 +7,44 @@ columns per candidate and per round; on 54 columns that was 13 s of every round,
 with the width. :class:`TreeGrowth` instead re-triangulates only the part of the current tree
 the candidate touches:
 
-1. the *piece*: the smallest connected set of cliques that covers the candidate's attributes
-   (the cliques meeting it, the tree paths joining them, then leaves pruned whose candidate
-   attributes their only neighbour in the piece also holds);
+1. the *piece*: in each connected component of the Markov graph that the candidate meets, the
+   smallest connected set of cliques that covers the candidate's attributes there (the cliques
+   meeting them, the tree paths joining them, then leaves pruned whose candidate attributes
+   their only neighbour in the piece also holds); the piece is the union over those
+   components (:meth:`JunctionTree.covering_piece` with ``per_component``). The tree joins
+   components through empty separators; pieces in different components share no attribute,
+   so nothing needs the path between them, and a triple of three unrelated attributes touches
+   three one-clique pieces, not every clique on that path (issue 25);
 2. greedy triangulation (:func:`engine.estimation.junction_tree.triangulate`) of the graph on the
    piece's attributes with an edge inside each of its cliques and inside the candidate;
 3. the grown structure is the cliques outside the piece plus the maximal cliques of step 2.
 
-The result is chordal: the outside part meets the piece only in separators, which are complete
-in both parts (a vertex of an outside clique that some piece clique also holds lies, by the
-running intersection property, in the piece clique next to it), and chordal graphs glued along
-complete sets stay chordal. Its maximal cliques are those listed: no clique of step 2 lies in an
-outside clique (it would lie in a separator, which some step-2 clique strictly contains) and no
-outside clique lies in the piece's attributes. So :func:`engine.estimation.estimate` given these
-cliques (``cliques=``) builds exactly this tree: greedy elimination of a chordal graph adds no
-fill. The size of the grown tree is the current size minus the piece's cells plus step 2's, a
-triangulation of a few attributes whatever the width.
+The result is chordal, with exactly those maximal cliques. Cut the tree at its empty separators:
+one junction tree ``T_K`` per component ``K``, in which the piece's part ``P_K`` (if any) is
+connected. An outside clique ``C`` of ``K`` lies in a subtree ``S`` of ``T_K`` minus ``P_K``,
+which hangs from one piece clique ``N`` by one edge, separator ``σ = C_S ∩ N`` (``C_S`` the
+clique of ``S`` next to ``N``). A vertex of ``C`` that some piece clique also holds is, by the
+running intersection property of ``T_K`` (the path runs through ``C_S`` and ``N``), in ``σ``;
+so ``C`` meets the piece's attributes only inside ``σ ⊆ N``, which step 2 keeps complete (``N``
+was one of its cliques), so some clique ``M`` of step 2 holds ``σ``. Hang every such ``S`` from
+its ``M``, hang the trees ``T_K`` of components the candidate does not meet anywhere (empty
+separator), and join step 2's cliques by a junction tree of their own: the result is a junction
+tree (a vertex outside the piece lies in one subtree ``S`` only, where its cliques are
+connected; a vertex in the piece is, in every ``S`` that holds it, on the path to ``σ ⊆ M``), so
+the graph is chordal. No clique of step 2 lies in an outside clique ``C`` (it would lie in
+``σ ⊆ N``, and ``N`` lies in a clique of step 2, so it would be ``N``, inside ``C``: two
+maximal cliques of the old tree nested) and no outside clique lies in the piece's
+attributes (it would lie in ``σ ⊆ N``, nested again). So :func:`engine.estimation.estimate`
+given these cliques (``cliques=``) builds exactly this tree: greedy elimination of a chordal
+graph adds no fill. The size of the grown tree is the current size minus the piece's cells plus
+step 2's, a triangulation of a few attributes whatever the width.
+
+Greedy elimination is not optimal, so step 2 need not match what re-triangulating the whole
+graph (:class:`engine.estimation.ModelSizer`) would give; both are valid structures. Before
+issue 25 the piece of a candidate spanning components was the tree path between them, through
+the empty separators: step 2 then re-triangulated every clique on that path too (5–9 % of the
+CPU of aim on a 196-column table; the grown structures of the runs compared were the same,
+docs/benchmarks.md "AIM on 196 columns: sizing candidates per component").
 
 Public structure only: no data, no noisy values; post-processing.
 """
@@ -60,12 +82,13 @@ class TreeGrowth:
         return any(wanted <= self.sets[c] for c in first)
 
     def piece(self, ids: Sequence[int]) -> frozenset[int]:
-        """The smallest connected set of cliques whose union holds ``ids`` (see the module)."""
+        """The cliques to re-triangulate with ``ids``: per component of the Markov graph, the
+        smallest connected set whose union holds ``ids`` there (see the module)."""
         wanted = frozenset(ids)
         found = self._pieces.get(wanted)
         if found is None:
             touching = {c for v in wanted for c in self.holders.get(v, ())}
-            found = frozenset(self.tree.covering_piece(wanted, touching))
+            found = frozenset(self.tree.covering_piece(wanted, touching, per_component=True))
             self._pieces[wanted] = found
         return found
 

@@ -321,6 +321,7 @@ class JunctionTree:
     neighbours: tuple[tuple[int, ...], ...] = field(init=False)
     depth: tuple[int, ...] = field(init=False)
     sets: tuple[frozenset[int], ...] = field(init=False)
+    component: tuple[int, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         count = len(self.cliques)
@@ -355,6 +356,14 @@ class JunctionTree:
             depth[c] = depth[self.parent[c]] + 1
         object.__setattr__(self, "depth", tuple(depth))
         object.__setattr__(self, "sets", tuple(frozenset(clique) for clique in self.cliques))
+        # The tree's parts joined by non-empty separators: one per connected component of the
+        # Markov graph (Kruskal joins the cliques of a component through shared attributes
+        # before it spends an empty separator), labelled by the part's first clique in preorder.
+        component = [0] * count
+        for c in self.preorder:
+            p = self.parent[c]
+            component[c] = c if p == -1 or not self.separators[c] else component[p]
+        object.__setattr__(self, "component", tuple(component))
 
     @property
     def domain(self) -> Domain:
@@ -376,14 +385,38 @@ class JunctionTree:
         return self.labels.names(self.cliques[index])
 
     def covering_piece(
-        self, wanted: frozenset[int], touching: Iterable[int] | None = None
+        self,
+        wanted: frozenset[int],
+        touching: Iterable[int] | None = None,
+        *,
+        per_component: bool = False,
     ) -> set[int]:
-        """A small connected set of cliques whose union holds ``wanted``: the cliques
-        ``touching`` it (by default every clique meeting it), joined by climbing from each to
-        their deepest common ancestor, then leaves pruned whose wanted attributes their only
-        neighbour in the set also holds."""
+        """A small set of cliques whose union holds ``wanted``: the cliques ``touching`` it (by
+        default every clique meeting it), joined by climbing from each to their deepest common
+        ancestor, then leaves pruned whose wanted attributes their only neighbour in the set
+        also holds. The set is connected (what inference on the piece needs).
+
+        With ``per_component``, the touching cliques are joined only within each part of the
+        tree that non-empty separators connect (:attr:`component`, a connected component of
+        the Markov graph), and the piece is the union of those parts' pieces: the path between
+        two components runs through empty separators and holds nothing the pieces need to
+        meet, so it is left out (what sizing a grown tree needs, see
+        :mod:`engine.estimation.growth`). The result is then connected within each component
+        only."""
         if touching is None:
             touching = [c for c, clique in enumerate(self.sets) if wanted & clique]
+        if not per_component:
+            return self._joined_piece(wanted, set(touching))
+        groups: dict[int, set[int]] = {}
+        for c in touching:
+            groups.setdefault(self.component[c], set()).add(c)
+        piece: set[int] = set()
+        for group in groups.values():
+            piece |= self._joined_piece(wanted, group)
+        return piece
+
+    def _joined_piece(self, wanted: frozenset[int], touching: set[int]) -> set[int]:
+        """The connected piece of :meth:`covering_piece` joining the cliques ``touching``."""
         piece = set(touching)
         frontier = set(piece)
         while len(frontier) > 1:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from engine.domain import Domain
 from engine.estimation import ModelSizer, ModelTooLarge, NoisyMarginal, estimate, model_size
-from engine.estimation.junction_tree import Labels, build_junction_tree
+from engine.estimation.junction_tree import Labels, build_junction_tree, triangulate
 
 
 @st.composite
@@ -191,3 +191,66 @@ def test_model_size_rejects_bad_cliques(bad: object) -> None:
     domain = Domain.from_mapping({"a": 2, "b": 2})
     with pytest.raises((TypeError, ValueError, KeyError)):
         model_size(domain, [bad])  # type: ignore[list-item]
+
+
+def _reference_triangulation(
+    sizes: list[int], cliques: list[tuple[int, ...]]
+) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """Greedy weighted-min-fill elimination as its definition reads: every step recomputes
+    every remaining vertex's (fill cells, clique cells, vertex) from scratch and takes the
+    smallest; fill counts the cells of each missing pair among the neighbours (from both
+    ends)."""
+    adjacency = [set() for _ in sizes]
+    for clique in cliques:
+        for a, b in itertools.combinations(clique, 2):
+            adjacency[a].add(b)
+            adjacency[b].add(a)
+    left = set(range(len(sizes)))
+    order: list[int] = []
+    eliminated: list[tuple[int, ...]] = [()] * len(sizes)
+
+    def cost(v: int) -> tuple[int, int, int]:
+        fill = sum(
+            sizes[a] * sizes[b]
+            for a in adjacency[v]
+            for b in adjacency[v]
+            if a != b and b not in adjacency[a]
+        )
+        return (fill, math.prod(sizes[u] for u in adjacency[v] | {v}), v)
+
+    while left:
+        v = min(cost(u) for u in left)[2]
+        left.discard(v)
+        order.append(v)
+        eliminated[v] = tuple(sorted(adjacency[v] | {v}))
+        for a, b in itertools.combinations(adjacency[v], 2):
+            adjacency[a].add(b)
+            adjacency[b].add(a)
+        for a in adjacency[v]:
+            adjacency[a].discard(v)
+        adjacency[v] = set()
+    return tuple(order), tuple(eliminated)
+
+
+@given(
+    st.integers(1, 12).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.integers(1, 5), min_size=n, max_size=n),
+            st.lists(
+                st.lists(st.integers(0, n - 1), min_size=1, max_size=4, unique=True).map(tuple),
+                max_size=14,
+            ),
+        )
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_triangulation_is_the_greedy_order_of_its_definition(
+    case: tuple[list[int], list[tuple[int, ...]]],
+) -> None:
+    # The incremental cost updates give the elimination order and cliques of recomputing every
+    # cost at every step (a guard for anyone making triangulate faster).
+    sizes, cliques = case
+    found = triangulate(sizes, cliques)
+    order, eliminated = _reference_triangulation(sizes, cliques)
+    assert found.elimination_order == order
+    assert found.elimination_cliques == eliminated
