@@ -21,7 +21,8 @@ depends on ρ otherwise has its own terms: ``seconds`` as above times ``exp(o_g)
 unchanged (aim batched: the time falls from ε = 0.1 to 1, where sizing candidates against a tiny
 model dominates, then is about flat as the model fills its cap); its memory has its own bound
 weights (``weight_g``, ``rho_weight_g``: aim's bound counts every candidate's table, a batch
-scores 500), and it states its own factors, the worst ratios over its runs. The bound term of
+scores 500), and it states its own factors: the worst ratios over its runs, or the method's if
+larger (a regime's few runs state no tighter error). The bound term of
 the memory grows with log r above ρ₁ (aim fills more of its model cap when larger marginals are
 affordable). ``W`` is the
 method's expected work (:meth:`Mechanism.expected_work`: the work bound of
@@ -133,7 +134,7 @@ COST_COEFFICIENTS: Final[dict[str, dict[str, float]]] = {
         "batched_seconds_log_offset": -0.1819,
         "batched_seconds_rho_exponent_below": -0.1124,
         "batched_seconds_rho_exponent_above": 0.021,
-        "batched_seconds_factor": 1.44,
+        "batched_seconds_factor": 2.04,
         "batched_memory_bound_weight": 0.012301,
         "batched_memory_bound_weight_rho": 0.000687,
         "batched_memory_factor": 1.46,
