@@ -14,8 +14,17 @@ The model, per method ``m``, with ``n`` rows (the input's; the output's too, sin
 with ``c_m`` = ``c_below_m`` when ρ < ρ₁ and ``c_above_m`` otherwise: a power law in ρ whose
 exponent may change at ρ₁ (the adaptive methods add rounds and larger marginals as ρ grows).
 Rows and columns have their own exponents because the marginal-based methods' work grows faster
-in the columns (pairs of them) than in the rows. The bound term of the memory grows with log r
-above ρ₁ (aim fills more of its model cap when larger marginals are affordable). ``W`` is the
+in the columns (pairs of them) than in the rows. A run in a regime of its method
+(:meth:`Mechanism.cost_regime`: aim's batches of rounds, by default above 64 columns) whose time
+depends on ρ otherwise has its own terms: ``seconds`` as above times ``exp(o_g) · r^(c_g − c)``,
+``o_g`` and ``c_g`` (below and above ρ₁) fitted on that regime's runs alone, the method's terms
+unchanged (aim batched: the time falls from ε = 0.1 to 1, where sizing candidates against a tiny
+model dominates, then is about flat as the model fills its cap); its memory has its own bound
+weights (``weight_g``, ``rho_weight_g``: aim's bound counts every candidate's table, a batch
+scores 500), and it states its own factors: the worst ratios over its runs, or the method's if
+larger (a regime's few runs state no tighter error). The bound term of
+the memory grows with log r above ρ₁ (aim fills more of its model cap when larger marginals are
+affordable). ``W`` is the
 method's expected work (:meth:`Mechanism.expected_work`: the work bound of
 :meth:`Mechanism.estimate_resources`, or for aim that bound with its rounds in batches) and ``E``
 the part of its memory bound above the one-way baseline (the model cap and the tables a method
@@ -75,7 +84,14 @@ RHO_REFERENCE: Final[Fraction] = Fraction("0.014973057673")
 # `python -m benchmarks.wide_table`, 196 columns after the draft; ppsyn's runs replace its older
 # ones on temporal-match2, measured before its candidate cap), merged by `--from-json
 # docs/cost_model.json THOSE.json --fit`; the two commands ran side by side, one per core. `aim` has
-# no new runs: only its memory terms moved (by under 1 %).
+# no new runs: only its memory terms moved (by under 1 %). aim's `batched_*` terms (its runs above
+# 64 columns, Mechanism.cost_regime) were added on 2026-12-05 (issue 25), fitted on CPU seconds of
+# `python -m benchmarks.cost_model --data CALIB --datasets T --methods aim --epsilons 0.1 1 10 --cap
+# 900` for T = wide100, wide150 and wide200 (`python -m benchmarks.wide_table --columns 100 --seed
+# 2`, `--columns 150 --seed 3` and the 196-column table; codes by `benchmarks.export_codes
+# --epsilon 1`; wide200's runs recorded as wide200b, its codes re-exported since the runs above),
+# merged by `--from-json docs/cost_model.json THOSE.json --fit`: every other coefficient is the
+# same to the digit (the regime's runs are left out of the method's own fit).
 COST_COEFFICIENTS: Final[dict[str, dict[str, float]]] = {
     "independent": {
         "seconds_log_scale": -14.2508,
@@ -115,6 +131,13 @@ COST_COEFFICIENTS: Final[dict[str, dict[str, float]]] = {
         "memory_bound_weight": 0.0709,
         "memory_bound_weight_rho": 0.0324,
         "memory_factor": 1.45,
+        "batched_seconds_log_offset": -0.1819,
+        "batched_seconds_rho_exponent_below": -0.1124,
+        "batched_seconds_rho_exponent_above": 0.021,
+        "batched_seconds_factor": 2.04,
+        "batched_memory_bound_weight": 0.012301,
+        "batched_memory_bound_weight_rho": 0.000687,
+        "batched_memory_factor": 1.46,
     },
     "privsyn": {
         "seconds_log_scale": -13.4727,
@@ -217,13 +240,15 @@ class CostFeatures:
     """The public inputs of the model (module docstring): ``rows`` = n, ``columns`` = d,
     ``cells`` = C = n·d, ``work_ratio`` = W(params)/W(the params the method was calibrated
     with: its defaults, or ``Mechanism.calibration_params``), W the method's
-    ``Mechanism.expected_work``, ``bound_extra_bytes`` = E(params)."""
+    ``Mechanism.expected_work``, ``bound_extra_bytes`` = E(params), ``regime`` the run's
+    ``Mechanism.cost_regime`` (None: the method's own ρ terms)."""
 
     rows: int
     columns: int
     cells: int
     work_ratio: float
     bound_extra_bytes: int
+    regime: str | None = None
 
 
 def cost_features(
@@ -243,14 +268,41 @@ def cost_features(
         cells=rows * len(domain),
         work_ratio=work / max(calibrated, 1),
         bound_extra_bytes=max(estimate.additive_bytes - baseline, 0),
+        regime=mechanism.cost_regime(domain, params),
     )
 
 
-def rho_exponent(coefficients: dict[str, float], rho_ratio: float) -> float:
-    """The exponent ``c`` of ``r = ρ/ρ₁`` (module docstring): below or above ρ₁."""
-    if rho_ratio < 1:
-        return coefficients["seconds_rho_exponent_below"]
-    return coefficients["seconds_rho_exponent_above"]
+def regime_terms(coefficients: dict[str, float], regime: str | None) -> tuple[float, float, float]:
+    """``(log offset, c_below, c_above)`` of ``regime`` (module docstring): its own
+    ``<regime>_seconds_*`` coefficients when calibrated, else the method's (offset 0)."""
+    if regime is not None and f"{regime}_seconds_log_offset" in coefficients:
+        return (
+            coefficients[f"{regime}_seconds_log_offset"],
+            coefficients[f"{regime}_seconds_rho_exponent_below"],
+            coefficients[f"{regime}_seconds_rho_exponent_above"],
+        )
+    return (
+        0.0,
+        coefficients["seconds_rho_exponent_below"],
+        coefficients["seconds_rho_exponent_above"],
+    )
+
+
+def regime_coefficient(coefficients: dict[str, float], regime: str | None, name: str) -> float:
+    """``<regime>_<name>`` when the regime has it, else the method's ``name`` (the memory bound
+    weights and the stated factors)."""
+    if regime is not None and f"{regime}_{name}" in coefficients:
+        return coefficients[f"{regime}_{name}"]
+    return coefficients[name]
+
+
+def rho_exponent(
+    coefficients: dict[str, float], rho_ratio: float, regime: str | None = None
+) -> float:
+    """The exponent ``c`` of ``r = ρ/ρ₁`` (module docstring): below or above ρ₁, the
+    ``regime``'s when it has its own."""
+    _, below, above = regime_terms(coefficients, regime)
+    return below if rho_ratio < 1 else above
 
 
 MEMORY_CAP_FACTOR = 1.5
@@ -282,19 +334,21 @@ def predict_cost(
     try:
         features = cost_features(mechanism, domain, params, rows)
         ratio = float(Fraction(rho) / RHO_REFERENCE)
+        offset, _, _ = regime_terms(coefficients, features.regime)
         seconds = (
-            math.exp(coefficients["seconds_log_scale"])
+            math.exp(coefficients["seconds_log_scale"] + offset)
             * max(features.rows, 1) ** coefficients["seconds_rows_exponent"]
             * max(features.columns, 1) ** coefficients["seconds_columns_exponent"]
-            * ratio ** rho_exponent(coefficients, ratio)
+            * ratio ** rho_exponent(coefficients, ratio, features.regime)
             * features.work_ratio
         )
         peak = (
             coefficients["memory_base_bytes"]
             + coefficients["memory_bytes_per_cell"] * features.cells
             + (
-                coefficients["memory_bound_weight"]
-                + coefficients["memory_bound_weight_rho"] * max(math.log(ratio), 0.0)
+                regime_coefficient(coefficients, features.regime, "memory_bound_weight")
+                + regime_coefficient(coefficients, features.regime, "memory_bound_weight_rho")
+                * max(math.log(ratio), 0.0)
             )
             * features.bound_extra_bytes
         )
@@ -313,6 +367,6 @@ def predict_cost(
     return CostPrediction(
         seconds=seconds,
         peak_memory_bytes=round(peak),
-        seconds_factor=coefficients["seconds_factor"],
-        memory_factor=coefficients["memory_factor"],
+        seconds_factor=regime_coefficient(coefficients, features.regime, "seconds_factor"),
+        memory_factor=regime_coefficient(coefficients, features.regime, "memory_factor"),
     )

@@ -736,6 +736,13 @@ class Mechanism(abc.ABC):
         del domain
         return self.validate_params({})
 
+    def cost_regime(self, domain: Domain, params: BaseModel) -> str | None:
+        """The name of a regime whose time depends on ρ differently from the method's calibrated
+        runs (the cost preview, engine.costs, fits its ρ terms apart), or None: the method's own.
+        A function of the public domain and params only."""
+        del domain, params
+        return None
+
     def sampling_work(self, domain: Domain, params: BaseModel, rows: int) -> int:
         """Work units (:data:`WORK_UNITS_PER_SECOND`) of drawing ``rows`` rows from a saved model
         of this method (a derived sample), at least: :data:`SAMPLING_WORK_PER_CELL` per output

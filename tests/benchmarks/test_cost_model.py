@@ -77,6 +77,52 @@ def test_fit_recovers_the_rho_exponents_on_each_side() -> None:
     assert fitted["seconds_factor"] == 1.0
 
 
+def test_fit_gives_aim_s_batches_their_own_terms_on_cpu_seconds() -> None:
+    """The runs of the test above plus aim on two tables of more than 64 columns (batched),
+    following that model times e^-0.5 · (ρ/ρ₁)^c_g with c_g = -0.15 below ρ₁ and 0.05 above it in
+    CPU seconds (their wall seconds three times that): the method's terms come back unchanged
+    and the batched ones from the CPU seconds, factor 1."""
+    domains = _domains() | {
+        "w80": Domain.from_mapping({f"c{i}": 4 for i in range(80)}),
+        "w130": Domain.from_mapping({f"c{i}": 3 for i in range(130)}),
+    }
+    runs: list[CostRun] = []
+    for name, rows in (
+        ("small", 1_000),
+        ("mid", 50_000),
+        ("wide", 200_000),
+        ("w80", 3_000),
+        ("w130", 2_000),
+    ):
+        for epsilon in (0.1, 1.0, 10.0):
+            run = CostRun(
+                name, "aim", rows, len(domains[name]), "measured", rows_out=rows, epsilon=epsilon
+            )
+            features = _features(run, domains)
+            ratio = float(rho_of(epsilon) / RHO_REFERENCE)
+            exponent = 0.2 if ratio < 1 else 0.6
+            seconds = math.exp(-8) * features.cells**0.5 * ratio**exponent * features.work_ratio
+            if features.regime == "batched":
+                run.cpu_seconds = (
+                    seconds * math.exp(-0.5) * ratio ** ((-0.15 if ratio < 1 else 0.05) - exponent)
+                )
+                run.seconds = 3 * run.cpu_seconds
+            else:
+                run.seconds = seconds
+            run.peak_rss_bytes = 10**8
+            runs.append(run)
+    assert sum(_features(r, domains).regime == "batched" for r in runs) == 6
+    fitted = fit(runs, domains)["aim"]
+    assert fitted["seconds_rows_exponent"] == fitted["seconds_columns_exponent"] == 0.5
+    assert fitted["seconds_rho_exponent_below"] == 0.2
+    assert fitted["seconds_rho_exponent_above"] == 0.6
+    assert fitted["seconds_log_scale"] == -8.0
+    assert fitted["batched_seconds_log_offset"] == -0.5
+    assert fitted["batched_seconds_rho_exponent_below"] == -0.15
+    assert fitted["batched_seconds_rho_exponent_above"] == 0.05
+    assert fitted["seconds_factor"] == fitted["batched_seconds_factor"] == 1.0
+
+
 def test_rho_of_epsilon_one_is_the_reference() -> None:
     assert rho_of(1.0) == RHO_REFERENCE
     assert rho_of(0.1) < RHO_REFERENCE < rho_of(10.0)

@@ -547,6 +547,17 @@ class AIMMechanism(Mechanism):
         batched = params.model_copy(update={"rounds": -(-rounds // picks), "picks_per_fit": 1})
         return self.estimate_resources(domain, batched, rows).work
 
+    def cost_regime(self, domain: Domain, params: BaseModel) -> str | None:
+        """'batched' when a fit follows several picks (:func:`picks_per_fit` above 1, by default
+        on tables of more than :data:`WIDE_COLUMNS` columns). Its time does not grow with ρ as
+        the one-pick runs' does: at small ρ the model is tiny and most of a run sizes candidates
+        (many triangulations of long tree paths), at large ρ the model fills its cap (on 196
+        columns 1.17-1.27 M of 1.31 M cells by ε = 1), so the time falls from ε = 0.1 to 1 and is
+        about flat above (docs/benchmarks.md, "Cost preview")."""
+        if not isinstance(params, AIMParams):
+            raise TypeError("params must be AIMParams")
+        return "batched" if picks_per_fit(domain, params) > 1 else None
+
     def calibration_params(self, domain: Domain) -> BaseModel:
         """The cost preview's runs (docs/benchmarks.md, "Cost preview") predate the batches of
         rounds, momentum and 500 candidates on wide tables: one pick per fit, plain fits, 1,000
