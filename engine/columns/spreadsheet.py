@@ -228,8 +228,7 @@ def _integer_table(array: pa.Array) -> _Tabled | None:
     if low is None or high - low >= min(_TEXT_TABLE_LIMIT, len(array)):
         return None
     texts = pa.array([str(value) for value in range(low, high + 1)], pa.large_string())
-    positions = pc.subtract(array, pa.scalar(low, array.type))
-    index = np.asarray(positions.to_numpy(zero_copy_only=False), dtype=np.int64)
+    index = np.asarray(_positions(array, low).to_numpy(zero_copy_only=False), dtype=np.int64)
     return _Tabled(texts, index)
 
 
@@ -242,7 +241,15 @@ def _integer_text(array: pa.Array) -> pa.Array:
     if low is None or high - low >= min(_TEXT_TABLE_LIMIT, len(array)):
         return array.cast(pa.large_string())
     texts = pa.array([str(value) for value in range(low, high + 1)], pa.large_string())
-    return texts.take(pc.subtract(array, pa.scalar(low, array.type)))
+    return texts.take(_positions(array, low))
+
+
+def _positions(array: pa.Array, low: int) -> pa.Array:
+    """``array - low`` (nulls stay null), in a type that holds it: a narrow signed type need
+    not (int8 from -128 to 127 spans 255), and pyarrow's subtract wraps around silently."""
+    if pa.types.is_signed_integer(array.type):
+        array = array.cast(pa.int64())  # the span is small: no int64 difference overflows
+    return pc.subtract(array, pa.scalar(low, array.type))
 
 
 def _quoted(array: pa.Array) -> pa.Array:

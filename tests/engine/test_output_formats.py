@@ -313,6 +313,11 @@ def test_negative_numbers_in_a_declared_format_stay_numbers() -> None:
         pa.array([None, None], pa.int32()),
         pa.array([], pa.int64()),
         pa.array([9, 8, 7, 6, 5, 4], pa.int32()).slice(2, 3),
+        # A narrow signed type spanning more than half its range: the positions in the table
+        # (value - min) do not fit the type itself (127 - (-128) = 255).
+        pa.array([-128, 0, 127] * 100, pa.int8()),
+        pa.array([-128, 0, 127, None] * 100, pa.int8()),
+        pa.array([-100, 100] * 300, pa.int8()),
     ],
 )
 def test_integer_cells_are_pyarrows_text(values: pa.Array) -> None:
