@@ -17,7 +17,7 @@ from engine.accounting import exact_share, gaussian_rho
 from engine.counting import CountingEngine
 from engine.domain import Domain
 from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate
-from engine.estimation.growth import TreeGrowth
+from engine.estimation.growth import Memo, TreeGrowth
 from engine.marginals import (
     FLAT_CACHE_BYTES,
     MARGINAL_SENSITIVITY,
@@ -430,6 +430,7 @@ class PPSynMechanism(Mechanism):
         local = growth_mode(original, params) == "local"
         cache = PartitionCache()
         size_memo: dict[int, int] = {}  # model sizes by Markov graph, shared by the rounds
+        piece_memo: Memo = {}  # local growth's re-triangulated pieces, shared by the rounds
         selections: list[SelectionCharge] = []
         releases: list[GaussianCharge] = []
         eta = params.eta
@@ -463,7 +464,7 @@ class PPSynMechanism(Mechanism):
 
             size_limit = int(max_cells * min(Fraction(1), used / rho))
             weight: dict[Clique, float] = {**one_way_weights, **candidates}
-            growth = TreeGrowth(model.tree) if local else None
+            growth = TreeGrowth(model.tree, piece_memo) if local else None
             eligible = AIMMechanism._eligible(
                 domain,
                 model,
