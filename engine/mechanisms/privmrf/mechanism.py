@@ -81,6 +81,22 @@ def r_score_noise(pairs: int, grid: int, rho_r: Fraction) -> tuple[Fraction, Fra
     return sensitivity, sensitivity**2 * pairs / (2 * rho_r)
 
 
+LOCAL_GRAPH_COLUMNS = 64
+"""``graph_growth="auto"`` triangulates the whole attribute graph for every pair Alg. 1 tries up
+to this many columns and grows it locally beyond. The pairs number d(d − 1)/2 and each whole
+triangulation costs about d² steps: loans' 54 columns (1,431 pairs) take about 1 s of a 27–44 s
+run, the 196-column table's 19,110 pairs took minutes (99 % of the first 10 minutes of a run,
+docs/benchmarks.md, "`ppsyn` and `privmrf` on wide tables"). 64 is AIM's width for batches."""
+
+
+def graph_growth(domain: Domain, params: PrivMRFParams) -> Literal["exact", "local"]:
+    """Alg. 1's growth: ``params.graph_growth``, with 'auto' resolved by the public column
+    count (:data:`LOCAL_GRAPH_COLUMNS`)."""
+    if params.graph_growth != "auto":
+        return params.graph_growth
+    return "exact" if len(domain) <= LOCAL_GRAPH_COLUMNS else "local"
+
+
 class PrivMRFParams(BaseModel):
     """Parameters of PrivMRF (see PrivMRFMechanism for the defaults and deviations)."""
 
@@ -134,6 +150,12 @@ class PrivMRFParams(BaseModel):
         le=1000,
         description="θ-usefulness: a candidate needs ñ/cells ≥ θ × the expected |noise| per cell "
         "(paper: 6; at least 0.001: θ·σ must not underflow to 0)",
+    )
+    graph_growth: Literal["auto", "exact", "local"] = Field(
+        default="auto",
+        description="how Alg. 1 sizes each pair it tries: 'exact' triangulates the whole graph "
+        "with it; 'local' grows the triangulated graph by it (parts.attribute_graph); 'auto': "
+        f"'exact' up to {LOCAL_GRAPH_COLUMNS} columns, 'local' beyond (see graph_growth)",
     )
     max_marginal_attributes: int = Field(
         default=6, ge=2, le=10, description="largest number of attributes of a candidate marginal"
@@ -459,6 +481,7 @@ class PrivMRFMechanism(Mechanism):
             noisy_r.tolist(),
             params.max_clique_cells,
             params.max_model_cells,
+            growth=graph_growth(original, params),
         )
 
         # 2. ñ and the θ-useful candidates (Alg. 2).
