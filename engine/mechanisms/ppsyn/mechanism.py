@@ -61,8 +61,8 @@ LOCAL_GROWTH_COLUMNS = 40
 """``model_growth="auto"`` re-triangulates up to this many columns and grows locally beyond.
 
 Re-triangulation sizes every scored candidate by triangulating the whole Markov graph, a cost
-that grows with the width: measured with seeded noise (docs/benchmarks.md, "`ppsyn` on wide
-tables: growth by width"), it keeps `ppsyn` within 3× of `aim` up to temporal-match2's 35
+that grows with the width. Measured (docs/benchmarks.md, "`ppsyn` and `privmrf` on wide
+tables", and "ppsyn speed"), it keeps `ppsyn` within 3× of `aim` up to temporal-match2's 35
 columns and is better there on adult's 14 (3-way TVD about 3 % lower than local growth), but on
 loans' 54 columns it is 63 % of the run and `ppsyn` takes 4–6× `aim`. The threshold lies in
 that gap (35 to 54 columns measured); 40 keeps every table up to 35 columns byte for byte as
