@@ -154,8 +154,9 @@ class PrivMRFParams(BaseModel):
     )
     graph_growth: Literal["auto", "exact", "local"] = Field(
         default="auto",
-        description="how Alg. 1 sizes each pair it tries: 'exact' triangulates the whole graph "
-        "with it; 'local' grows the triangulated graph by it (parts.attribute_graph); 'auto': "
+        description="how Alg. 1 sizes each pair it tries and the rounds each candidate: "
+        "'exact' triangulates the whole graph with it; 'local' grows the triangulated graph "
+        "(parts.attribute_graph) or the model's junction tree by it; 'auto': "
         f"'exact' up to {LOCAL_GRAPH_COLUMNS} columns, 'local' beyond (see graph_growth)",
     )
     max_marginal_attributes: int = Field(
