@@ -59,10 +59,22 @@ from engine.estimation.junction_tree import JunctionTree, triangulate
 Ids = tuple[int, ...]
 
 
-class TreeGrowth:
-    """Sizes and grown structures of ``tree`` plus one candidate clique (attribute ids)."""
+Memo = dict[tuple[tuple[Ids, ...], Ids], tuple[int, tuple[Ids, ...]]]
+"""Re-triangulated pieces by their cliques' contents and the candidate (see :class:`TreeGrowth`)."""
 
-    def __init__(self, tree: JunctionTree) -> None:
+MEMO_ENTRIES = 200_000
+"""A shared memo is emptied when it holds more pieces than this (memory stays bounded)."""
+
+
+class TreeGrowth:
+    """Sizes and grown structures of ``tree`` plus one candidate clique (attribute ids).
+
+    ``memo`` may be shared by the growths of successive trees of one run (the same labels): a
+    piece's re-triangulation depends only on the attributes of its cliques and the candidate,
+    so a piece the tree still holds unchanged after a round is not triangulated again (exact:
+    the same cells and cliques)."""
+
+    def __init__(self, tree: JunctionTree, memo: Memo | None = None) -> None:
         self.tree = tree
         self.sizes = tree.sizes
         self.sets = tree.sets
@@ -73,6 +85,7 @@ class TreeGrowth:
         self.cells = [math.prod(shape) for shape in tree.shapes]
         self.total = sum(self.cells)
         self._local: dict[tuple[frozenset[int], Ids], tuple[int, tuple[Ids, ...]]] = {}
+        self._memo = memo
         self._pieces: dict[frozenset[int], frozenset[int]] = {}
 
     def inside(self, ids: Sequence[int]) -> bool:
@@ -99,16 +112,29 @@ class TreeGrowth:
         piece = self.piece(wanted)
         key = (piece, wanted)
         found = self._local.get(key)
+        if found is None and self._memo is not None:
+            contents = (tuple(sorted(self.tree.cliques[c] for c in piece)), wanted)
+            found = self._memo.get(contents)
+            if found is None:
+                found = self._triangulated(piece, wanted)
+                if len(self._memo) >= MEMO_ENTRIES:
+                    self._memo.clear()
+                self._memo[contents] = found
+            self._local[key] = found
         if found is None:
-            members = sorted(set(wanted).union(*(self.sets[c] for c in piece)))
-            local = {v: i for i, v in enumerate(members)}
-            cliques = [tuple(local[v] for v in wanted)]
-            cliques += [tuple(local[v] for v in self.tree.cliques[c]) for c in sorted(piece)]
-            maximal = triangulate([self.sizes[v] for v in members], cliques).maximal
-            grown = tuple(tuple(sorted(members[i] for i in clique)) for clique in maximal)
-            found = (sum(math.prod(self.sizes[v] for v in clique) for clique in grown), grown)
+            found = self._triangulated(piece, wanted)
             self._local[key] = found
         return piece, found[0], found[1]
+
+    def _triangulated(self, piece: frozenset[int], wanted: Ids) -> tuple[int, tuple[Ids, ...]]:
+        """The cells and maximal cliques of the piece re-triangulated with ``wanted``."""
+        members = sorted(set(wanted).union(*(self.sets[c] for c in piece)))
+        local = {v: i for i, v in enumerate(members)}
+        cliques = [tuple(local[v] for v in wanted)]
+        cliques += [tuple(local[v] for v in self.tree.cliques[c]) for c in sorted(piece)]
+        maximal = triangulate([self.sizes[v] for v in members], cliques).maximal
+        grown = tuple(tuple(sorted(members[i] for i in clique)) for clique in maximal)
+        return (sum(math.prod(self.sizes[v] for v in clique) for clique in grown), grown)
 
     def size_with(self, ids: Sequence[int]) -> int:
         """Cells of the tree grown by ``ids`` (the tree's own size if a clique holds them)."""

@@ -17,7 +17,7 @@ from engine.accounting import exact_share, gaussian_rho
 from engine.counting import CountingEngine
 from engine.domain import Domain
 from engine.estimation import GraphicalModel, ModelSizer, NoisyMarginal, estimate
-from engine.estimation.growth import TreeGrowth
+from engine.estimation.growth import Memo, TreeGrowth
 from engine.marginals import (
     FLAT_CACHE_BYTES,
     MARGINAL_SENSITIVITY,
@@ -56,6 +56,25 @@ from engine.mechanisms.splits import one_way_parts, size_weight
 from engine.models.compression import compress_after_one_ways, measured_axis_maps
 from engine.noise import SecureRandom, discrete_gaussian_noise
 from engine.selection import epsilon_for_rho, exponential_mechanism
+
+LOCAL_GROWTH_COLUMNS = 40
+"""``model_growth="auto"`` re-triangulates up to this many columns and grows locally beyond.
+
+Re-triangulation sizes every scored candidate by triangulating the whole Markov graph, a cost
+that grows with the width. Measured (docs/benchmarks.md, "`ppsyn` and `privmrf` on wide
+tables", and "ppsyn speed"), it keeps `ppsyn` within 3× of `aim` up to temporal-match2's 35
+columns and is better there on adult's 14 (3-way TVD about 3 % lower than local growth), but on
+loans' 54 columns it is 63 % of the run and `ppsyn` takes 4–6× `aim`. The threshold lies in
+that gap (35 to 54 columns measured); 40 keeps every table up to 35 columns byte for byte as
+before."""
+
+
+def growth_mode(domain: Domain, params: PPSynParams) -> Literal["local", "retriangulate"]:
+    """The structure growth a run uses: ``params.model_growth``, with 'auto' resolved by the
+    public column count (:data:`LOCAL_GROWTH_COLUMNS`)."""
+    if params.model_growth != "auto":
+        return params.model_growth
+    return "retriangulate" if len(domain) <= LOCAL_GROWTH_COLUMNS else "local"
 
 
 class PPSynParams(BaseModel):
@@ -130,12 +149,12 @@ class PPSynParams(BaseModel):
         description="score at most this many candidates per round: a uniformly random subset of "
         "those eligible, drawn from the CSPRNG independently of the data (null: all), as in AIM",
     )
-    model_growth: Literal["local", "retriangulate"] = Field(
-        default="retriangulate",
+    model_growth: Literal["auto", "local", "retriangulate"] = Field(
+        default="auto",
         description="how a measured marginal enters the model: 'retriangulate' triangulates "
         "every measured set again; 'local' re-triangulates only the part of the junction tree "
-        "it touches (engine.estimation.growth), as AIM does (on adult at ε = 1, 3 seeds: 3-way "
-        "TVD 0.0787 against 0.0765, so not the default)",
+        "it touches (engine.estimation.growth), as AIM does; 'auto': 'retriangulate' up to "
+        f"{LOCAL_GROWTH_COLUMNS} columns, 'local' beyond (see growth_mode)",
     )
     iterations: int = Field(
         default=200, ge=1, le=100_000, description="mirror-descent steps of the final fit"
@@ -408,9 +427,10 @@ class PPSynMechanism(Mechanism):
         # choice, independent of the data (the OS CSPRNG, or the tests' seeded source).
         chooser = noise_source if noise_source is not None else SecureRandom()
         pool = list(candidates)
-        local = params.model_growth == "local"
+        local = growth_mode(original, params) == "local"
         cache = PartitionCache()
         size_memo: dict[int, int] = {}  # model sizes by Markov graph, shared by the rounds
+        piece_memo: Memo = {}  # local growth's re-triangulated pieces, shared by the rounds
         selections: list[SelectionCharge] = []
         releases: list[GaussianCharge] = []
         eta = params.eta
@@ -444,7 +464,7 @@ class PPSynMechanism(Mechanism):
 
             size_limit = int(max_cells * min(Fraction(1), used / rho))
             weight: dict[Clique, float] = {**one_way_weights, **candidates}
-            growth = TreeGrowth(model.tree) if local else None
+            growth = TreeGrowth(model.tree, piece_memo) if local else None
             eligible = AIMMechanism._eligible(
                 domain,
                 model,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Literal
 
@@ -22,6 +22,7 @@ from engine.estimation import (
     estimate,
     estimate_total,
 )
+from engine.estimation.growth import Memo, TreeGrowth
 from engine.marginals import (
     FLAT_CACHE_BYTES,
     MARGINAL_SENSITIVITY,
@@ -31,7 +32,7 @@ from engine.marginals import (
     count_marginals,
     measure_marginal,
 )
-from engine.mechanisms.aim.mechanism import check_one_way_model
+from engine.mechanisms.aim.mechanism import check_one_way_model, grown_structure
 from engine.mechanisms.base import (
     GRAPHICAL_OUTPUT,
     GaussianCharge,
@@ -79,6 +80,22 @@ def r_score_noise(pairs: int, grid: int, rho_r: Fraction) -> tuple[Fraction, Fra
     σ² = Δ²·pairs/(2·rho_r), so each costs rho_r/pairs."""
     sensitivity = Fraction(R_SCORE_SENSITIVITY * grid)
     return sensitivity, sensitivity**2 * pairs / (2 * rho_r)
+
+
+LOCAL_GRAPH_COLUMNS = 64
+"""``graph_growth="auto"`` triangulates the whole attribute graph for every pair Alg. 1 tries up
+to this many columns and grows it locally beyond. The pairs number d(d − 1)/2 and each whole
+triangulation costs about d² steps: loans' 54 columns (1,431 pairs) take about 1 s of a 27–44 s
+run, the 196-column table's 19,110 pairs took minutes (99 % of the first 10 minutes of a run,
+docs/benchmarks.md, "`ppsyn` and `privmrf` on wide tables"). 64 is AIM's width for batches."""
+
+
+def graph_growth(domain: Domain, params: PrivMRFParams) -> Literal["exact", "local"]:
+    """Alg. 1's growth: ``params.graph_growth``, with 'auto' resolved by the public column
+    count (:data:`LOCAL_GRAPH_COLUMNS`)."""
+    if params.graph_growth != "auto":
+        return params.graph_growth
+    return "exact" if len(domain) <= LOCAL_GRAPH_COLUMNS else "local"
 
 
 class PrivMRFParams(BaseModel):
@@ -134,6 +151,13 @@ class PrivMRFParams(BaseModel):
         le=1000,
         description="θ-usefulness: a candidate needs ñ/cells ≥ θ × the expected |noise| per cell "
         "(paper: 6; at least 0.001: θ·σ must not underflow to 0)",
+    )
+    graph_growth: Literal["auto", "exact", "local"] = Field(
+        default="auto",
+        description="how Alg. 1 sizes each pair it tries and the rounds each candidate: "
+        "'exact' triangulates the whole graph with it; 'local' grows the triangulated graph "
+        "(parts.attribute_graph) or the model's junction tree by it; 'auto': "
+        f"'exact' up to {LOCAL_GRAPH_COLUMNS} columns, 'local' beyond (see graph_growth)",
     )
     max_marginal_attributes: int = Field(
         default=6, ge=2, le=10, description="largest number of attributes of a candidate marginal"
@@ -459,6 +483,7 @@ class PrivMRFMechanism(Mechanism):
             noisy_r.tolist(),
             params.max_clique_cells,
             params.max_model_cells,
+            growth=graph_growth(original, params),
         )
 
         # 2. ñ and the θ-useful candidates (Alg. 2).
@@ -529,16 +554,19 @@ class PrivMRFMechanism(Mechanism):
             domain, noisy, iterations=params.round_iterations, max_cells=params.max_model_cells
         )
         unspent = Fraction(0)
+        # Beyond LOCAL_GRAPH_COLUMNS a candidate is sized by growing the model's junction tree
+        # locally (as AIM and PPSyn do) instead of triangulating every measured set with it.
+        local = graph_growth(original, params) == "local"
+        pieces: Memo = {}
         for i in range(t):
             start = 0.08 + 0.8 * i / t
             end = 0.08 + 0.8 * (i + 1) / t
             progress(start, "select")
-            sizer = ModelSizer(domain, measured)
+            fits_now = _fits(domain, model, measured, cap, pieces if local else None)
             eligible = [
                 c
                 for c in remaining
-                if not (params.prune_subsumed and subsumed(c, measured))
-                and sizer.size_with(c) <= cap
+                if not (params.prune_subsumed and subsumed(c, measured)) and fits_now(c)
             ]
             if not eligible:
                 unspent += rho_s / t + per_marginal
@@ -581,9 +609,15 @@ class PrivMRFMechanism(Mechanism):
             measured.append(best)
             remaining.remove(best)
             progress(start + 0.2 * (end - start), "estimate")
+            structure = (
+                grown_structure(domain, noisy, model, TreeGrowth(model.tree, pieces), best)
+                if local
+                else []
+            )
             model = self._fit(
                 noisy,
                 model,
+                structure,
                 params.round_iterations,
                 params.max_model_cells,
                 progress,
@@ -605,6 +639,7 @@ class PrivMRFMechanism(Mechanism):
             noisy,
             model,
             compression,
+            cliques=model.cliques if local else (),
             iterations=params.iterations,
             max_cells=params.max_model_cells,
             rows=rows,
@@ -633,6 +668,7 @@ class PrivMRFMechanism(Mechanism):
     def _fit(
         noisy: Sequence[NoisyMarginal],
         warm: GraphicalModel,
+        cliques: Sequence[Clique],
         iterations: int,
         max_cells: int,
         progress: ProgressReporter,
@@ -642,8 +678,33 @@ class PrivMRFMechanism(Mechanism):
         return estimate(
             warm.domain,
             noisy,
+            cliques=cliques,
             warm_start=warm,
             iterations=iterations,
             max_cells=max_cells,
             callback=estimation_progress(progress, start, end, iterations),
         )
+
+
+def _fits(
+    domain: Domain,
+    model: GraphicalModel,
+    measured: Sequence[Clique],
+    cap: int,
+    pieces: Memo | None,
+) -> Callable[[Clique], bool]:
+    """Whether measuring a candidate keeps the model within ``cap`` cells: the junction tree of
+    every measured set plus the candidate (``pieces`` None), or the model's tree grown locally
+    by it (``pieces``: the memo of re-triangulated pieces shared by the rounds). Public
+    structure only."""
+    if pieces is None:
+        sizer = ModelSizer(domain, measured)
+        return lambda clique: sizer.size_with(clique) <= cap
+    growth = TreeGrowth(model.tree, pieces)
+    labels = model.tree.labels
+
+    def grown(clique: Clique) -> bool:
+        ids = labels.clique(clique)
+        return growth.inside(ids) or growth.size_with(ids) <= cap
+
+    return grown

@@ -20,12 +20,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from engine.domain import Domain
-from engine.estimation.junction_tree import triangulate
+from engine.estimation.growth import TreeGrowth
+from engine.estimation.junction_tree import Labels, build_junction_tree, triangulate
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -124,6 +126,7 @@ def attribute_graph(
     scores: Sequence[float],
     max_clique_cells: int,
     max_total_cells: int,
+    growth: Literal["exact", "local"] = "exact",
 ) -> tuple[list[tuple[int, int]], list[tuple[int, ...]]]:
     """Alg. 1: add edges in decreasing noisy score while every maximal clique of the
     triangulated graph has at most ``max_clique_cells`` cells (Eq. 7) and, a CPU-oriented
@@ -132,8 +135,15 @@ def attribute_graph(
     One pass in score order (ties by pair index): a pair that does not fit when its turn comes
     is dropped for good. The paper rescans from the top after each insertion, which can only
     retry pairs that failed earlier; adding edges almost never makes them fit again, and the
-    single pass is O(d²) triangulations instead of O(d⁴). Returns (edges, maximal cliques)."""
+    single pass is O(d²) triangulations instead of O(d⁴). Returns (edges, maximal cliques).
+
+    ``growth="exact"`` triangulates the whole graph for every pair tried. ``"local"`` keeps the
+    triangulated (chordal) graph and grows it by each pair tried (:func:`_local_graph`): a
+    different triangulation of the same edges (the paper names none), with the same two caps;
+    on 196 columns the whole-graph trials (19,110 pairs) were 99 % of a run."""
     order = sorted(range(len(pairs)), key=lambda i: (-scores[i], i))
+    if growth == "local":
+        return _local_graph(sizes, [pairs[i] for i in order], max_clique_cells, max_total_cells)
     edges: list[tuple[int, int]] = []
     cliques = chordal_cliques(sizes, edges)
     for i in order:
@@ -143,6 +153,59 @@ def attribute_graph(
             edges.append(pairs[i])
             cliques = trial
     return edges, cliques
+
+
+def _local_graph(
+    sizes: Sequence[int],
+    ordered: Sequence[tuple[int, int]],
+    max_clique_cells: int,
+    max_total_cells: int,
+) -> tuple[list[tuple[int, int]], list[tuple[int, ...]]]:
+    """Alg. 1 on a chordal graph grown one pair at a time (``ordered``: the pairs in score
+    order). A pair joining two connected components is a bridge: the graph stays chordal and
+    gains the clique of the pair alone. A pair inside a component grows the junction tree
+    locally (engine.estimation.growth: only the piece of the tree between the pair's ends is
+    re-triangulated). Either way the new graph is chordal and holds every edge accepted so far,
+    so its maximal cliques are a triangulation's; the pair is kept when they respect both caps.
+    Public structure only."""
+    domain = Domain(tuple(str(v) for v in range(len(sizes))), tuple(sizes))
+    labels = Labels(domain)
+    position = [int(name) for name in labels.names(range(len(sizes)))]  # id → position
+    ids = {p: i for i, p in enumerate(position)}
+    cliques: list[tuple[int, ...]] = [(i,) for i in range(len(sizes))]  # label ids
+    component = list(range(len(sizes)))  # component root of every id
+
+    def cells_of(clique: tuple[int, ...]) -> int:
+        return math.prod(labels.sizes[v] for v in clique)
+
+    growth: TreeGrowth | None = None
+    edges: list[tuple[int, int]] = []
+    total = sum(labels.sizes)
+    for pair in ordered:
+        a, b = sorted((ids[pair[0]], ids[pair[1]]))
+        if component[a] != component[b]:
+            alone = [c for c in ((a,), (b,)) if c in cliques]
+            if total - sum(cells_of(c) for c in alone) + cells_of((a, b)) > max_total_cells:
+                continue
+            grown = [c for c in cliques if c not in alone] + [(a, b)]
+        else:
+            if growth is None:
+                growth = TreeGrowth(build_junction_tree(labels, cliques))
+            if growth.inside((a, b)):
+                edges.append(pair)  # already an edge of the chordal graph: nothing changes
+                continue
+            if growth.size_with((a, b)) > max_total_cells:  # the cheap test first
+                continue
+            grown = list(growth.cliques_with((a, b)))
+        cells = [cells_of(c) for c in grown]
+        if max(cells) > max_clique_cells or sum(cells) > max_total_cells:
+            continue
+        edges.append(pair)
+        cliques, growth, total = grown, None, sum(cells)
+        old, new = max(component[a], component[b]), min(component[a], component[b])
+        component = [new if c == old else c for c in component]
+    found = [tuple(sorted(position[v] for v in clique)) for clique in cliques]
+    return edges, sorted(found)
 
 
 # ------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from engine.domain import Domain
 from engine.estimation import NoisyMarginal, estimate
-from engine.estimation.growth import TreeGrowth
+from engine.estimation.growth import Memo, TreeGrowth
 from engine.estimation.junction_tree import Labels, build_junction_tree, model_size
 
 
@@ -190,3 +190,30 @@ def test_joined_piece_stays_connected_for_inference() -> None:
                 reached.add(e)
                 stack.append(e)
     assert reached == piece
+
+
+@given(trees_and_candidates(), trees_and_candidates())
+@settings(max_examples=200, deadline=None)
+def test_a_shared_memo_changes_no_size_or_structure(
+    first: tuple[Domain, list[tuple[str, ...]], list[str]],
+    second: tuple[Domain, list[tuple[str, ...]], list[str]],
+) -> None:
+    """Pieces memoised by their cliques' contents across two trees of one domain (the second
+    tree grown from the first's sets, as across rounds): the same answers as without a memo."""
+    domain, cliques, candidate = first
+    labels = Labels(domain)
+    memo: Memo = {}
+    later = [c for c in second[1] if set(c) <= set(domain.attributes)]
+    for sets in (cliques, cliques + later):
+        tree = build_junction_tree(labels, [labels.clique(c) for c in sets])
+        for wanted in (candidate, *sets):
+            ids = labels.clique(wanted)
+            plain, shared = TreeGrowth(tree), TreeGrowth(tree, memo)
+            assert shared.size_with(ids) == plain.size_with(ids)
+            assert shared.cliques_with(ids) == plain.cliques_with(ids)
+    assert memo or all(
+        TreeGrowth(build_junction_tree(labels, [labels.clique(c) for c in cliques])).inside(
+            labels.clique(c)
+        )
+        for c in (candidate, *cliques)
+    )

@@ -22,8 +22,10 @@ from engine.marginals import count_marginal, measure_marginal
 from engine.mechanisms import MECHANISMS, SynthesisCancelled, get_mechanism
 from engine.mechanisms.aim.mechanism import AIMMechanism, workload_closure
 from engine.mechanisms.ppsyn.mechanism import (
+    LOCAL_GROWTH_COLUMNS,
     PPSynParams,
     candidate_partition,
+    growth_mode,
     partition_contribution,
     round_partitions,
 )
@@ -358,3 +360,73 @@ def test_a_round_scores_at_most_max_candidates_drawn_without_the_data(
     assert result.rho_spent == Fraction(1)
     assert scored and all(1 <= len(round_) <= 7 for round_ in scored)
     assert len({tuple(round_) for round_ in scored}) > 1  # a fresh draw each round
+
+
+# --- model_growth "auto": re-triangulation on narrow tables, local growth on wide ones -----------
+
+
+def _columns(width: int) -> Domain:
+    return Domain(tuple(f"x{i}" for i in range(width)), (3,) * width)
+
+
+def test_auto_growth_resolves_by_the_column_count() -> None:
+    auto = PPSynParams()
+    assert auto.model_growth == "auto"
+    assert growth_mode(_columns(14), auto) == "retriangulate"  # adult's width
+    assert growth_mode(_columns(LOCAL_GROWTH_COLUMNS), auto) == "retriangulate"
+    assert growth_mode(_columns(LOCAL_GROWTH_COLUMNS + 1), auto) == "local"
+    assert growth_mode(_columns(196), auto) == "local"
+    for growth in ("local", "retriangulate"):
+        explicit = PPSynParams(model_growth=growth)
+        assert growth_mode(_columns(4), explicit) == growth
+        assert growth_mode(_columns(196), explicit) == growth
+
+
+def _linked(width: int, rows: int, seed: int) -> Dataset:
+    """``width`` ternary columns, each a noisy copy of the one before (many strong pairs)."""
+    rng = np.random.default_rng(seed)
+    columns = [rng.integers(0, 3, rows)]
+    for _ in range(width - 1):
+        columns.append(np.where(rng.random(rows) < 0.8, columns[-1], rng.integers(0, 3, rows)))
+    return Dataset(_columns(width), np.column_stack(columns).astype(np.int64))
+
+
+def _seeded_run(data: Dataset, params: dict[str, Any]) -> Any:
+    mechanism = get_mechanism("ppsyn")
+    return mechanism.run(
+        data,
+        Fraction(1, 2),
+        mechanism.validate_params({**FAST, **params}),
+        rng=np.random.default_rng(4),
+        noise_source=random.Random(11),
+    )
+
+
+@pytest.mark.parametrize(
+    ("width", "same_as"), [(6, "retriangulate"), (LOCAL_GROWTH_COLUMNS + 2, "local")]
+)
+def test_auto_growth_runs_exactly_as_the_mode_it_resolves_to(
+    width: int, same_as: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the same seeds, the default ('auto') gives the same rows, selections and releases as
+    re-triangulation on a narrow table (so tables up to the threshold, adult's 14 columns among
+    them, run as before) and as local growth on a wide one, and it grows the tree that way:
+    local growth builds a ``TreeGrowth`` every round, re-triangulation never does."""
+    import engine.mechanisms.ppsyn.mechanism as ppsyn_module
+
+    grown: list[str] = []
+    original = ppsyn_module.TreeGrowth
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        grown.append("local")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ppsyn_module, "TreeGrowth", recording)
+    data = _linked(width, 400, width)
+    auto = _seeded_run(data, {})
+    auto_grew = len(grown)
+    same = _seeded_run(data, {"model_growth": same_as})
+    assert np.array_equal(auto.codes, same.codes)
+    assert auto.selections == same.selections and auto.releases == same.releases
+    assert [m.attributes for m in auto.measurements] == [m.attributes for m in same.measurements]
+    assert auto_grew == (len(auto.selections) if same_as == "local" else 0)

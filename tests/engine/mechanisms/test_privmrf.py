@@ -18,7 +18,12 @@ from hypothesis import strategies as st
 from engine.domain import Dataset, Domain
 from engine.evaluation import marginal_tvd
 from engine.mechanisms import SynthesisCancelled
-from engine.mechanisms.privmrf.mechanism import PrivMRFMechanism, PrivMRFParams
+from engine.mechanisms.privmrf.mechanism import (
+    LOCAL_GRAPH_COLUMNS,
+    PrivMRFMechanism,
+    PrivMRFParams,
+    graph_growth,
+)
 from engine.mechanisms.privmrf.parts import (
     all_pairs,
     attribute_graph,
@@ -373,3 +378,107 @@ def test_registered() -> None:
     from engine.mechanisms import MECHANISMS
 
     assert isinstance(MECHANISMS["privmrf"], PrivMRFMechanism)
+
+
+# --- Alg. 1 on wide tables: the triangulated graph grown locally -----------------------------
+
+
+@given(
+    st.lists(st.integers(2, 6), min_size=2, max_size=9),
+    st.integers(10, 400),
+    st.integers(0, 10**6),
+)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_local_attribute_graph_is_chordal_capped_and_holds_its_edges(
+    sizes: list[int], cap: int, seed: int
+) -> None:
+    pairs = all_pairs(len(sizes))
+    scores = np.random.default_rng(seed).normal(size=len(pairs)).tolist()
+    edges, cliques = attribute_graph(sizes, pairs, scores, cap, 4 * cap, growth="local")
+    cells = [math.prod(sizes[v] for v in c) for c in cliques]
+    if edges:
+        assert max(cells) <= cap and sum(cells) <= 4 * cap
+    # Chordal: the engine's triangulation of these cliques adds no fill (same maximal cliques).
+    assert sorted(chordal_cliques(sizes, [c for c in cliques if len(c) > 1])) == cliques
+    assert set().union(*map(set, cliques)) == set(range(len(sizes)))
+    for a, b in edges:
+        assert any(a in c and b in c for c in cliques)
+    # The first pair in score order always fits alone when its clique is under both caps.
+    first = pairs[int(np.argmax(scores))]
+    if sizes[first[0]] * sizes[first[1]] <= cap and sum(sizes) + cap <= 4 * cap:
+        assert first in edges
+
+
+def test_local_attribute_graph_grows_inside_a_component() -> None:
+    """A path 0-1-2-3 (cells 100 each, then a pair closing it into a cycle): the cycle is
+    triangulated with a chord, and a pair whose clique would pass the cap is refused."""
+    sizes = [10, 10, 10, 10]
+    pairs = [(0, 1), (1, 2), (2, 3), (0, 3), (0, 2)]
+    edges, cliques = attribute_graph(sizes, pairs, [5.0, 4.0, 3.0, 2.0, 1.0], 1000, 10**6, "local")
+    # (0, 3) closes the cycle, which gets a chord (two triangles of 1,000 cells); (0, 2) is then
+    # either that chord or would make a 10,000-cell clique.
+    assert edges[:4] == pairs[:4]
+    assert all(len(c) == 3 for c in cliques) and len(cliques) == 2
+    chord = (0, 2) if any({0, 2} <= set(c) for c in cliques) else None
+    assert edges == pairs if chord else edges == pairs[:4]
+    edges, _ = attribute_graph(sizes, pairs, [5.0, 4.0, 3.0, 2.0, 1.0], 100, 10**6, "local")
+    assert edges == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_graph_growth_resolves_by_the_column_count() -> None:
+    def columns(width: int) -> Domain:
+        return Domain(tuple(f"x{i}" for i in range(width)), (2,) * width)
+
+    auto = PrivMRFParams()
+    assert auto.graph_growth == "auto"
+    assert graph_growth(columns(54), auto) == "exact"  # loans
+    assert graph_growth(columns(LOCAL_GRAPH_COLUMNS), auto) == "exact"
+    assert graph_growth(columns(LOCAL_GRAPH_COLUMNS + 1), auto) == "local"
+    assert graph_growth(columns(LOCAL_GRAPH_COLUMNS + 1), PrivMRFParams(graph_growth="exact")) == (
+        "exact"
+    )
+    assert graph_growth(columns(3), PrivMRFParams(graph_growth="local")) == "local"
+
+
+@pytest.mark.parametrize(("width", "same_as"), [(5, "exact"), (LOCAL_GRAPH_COLUMNS + 1, "local")])
+def test_auto_graph_growth_runs_as_the_mode_it_resolves_to(
+    width: int, same_as: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same seeds, same releases and rows as the mode 'auto' resolves to; and Alg. 1 is asked
+    for that mode (recorded), so narrow tables run exactly as before."""
+    import engine.mechanisms.privmrf.mechanism as privmrf_module
+
+    asked: list[str] = []
+    original = privmrf_module.attribute_graph
+
+    def recording(*args: object, **kwargs: object) -> object:
+        asked.append(str(kwargs.get("growth")))
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(privmrf_module, "attribute_graph", recording)
+    rng = np.random.default_rng(width)
+    domain = Domain(tuple(f"x{i}" for i in range(width)), (2,) * width)
+    data = Dataset(domain, rng.integers(0, 2, (300, width)))
+    mechanism = PrivMRFMechanism()
+    runs = [
+        mechanism.run(
+            data,
+            Fraction(1),
+            PrivMRFParams(
+                rounds=2,
+                round_iterations=5,
+                iterations=10,
+                max_clique_cells=8,
+                max_model_cells=2000,
+                max_marginal_attributes=3,
+                candidates=20,
+                **params,  # type: ignore[arg-type]
+            ),
+            rng=np.random.default_rng(1),
+            noise_source=random.Random(2),
+        )
+        for params in ({}, {"graph_growth": same_as})
+    ]
+    assert asked == [same_as, same_as]
+    assert np.array_equal(runs[0].codes, runs[1].codes)
+    assert runs[0].releases == runs[1].releases
