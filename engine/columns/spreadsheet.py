@@ -196,10 +196,17 @@ def _cells(array: pa.Array, field: pa.Field) -> pa.Array | _Tabled:
     else:
         rendered = text_column(array, field)
         if pa.types.is_integer(rendered.type):
-            tabled = _integer_table(rendered)
-            if tabled is not None:
-                return tabled
-            array = _integer_text(rendered)
+            span = _span_texts(rendered)
+            if span is None:
+                array = rendered.cast(pa.large_string())
+            else:
+                # A column spanning few values (codes, ages, counts: most of a synthetic table)
+                # takes each text from a table of the span's texts, faster than casting every row.
+                texts, positions = span
+                if not rendered.null_count:
+                    index = np.asarray(positions.to_numpy(zero_copy_only=False), dtype=np.int64)
+                    return _Tabled(texts, index)
+                array = texts.take(positions)
         elif not (pa.types.is_string(rendered.type) or pa.types.is_large_string(rendered.type)):
             # Numbers, booleans, ISO dates: pyarrow's text.
             array = rendered.cast(pa.large_string())
@@ -218,30 +225,16 @@ _TEXT_TABLE_LIMIT = 4096
 """Integers spanning fewer values than this are rendered from a table of their texts."""
 
 
-def _integer_table(array: pa.Array) -> _Tabled | None:
-    """A column of integers without nulls spanning fewer than :data:`_TEXT_TABLE_LIMIT` values
-    as a table of the span's texts (pyarrow's cast's text) and each row's position in it."""
-    if array.null_count:
-        return None
+def _span_texts(array: pa.Array) -> tuple[pa.Array, pa.Array] | None:
+    """Integers spanning fewer than :data:`_TEXT_TABLE_LIMIT` values (and fewer than the rows)
+    as a table of the span's texts (pyarrow's cast's text, ``large_string``) and each row's
+    position in it (nulls stay null); None for a wider span or no values."""
     bounds = pc.min_max(array)
     low, high = bounds["min"].as_py(), bounds["max"].as_py()
     if low is None or high - low >= min(_TEXT_TABLE_LIMIT, len(array)):
         return None
     texts = pa.array([str(value) for value in range(low, high + 1)], pa.large_string())
-    index = np.asarray(_positions(array, low).to_numpy(zero_copy_only=False), dtype=np.int64)
-    return _Tabled(texts, index)
-
-
-def _integer_text(array: pa.Array) -> pa.Array:
-    """Integers as ``large_string``, the text of pyarrow's cast (nulls stay null). A column
-    spanning few values (codes, ages, counts: most of a synthetic table) takes each text from a
-    table of the span's texts, faster than casting every row."""
-    bounds = pc.min_max(array)
-    low, high = bounds["min"].as_py(), bounds["max"].as_py()
-    if low is None or high - low >= min(_TEXT_TABLE_LIMIT, len(array)):
-        return array.cast(pa.large_string())
-    texts = pa.array([str(value) for value in range(low, high + 1)], pa.large_string())
-    return texts.take(_positions(array, low))
+    return texts, _positions(array, low)
 
 
 def _positions(array: pa.Array, low: int) -> pa.Array:

@@ -138,26 +138,6 @@ def _order_by_group_then(position: FloatArray, group: IntArray, groups: int) -> 
     return order
 
 
-def _stratified_order(
-    keys: IntArray, parent_cells: int, strata: Strata, rng: np.random.Generator
-) -> IntArray:
-    """The rows sorted by ``(keys, strata columns in order)``, ties in uniformly random order.
-
-    One integer sort key: the columns in mixed radix, re-ranked to ``0..m-1`` whenever the next
-    column would overflow int64, and, last, a random permutation of the rows as the least
-    significant digit (the tie-break). Once every row has a key of its own the remaining columns
-    cannot change the order and are skipped. Equal in distribution to a lexicographic sort on
-    ``(keys, strata…, uniform tie-break)``.
-
-    The order is exactly ``np.argsort(key · 2^b + permutation)``: see :func:`_stratified_ranks`.
-    """
-    ranks, permutation = _stratified_ranks(keys, parent_cells, strata, rng)
-    rows = np.empty(ranks.shape[0], dtype=np.int64)
-    rows[permutation] = np.arange(ranks.shape[0], dtype=np.int64)
-    order: IntArray = rows[ranks]
-    return order
-
-
 def _stratified_assign(
     keys: IntArray,
     parent_cells: int,
@@ -166,9 +146,10 @@ def _stratified_assign(
     values: CodeArray,
     out: CodeArray,
 ) -> None:
-    """``out[_stratified_order(keys, parent_cells, strata, rng)] = values``, the same rows from
-    the same generator, without building the order: ``values`` are laid out by the rows'
-    tie-break values, then read back through the permutation."""
+    """``out[order] = values``, ``order`` being the rows sorted by ``(keys, strata columns in
+    order)`` with ties in uniformly random order (:func:`_stratified_ranks`), without building
+    the order: ``values`` are laid out by the rows' tie-break values, then read back through
+    the permutation."""
     ranks, permutation = _stratified_ranks(keys, parent_cells, strata, rng)
     by_tie_break = np.empty_like(values)
     by_tie_break[ranks] = values
@@ -178,8 +159,16 @@ def _stratified_assign(
 def _stratified_ranks(
     keys: IntArray, parent_cells: int, strata: Strata, rng: np.random.Generator
 ) -> tuple[IntArray, IntArray]:
-    """The tie-break permutation of :func:`_stratified_order` and its values in the sorted order
-    (the k-th sorted row is the one whose tie-break value is ``ranks[k]``).
+    """The rows sorted by ``(keys, strata columns in order)``, ties in uniformly random order,
+    as the tie-break permutation and its values in the sorted order (the k-th sorted row is the
+    one whose tie-break value is ``ranks[k]``).
+
+    One integer sort key: the columns in mixed radix, re-ranked to ``0..m-1`` whenever the next
+    column would overflow int64, and, last, a random permutation of the rows as the least
+    significant digit (the tie-break). Once every row has a key of its own the remaining columns
+    cannot change the order and are skipped. Equal in distribution to a lexicographic sort on
+    ``(keys, strata…, uniform tie-break)``; the order is exactly
+    ``np.argsort(key · 2^b + permutation)``.
 
     The tie-break is a permutation of ``0..n-1`` in the low bits of the key, so a sorted key
     tells its own row: the keys are sorted by value (``np.sort``, about three times faster than

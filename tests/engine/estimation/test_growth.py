@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from engine.domain import Domain
 from engine.estimation import NoisyMarginal, estimate
 from engine.estimation.growth import Memo, TreeGrowth
-from engine.estimation.junction_tree import Labels, build_junction_tree, model_size
+from engine.estimation.junction_tree import JunctionTree, Labels, build_junction_tree, model_size
 
 
 @st.composite
@@ -29,17 +29,25 @@ def trees_and_candidates(draw: st.DrawFn) -> tuple[Domain, list[tuple[str, ...]]
     return Domain(tuple(names), tuple(sizes)), cliques, candidate
 
 
-@given(trees_and_candidates())
-@settings(max_examples=300, deadline=None)
-def test_grown_structure_is_what_the_tree_builder_makes_of_it(
+def _grown(
     case: tuple[Domain, list[tuple[str, ...]], list[str]],
-) -> None:
+) -> tuple[Labels, JunctionTree, TreeGrowth, tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """A drawn case's labels, tree, its growth, the candidate's ids and the grown cliques."""
     domain, cliques, candidate = case
     labels = Labels(domain)
     tree = build_junction_tree(labels, [labels.clique(c) for c in cliques])
     growth = TreeGrowth(tree)
     ids = labels.clique(candidate)
-    grown = growth.cliques_with(ids)
+    return labels, tree, growth, ids, growth.cliques_with(ids)
+
+
+@given(trees_and_candidates())
+@settings(max_examples=300, deadline=None)
+def test_grown_structure_is_what_the_tree_builder_makes_of_it(
+    case: tuple[Domain, list[tuple[str, ...]], list[str]],
+) -> None:
+    domain, cliques, _ = case
+    labels, tree, growth, ids, grown = _grown(case)
     sets = [frozenset(c) for c in grown]
     # The candidate is inside one clique, every old clique inside a new one, none repeated or
     # inside another (maximal), and every attribute still covered.
@@ -123,12 +131,8 @@ def components_and_candidates(
 def test_growth_across_components_is_a_chordal_cover_sized_within_the_touched_components(
     case: tuple[Domain, list[tuple[str, ...]], list[str]],
 ) -> None:
-    domain, cliques, candidate = case
-    labels = Labels(domain)
-    tree = build_junction_tree(labels, [labels.clique(c) for c in cliques])
-    growth = TreeGrowth(tree)
-    ids = labels.clique(candidate)
-    grown = growth.cliques_with(ids)
+    domain, cliques, _ = case
+    labels, tree, growth, ids, grown = _grown(case)
     _chordal_cover(domain, grown)
     assert any(frozenset(ids) <= frozenset(c) for c in grown)
     assert all(any(old <= frozenset(c) for c in grown) for old in tree.sets)
