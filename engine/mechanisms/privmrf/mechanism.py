@@ -32,7 +32,7 @@ from engine.marginals import (
     count_marginals,
     measure_marginal,
 )
-from engine.mechanisms.aim.mechanism import check_one_way_model, grown_structure
+from engine.mechanisms.aim.mechanism import _fits_in, check_one_way_model, grown_structure
 from engine.mechanisms.base import (
     GRAPHICAL_OUTPUT,
     GaussianCharge,
@@ -700,11 +700,4 @@ def _fits(
     if pieces is None:
         sizer = ModelSizer(domain, measured)
         return lambda clique: sizer.size_with(clique) <= cap
-    growth = TreeGrowth(model.tree, pieces)
-    labels = model.tree.labels
-
-    def grown(clique: Clique) -> bool:
-        ids = labels.clique(clique)
-        return growth.inside(ids) or growth.size_with(ids) <= cap
-
-    return grown
+    return _fits_in(domain, model, (), cap, TreeGrowth(model.tree, pieces))  # AIM's local test
