@@ -323,17 +323,18 @@ def fit(runs: Sequence[CostRun], domains: dict[str, Domain]) -> dict[str, dict[s
     for method in MECHANISMS:
         everything = [r for r in runs if r.method == method and r.status == "measured"]
         mine = []
+        features = []
         for run in everything:
             run_features = _features(run, domains)
             if run_features.regime is None:
                 mine.append(run)
+                features.append(run_features)
             else:
                 regimes.setdefault(method, {}).setdefault(run_features.regime, []).append(
                     (run, run_features)
                 )
         if len({r.dataset for r in mine}) < 3:
             continue
-        features = [_features(r, domains) for r in mine]
         cells = np.array([max(f.cells, 1) for f in features], dtype=float)
         extra = np.array([f.bound_extra_bytes for f in features], dtype=float)
         seconds = np.array([timed_seconds(r) for r in mine], dtype=float)
